@@ -1,0 +1,1 @@
+"""actors/: the pykka actors of inkpen: Bookie, Inker, Penciller, their clerks, file clerks."""

@@ -1,0 +1,1 @@
+"""formats/: pure, versioned, checksummed codecs; bytes in, bytes out, no I/O."""

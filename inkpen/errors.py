@@ -1,0 +1,90 @@
+"""The errors inkpen raises, in two tiers (usage and storage), as Materialize persist has them.
+
+Every public error derives from :class:`InkpenError`. A :class:`UsageError` means the caller asked
+for something invalid; it is raised before anything changes. A :class:`StoreError` means the object
+store (or the path to it) failed; its ``definite`` attribute says whether the operation certainly
+did not happen (safe to retry) or may have happened (the caller must check before retrying).
+"""
+
+from __future__ import annotations
+
+
+class InkpenError(Exception):
+    """Base class of every error inkpen raises on purpose."""
+
+
+class UsageError(InkpenError, ValueError):
+    """The call was invalid: bad argument, bad option, closed handle. Nothing was changed."""
+
+
+class StoreError(InkpenError):
+    """An object-store operation failed.
+
+    ``definite`` is True when the operation certainly did not take effect, False when it may have
+    (a timeout or a connection reset after the request was sent). ``key`` names the object when
+    one was involved.
+    """
+
+    def __init__(self, message: str, *, definite: bool, key: str | None = None) -> None:
+        super().__init__(message)
+        self.definite = definite
+        self.key = key
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        outcome = "it did not happen" if self.definite else "it may or may not have happened"
+        return f"{base} ({outcome})"
+
+
+class NotFoundError(StoreError):
+    """The object (or database) asked for does not exist."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message, definite=True, key=key)
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
+
+
+class AlreadyExistsError(StoreError):
+    """A create-if-absent write found the object already there; this write did not happen."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message, definite=True, key=key)
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
+
+
+class CorruptionError(InkpenError):
+    """Stored bytes failed a check: a checksum, a magic number, a length, a format version.
+
+    ``object_name`` names the damaged object and ``offset`` the byte offset of the damaged part
+    within it (None when the whole object is unreadable). Damaged bytes are never returned as data.
+    """
+
+    def __init__(self, object_name: str, detail: str, *, offset: int | None = None) -> None:
+        where = f"{object_name}" if offset is None else f"{object_name} at offset {offset}"
+        super().__init__(f"corrupt object {where}: {detail}")
+        self.object_name = object_name
+        self.offset = offset
+        self.detail = detail
+
+
+class FencedError(InkpenError):
+    """A newer writer has opened this database; this handle may no longer write.
+
+    Reads from what the handle already has keep working. Close the handle; open the database
+    again if this process should become the writer.
+    """
+
+
+__all__ = [
+    "AlreadyExistsError",
+    "CorruptionError",
+    "FencedError",
+    "InkpenError",
+    "NotFoundError",
+    "StoreError",
+    "UsageError",
+]

@@ -1,0 +1,25 @@
+"""objectstore/: where inkpen's bytes live.
+
+One protocol (:class:`ObjectStore`, in :mod:`.base`) and three implementations chosen by URL:
+
+- ``memory://NAME[/prefix]``: in-process, for unit tests (:mod:`.memory`);
+- a directory path or ``file:///abs/path``: the embedded default (:mod:`.local`);
+- ``s3://bucket/prefix[?endpoint=...&region=...]``: S3 or any S3-compatible store (:mod:`.s3`).
+
+Two wrappers work around any store: :class:`FaultyStore` injects seeded failures and
+:class:`CountingStore` counts requests and bytes.
+"""
+
+from __future__ import annotations
+
+from .base import ListPage, ObjectInfo, ObjectStore, StoreBase
+from .url import open_store, parse_store_url
+
+__all__ = [
+    "ListPage",
+    "ObjectInfo",
+    "ObjectStore",
+    "StoreBase",
+    "open_store",
+    "parse_store_url",
+]

@@ -1,0 +1,189 @@
+"""The object-store protocol every inkpen layer talks to.
+
+One database lives under one store root (a directory, a bucket + prefix, or a named in-memory
+space). Keys are relative to that root, ``/``-separated, never empty, never starting with ``/``,
+with no empty, ``.`` or ``..`` segment.
+
+Operations and their contracts (all implementations share them; the conformance suite checks them):
+
+=====================  ============================================================================
+``put_if_absent``      create the object only if no object has that key; otherwise raise
+                       :class:`AlreadyExistsError` and change nothing. Atomic: concurrent creators
+                       of one key get exactly one winner, and the stored bytes are the winner's.
+``put``                create or replace the object.
+``get``                the whole object; :class:`NotFoundError` if absent.
+``get_range``          bytes ``[start, end)``; ``end`` is clipped to the object's size, a start at
+                       or past the end gives ``b""``.
+``head``               :class:`ObjectInfo` (size, last-modified time, user metadata).
+``list``               every object whose key starts with ``prefix``, in key order, paged
+                       internally; ``list_page`` exposes one page and the token for the next.
+``delete``             remove the object; deleting a missing key is not an error.
+``copy``               server-side copy within the store, or from another store of the same kind
+                       (hard link on a local directory when possible).
+=====================  ============================================================================
+
+Failures are mapped to :mod:`inkpen.errors`: a :class:`StoreError` says whether the operation
+definitely did not happen (``definite=True``) or may have happened.
+
+User metadata is a small ``str -> str`` mapping stored with the object (keys are lower-case ASCII
+letters, digits and ``-``; S3 limits the total to 2 KiB).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from inkpen.errors import UsageError
+
+_METADATA_KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+MAX_METADATA_BYTES = 2048
+DEFAULT_PAGE_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What a store knows about one object without reading it."""
+
+    key: str
+    size: int
+    last_modified: float
+    """Seconds since the Unix epoch at which the object was last written."""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    """User metadata; filled by ``head``. ``list`` leaves it empty (S3 does not return it)."""
+
+    def age(self, now: float | None = None) -> float:
+        """Seconds since the object was written."""
+        return (time.time() if now is None else now) - self.last_modified
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a listing: its objects in key order and the token for the next page."""
+
+    objects: tuple[ObjectInfo, ...]
+    next_token: str | None
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A flat key space of immutable-by-convention objects under one root."""
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from (credentials never included)."""
+        ...
+
+    def put_if_absent(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+    ) -> None: ...
+
+    def put(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def get_range(self, key: str, start: int, end: int) -> bytes: ...
+
+    def head(self, key: str) -> ObjectInfo: ...
+
+    def list_page(
+        self, prefix: str = "", *, token: str | None = None, limit: int = DEFAULT_PAGE_SIZE
+    ) -> ListPage: ...
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StoreBase:
+    """Shared argument checks and the paging loop; implementations subclass it."""
+
+    _url: str
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object under ``prefix`` in key order, fetching one page at a time."""
+        check_prefix(prefix)
+        token: str | None = None
+        while True:
+            page = self.list_page(prefix, token=token)  # type: ignore[attr-defined]
+            yield from page.objects
+            if page.next_token is None:
+                return
+            token = page.next_token
+
+    def close(self) -> None:
+        """Release connections and handles; the default holds none."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._url!r})"
+
+
+def check_key(key: str) -> str:
+    """Validate an object key, raising :class:`UsageError` with what to fix."""
+    if not isinstance(key, str):
+        raise UsageError(f"object key must be a str, got {type(key).__name__}")
+    if not key:
+        raise UsageError("object key must not be empty")
+    if key.startswith("/") or key.endswith("/"):
+        raise UsageError(f"object key {key!r} must not start or end with '/'")
+    if "\x00" in key:
+        raise UsageError(f"object key {key!r} must not contain NUL")
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            raise UsageError(f"object key {key!r} has an empty, '.' or '..' segment")
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """Validate a listing prefix (empty means everything)."""
+    if not isinstance(prefix, str):
+        raise UsageError(f"prefix must be a str, got {type(prefix).__name__}")
+    if prefix.startswith("/") or ".." in prefix.split("/"):
+        raise UsageError(f"prefix {prefix!r} must be relative and must not contain '..'")
+    return prefix
+
+
+def check_data(data: bytes) -> bytes:
+    """Objects hold bytes; reject anything else before touching the store."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise UsageError(f"object data must be bytes, got {type(data).__name__}")
+    return bytes(data)
+
+
+def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """Validate user metadata: lower-case keys, str values, at most 2 KiB in all."""
+    if not metadata:
+        return {}
+    checked: dict[str, str] = {}
+    total = 0
+    for k, v in metadata.items():
+        if not isinstance(k, str) or not _METADATA_KEY.match(k):
+            raise UsageError(
+                f"metadata key {k!r} must be lower-case letters, digits and '-', 1-64 characters"
+            )
+        if not isinstance(v, str) or not v.isascii():
+            raise UsageError(f"metadata value for {k!r} must be an ASCII str")
+        total += len(k) + len(v)
+        checked[k] = v
+    if total > MAX_METADATA_BYTES:
+        raise UsageError(f"metadata is {total} bytes; the limit is {MAX_METADATA_BYTES}")
+    return checked
+
+
+def check_range(start: int, end: int) -> None:
+    """A byte range is two ints with 0 <= start <= end."""
+    if not isinstance(start, int) or not isinstance(end, int):
+        raise UsageError("byte range bounds must be ints")
+    if start < 0 or end < start:
+        raise UsageError(f"byte range [{start}, {end}) is invalid: need 0 <= start <= end")

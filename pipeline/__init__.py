@@ -1,0 +1,1 @@
+"""pipeline/: the PySpark data source for bulk reads and bulk loads."""
