@@ -68,7 +68,9 @@ def decode_manifest(data: bytes, name: str) -> dict[str, Any]:
     if version < 1:
         raise CorruptionError(name, f"manifest format version {version} is invalid", offset=4)
     try:
-        document = msgpack.unpackb(memoryview(data)[_HEADER.size : end], raw=False, strict_map_key=False)
+        document = msgpack.unpackb(
+            memoryview(data)[_HEADER.size : end], raw=False, strict_map_key=False
+        )
     except (ValueError, msgpack.UnpackException) as exc:
         raise CorruptionError(name, f"manifest payload does not decode: {exc}", offset=10) from exc
     if not isinstance(document, dict):

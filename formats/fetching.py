@@ -1,0 +1,29 @@
+"""Ranged reads for the file readers: the ``fetch`` callable they take, and a checked wrapper.
+
+Readers in :mod:`inkpen.formats` do no I/O of their own. They are handed a ``fetch(start, end)``
+callable that returns the object's bytes ``[start, end)``; a store clips a range that runs past
+the end of the object, so a short answer means the object is shorter than its own header or
+footer says, which is corruption, not a reason to return partial data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from inkpen.errors import CorruptionError
+
+Fetch = Callable[[int, int], bytes]
+"""``fetch(start, end) -> bytes``: the object's bytes ``[start, end)``."""
+
+
+def fetch_exact(fetch: Fetch, start: int, end: int, name: str) -> bytes:
+    """Read bytes ``[start, end)`` through ``fetch``; raise :class:`CorruptionError` if short."""
+    data = fetch(start, end)
+    if len(data) != end - start:
+        raise CorruptionError(
+            name,
+            f"asked for bytes [{start}, {end}) but the object returned {len(data)} bytes; "
+            "it is shorter than its own layout says (truncated)",
+            offset=start,
+        )
+    return data

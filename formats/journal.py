@@ -1,0 +1,639 @@
+"""Journal files: immutable CDB-style files of journal entries, found by key with ranged reads.
+
+A journal file holds the entries of one group commit (a segment) or of a compaction run, in
+strictly increasing SQN order. Every entry carries what is needed to rebuild its ledger entry and
+its index entries, so the ledger can always be rebuilt from the journal alone.
+
+Layout (all integers big-endian; offsets are from the start of the object)::
+
+    header, 60 bytes at offset 0
+      0   6  magic b"INKJNL"
+      6   2  format version (u16), currently 1
+      8   8  writer epoch (u64) of the writer that built the file
+      16  8  entry count (u64)
+      24  8  lowest SQN (u64; 0 when empty)
+      32  8  highest SQN (u64; 0 when empty)
+      40  8  hash region offset (u64) = end of the records region
+      48  8  hash region length (u64; 0 when empty)
+      56  4  CRC-32 of header bytes [0, 56)
+
+    records, from offset 60 to the hash region, in SQN order; one record is
+      0       4  key length K (u32)
+      4       4  value length V (u32)
+      8       K  key: SQN (u64), kind (u8), encoded ledger key
+      8+K     V  value: flags (u8), last-modified ms (u64), expiry ms (u64), index-spec length
+                 S (u32), S bytes of msgpack [[op, field, term], ...], then the object body
+      8+K+V   4  CRC-32 of record bytes [0, 8+K+V)
+
+    hash region (absent when the file has no entries)
+      0          2048  256 table descriptors: first slot (u32), slot count (u32)
+      2048       16*N  N = 2 * entry count slots: hash (u32), record offset (u64), record length
+                       (u32); a record length of 0 marks an empty slot
+      2048+16*N  4     CRC-32 of region bytes [0, 2048+16*N)
+
+Value flags: bit 0 the entry has an object body, bit 1 the body is snappy-compressed, bit 2 the
+expiry field is set. A body of 256 bytes or more is stored compressed when that saves at least an
+eighth of it.
+
+Lookup is CDB's: the hash ``h`` is the CRC-32 of the record key; table ``h & 255`` is probed
+linearly from slot ``(h >> 8) % slot_count`` until the key is found or an empty slot is met.
+Each table has twice as many slots as entries, so probes stay short. A slot names a record's
+offset and length, so one ranged read fetches it whole.
+
+Every byte is covered by a checksum: the header's, each record's, and the hash region's (checked
+once when the region is loaded). A damaged file raises :class:`CorruptionError` naming the object
+and the offset of the damaged part; damaged bytes are never returned as data.
+
+A file with no entries is only a header (:data:`EMPTY_JOURNAL_SIZE` bytes): a writer writes one
+into the next segment slot to fence older writers, and a listing can recognise it by its size.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import NamedTuple
+
+import msgpack
+import snappy
+
+from inkpen.errors import CorruptionError
+
+from .fetching import Fetch, fetch_exact
+
+MAGIC = b"INKJNL"
+FORMAT_VERSION = 1
+
+_HEADER = struct.Struct(">6sHQQQQQQ")
+_CRC = struct.Struct(">I")
+HEADER_SIZE = _HEADER.size + _CRC.size
+"""Size in bytes of the fixed header at offset 0."""
+EMPTY_JOURNAL_SIZE = HEADER_SIZE
+"""Size in bytes of a journal file with no entries (a fencing segment)."""
+
+_LENGTHS = struct.Struct(">II")
+_KEY_HEAD = struct.Struct(">QB")
+_VALUE_HEAD = struct.Struct(">BQQI")
+_SLOT = struct.Struct(">IQI")
+_TABLE = struct.Struct(">II")
+_TABLE_COUNT = 256
+_DIRECTORY_SIZE = _TABLE_COUNT * _TABLE.size
+_MIN_RECORD = _LENGTHS.size + _KEY_HEAD.size + _VALUE_HEAD.size + _CRC.size
+_U32 = 1 << 32
+_U64 = 1 << 64
+
+_HAS_VALUE = 1
+_COMPRESSED = 2
+_HAS_EXPIRY = 4
+_KNOWN_FLAGS = _HAS_VALUE | _COMPRESSED | _HAS_EXPIRY
+_COMPRESS_MIN = 256
+
+DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
+
+
+class Kind(IntEnum):
+    """What a journal entry records."""
+
+    OBJECT = 1
+    """A put: the object body and its metadata."""
+    TOMBSTONE = 2
+    """A delete."""
+    KEY_CHANGES = 3
+    """Only the index changes and metadata of a put (kept by retain-mode compaction)."""
+
+
+_KINDS = {kind.value: kind for kind in Kind}
+
+
+class JournalEntry(NamedTuple):
+    """One journal entry: its key ``(sqn, kind, ledger_key)`` and everything needed to replay it.
+
+    ``index_specs`` items are ``(op, field, term)`` with op 1 to add and 0 to remove an index
+    entry. ``value`` is the object body for OBJECT entries and None for the other kinds.
+    """
+
+    sqn: int
+    kind: Kind
+    ledger_key: bytes
+    value: bytes | None
+    index_specs: tuple[tuple[int, bytes, bytes], ...]
+    expiry_ms: int | None
+    last_modified_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JournalHeader:
+    """The fixed header of a journal file: who wrote it, what it holds and where its parts are."""
+
+    version: int
+    writer_epoch: int
+    entry_count: int
+    min_sqn: int
+    max_sqn: int
+    hash_offset: int
+    hash_length: int
+
+    @property
+    def size(self) -> int:
+        """Size of the whole file in bytes."""
+        return self.hash_offset + self.hash_length
+
+    @property
+    def is_empty(self) -> bool:
+        """True for a file with no entries (a fencing segment)."""
+        return self.entry_count == 0
+
+
+def _hash_region_length(entry_count: int) -> int:
+    if entry_count == 0:
+        return 0
+    return _DIRECTORY_SIZE + 2 * entry_count * _SLOT.size + _CRC.size
+
+
+def _check_uint(value: object, bits: int, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if not 0 <= value < (1 << bits):
+        raise ValueError(f"{what} must be in [0, 2**{bits}), got {value}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+
+def _encode_record(entry: JournalEntry) -> tuple[list[bytes], bytes, int]:
+    """Encode one entry; return its parts, its key and its total length."""
+    sqn, kind, ledger_key, value, index_specs, expiry_ms, last_modified_ms = entry
+    if kind not in _KINDS:
+        raise ValueError(f"journal entry kind {kind!r} is not one of {[k.name for k in Kind]}")
+    kind = _KINDS[kind]
+    if type(ledger_key) is not bytes:
+        raise TypeError(f"ledger_key must be bytes, not {type(ledger_key).__name__}")
+    flags = 0
+    body = b""
+    if kind is Kind.OBJECT:
+        if not isinstance(value, bytes):
+            raise TypeError(
+                f"an OBJECT entry's value must be bytes, not {type(value).__name__} (sqn {sqn})"
+            )
+        flags |= _HAS_VALUE
+        body = value
+        if len(body) >= _COMPRESS_MIN:
+            packed = snappy.compress(body)
+            if len(packed) <= len(body) - (len(body) >> 3):
+                body = packed
+                flags |= _COMPRESSED
+    elif value is not None:
+        raise ValueError(f"a {kind.name} entry carries no value; got {type(value).__name__}")
+    if expiry_ms is None:
+        expiry = 0
+    else:
+        expiry = _check_uint(expiry_ms, 64, "expiry_ms")
+        flags |= _HAS_EXPIRY
+    last_modified = _check_uint(last_modified_ms, 64, "last_modified_ms")
+    specs = b""
+    if index_specs:
+        for spec in index_specs:
+            if len(spec) != 3 or spec[0] not in (0, 1):
+                raise ValueError(f"index spec {spec!r} is not (op, field, term) with op 0 or 1")
+            if type(spec[1]) is not bytes or type(spec[2]) is not bytes:
+                raise TypeError(f"index spec {spec!r}: field and term must be bytes")
+        specs = msgpack.packb([tuple(spec) for spec in index_specs], use_bin_type=True)
+    key = _KEY_HEAD.pack(sqn, kind) + ledger_key
+    value_head = _VALUE_HEAD.pack(flags, last_modified, expiry, len(specs))
+    value_length = len(value_head) + len(specs) + len(body)
+    if len(key) >= _U32 or value_length >= _U32:
+        raise ValueError(f"entry sqn {sqn} is too large for a journal record (4 GiB at most)")
+    lengths = _LENGTHS.pack(len(key), value_length)
+    crc = zlib.crc32(lengths)
+    crc = zlib.crc32(key, crc)
+    crc = zlib.crc32(value_head, crc)
+    crc = zlib.crc32(specs, crc)
+    crc = zlib.crc32(body, crc)
+    parts = [lengths, key, value_head, specs, body, _CRC.pack(crc)]
+    return parts, key, _LENGTHS.size + len(key) + value_length + _CRC.size
+
+
+def _encode_hash_region(slots: list[tuple[int, int, int]]) -> bytes:
+    """Lay out the 256 CDB hash tables for ``(hash, offset, length)`` of every record."""
+    tables: list[list[tuple[int, int, int]]] = [[] for _ in range(_TABLE_COUNT)]
+    for slot in slots:
+        tables[slot[0] & 255].append(slot)
+    directory = bytearray(_DIRECTORY_SIZE)
+    area = bytearray(2 * len(slots) * _SLOT.size)
+    first = 0
+    for index, members in enumerate(tables):
+        count = 2 * len(members)
+        _TABLE.pack_into(directory, index * _TABLE.size, first, count)
+        taken = [False] * count
+        for slot in members:
+            position = (slot[0] >> 8) % count
+            while taken[position]:
+                position = position + 1 if position + 1 < count else 0
+            taken[position] = True
+            _SLOT.pack_into(area, (first + position) * _SLOT.size, *slot)
+        first += count
+    region = bytes(directory) + bytes(area)
+    return region + _CRC.pack(zlib.crc32(region))
+
+
+def build_journal(entries: Iterable[JournalEntry], *, writer_epoch: int) -> bytes:
+    """Build a whole journal file from entries given in strictly increasing SQN order.
+
+    Zero entries is valid and gives a header-only file of :data:`EMPTY_JOURNAL_SIZE` bytes.
+    Raises ``ValueError`` / ``TypeError`` for entries out of order or malformed.
+    """
+    epoch = _check_uint(writer_epoch, 64, "writer_epoch")
+    parts: list[bytes] = []
+    slots: list[tuple[int, int, int]] = []
+    offset = HEADER_SIZE
+    min_sqn = max_sqn = 0
+    previous = -1
+    for entry in entries:
+        if len(entry) != len(JournalEntry._fields):
+            raise ValueError(f"a journal entry has {len(JournalEntry._fields)} fields: {entry!r}")
+        sqn = _check_uint(entry[0], 64, "sqn")
+        if sqn <= previous:
+            raise ValueError(
+                f"journal entries must be in strictly increasing SQN order: {sqn} after {previous}"
+            )
+        if previous < 0:
+            min_sqn = sqn
+        previous = max_sqn = sqn
+        record_parts, key, length = _encode_record(entry)
+        parts.extend(record_parts)
+        slots.append((zlib.crc32(key), offset, length))
+        offset += length
+    region = _encode_hash_region(slots) if slots else b""
+    head = _HEADER.pack(MAGIC, FORMAT_VERSION, epoch, len(slots), min_sqn, max_sqn, offset,
+                        len(region))
+    header = head + _CRC.pack(zlib.crc32(head))
+    return b"".join([header, *parts, region])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_header(data: bytes, name: str) -> JournalHeader:
+    """Check and decode the header of a journal file from (at least) its first HEADER_SIZE bytes.
+
+    Raises :class:`CorruptionError` naming ``name`` for a short read, another kind of file, a
+    format version newer than this code, a checksum mismatch or inconsistent fields.
+    """
+    magic = bytes(data[: len(MAGIC)])
+    if magic != MAGIC:
+        kind = " (it is an inkpen manifest)" if magic.startswith(b"INKM") else ""
+        raise CorruptionError(
+            name, f"not an inkpen journal file{kind}: magic is {magic!r}, expected {MAGIC!r}",
+            offset=0,
+        )
+    if len(data) < HEADER_SIZE:
+        raise CorruptionError(
+            name, f"{len(data)} bytes is too short for a journal header ({HEADER_SIZE} bytes)"
+        )
+    _, version, epoch, count, min_sqn, max_sqn, hash_offset, hash_length = _HEADER.unpack_from(
+        data, 0
+    )
+    if version > FORMAT_VERSION:
+        raise CorruptionError(
+            name,
+            f"journal format version {version} is newer than this inkpen reads (up to "
+            f"{FORMAT_VERSION}); upgrade inkpen to read this database, unless the header is "
+            "damaged",
+            offset=6,
+        )
+    (stored_crc,) = _CRC.unpack_from(data, _HEADER.size)
+    if zlib.crc32(memoryview(data)[: _HEADER.size]) != stored_crc:
+        raise CorruptionError(name, "journal header checksum mismatch", offset=0)
+    if version < 1:
+        raise CorruptionError(name, f"journal format version {version} is invalid", offset=6)
+    header = JournalHeader(version, epoch, count, min_sqn, max_sqn, hash_offset, hash_length)
+    if count == 0:
+        consistent = min_sqn == max_sqn == 0 and hash_offset == HEADER_SIZE and hash_length == 0
+    else:
+        consistent = (
+            min_sqn <= max_sqn
+            and max_sqn - min_sqn >= count - 1
+            and hash_length == _hash_region_length(count)
+            and hash_offset >= HEADER_SIZE + count * _MIN_RECORD
+        )
+    if not consistent:
+        raise CorruptionError(name, f"journal header fields are inconsistent: {header}", offset=0)
+    return header
+
+
+class _HashIndex:
+    """The loaded hash region of one journal file: table descriptors and the raw slot bytes."""
+
+    __slots__ = ("region", "tables")
+
+    def __init__(self, region: bytes, header: JournalHeader, name: str) -> None:
+        body_length = len(region) - _CRC.size
+        (stored_crc,) = _CRC.unpack_from(region, body_length)
+        if zlib.crc32(memoryview(region)[:body_length]) != stored_crc:
+            raise CorruptionError(
+                name, "journal hash region checksum mismatch", offset=header.hash_offset
+            )
+        tables = list(_TABLE.iter_unpack(memoryview(region)[:_DIRECTORY_SIZE]))
+        expected_first = 0
+        for first, count in tables:
+            if first != expected_first or count % 2:
+                raise CorruptionError(
+                    name, "journal hash table directory is inconsistent", offset=header.hash_offset
+                )
+            expected_first += count
+        if expected_first != 2 * header.entry_count:
+            raise CorruptionError(
+                name,
+                f"journal hash tables hold {expected_first} slots for {header.entry_count} entries",
+                offset=header.hash_offset,
+            )
+        self.region = region
+        self.tables = tables
+
+    def candidates(self, key_hash: int) -> Iterator[tuple[int, int]]:
+        """Yield ``(offset, length)`` of every record whose slot carries ``key_hash``."""
+        first, count = self.tables[key_hash & 255]
+        if not count:
+            return
+        position = (key_hash >> 8) % count
+        region = self.region
+        unpack = _SLOT.unpack_from
+        slot_size = _SLOT.size
+        for _ in range(count):
+            slot_hash, offset, length = unpack(
+                region, _DIRECTORY_SIZE + (first + position) * slot_size
+            )
+            if not length:
+                return
+            if slot_hash == key_hash:
+                yield offset, length
+            position = position + 1 if position + 1 < count else 0
+
+    def locations(self) -> list[tuple[int, int]]:
+        """``(offset, length)`` of every record, in file order."""
+        body = memoryview(self.region)[_DIRECTORY_SIZE : len(self.region) - _CRC.size]
+        return sorted((offset, length) for _, offset, length in _SLOT.iter_unpack(body) if length)
+
+
+def _parse_record(
+    buf: bytes, pos: int, limit: int, name: str, base: int, sqn_base: int
+) -> tuple[bytes, JournalEntry, int]:
+    """Check and decode the record at ``buf[pos:]`` (``base`` = file offset of ``buf[0]``).
+
+    Returns the record's raw key, its entry (SQN shifted by ``sqn_base``) and the position just
+    past it. ``limit`` bounds the record within ``buf``.
+    """
+    where = base + pos
+    if limit - pos < _MIN_RECORD:
+        raise CorruptionError(name, "journal record is truncated", offset=where)
+    key_length, value_length = _LENGTHS.unpack_from(buf, pos)
+    end = pos + _LENGTHS.size + key_length + value_length + _CRC.size
+    if key_length < _KEY_HEAD.size or value_length < _VALUE_HEAD.size or end > limit:
+        raise CorruptionError(name, "journal record lengths are damaged", offset=where)
+    crc_at = end - _CRC.size
+    (stored_crc,) = _CRC.unpack_from(buf, crc_at)
+    if zlib.crc32(memoryview(buf)[pos:crc_at]) != stored_crc:
+        raise CorruptionError(name, "journal record checksum mismatch", offset=where)
+    key_at = pos + _LENGTHS.size
+    value_at = key_at + key_length
+    key = bytes(buf[key_at:value_at])
+    sqn, kind_code = _KEY_HEAD.unpack_from(key, 0)
+    flags, last_modified, expiry, specs_length = _VALUE_HEAD.unpack_from(buf, value_at)
+    kind = _KINDS.get(kind_code)
+    specs_at = value_at + _VALUE_HEAD.size
+    body_at = specs_at + specs_length
+    if kind is None or flags & ~_KNOWN_FLAGS or body_at > crc_at:
+        raise CorruptionError(name, "journal record fields are invalid", offset=where)
+    has_value = bool(flags & _HAS_VALUE)
+    if has_value != (kind is Kind.OBJECT) or (not has_value and body_at != crc_at):
+        raise CorruptionError(name, "journal record value does not match its kind", offset=where)
+    index_specs: tuple[tuple[int, bytes, bytes], ...] = ()
+    try:
+        if specs_length:
+            index_specs = msgpack.unpackb(buf[specs_at:body_at], use_list=False, raw=False)
+        value: bytes | None = None
+        if has_value:
+            value = bytes(buf[body_at:crc_at])
+            if flags & _COMPRESSED:
+                value = snappy.decompress(value)
+    except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
+        raise CorruptionError(
+            name, f"journal record payload does not decode: {exc}", offset=where
+        ) from exc
+    entry = JournalEntry(
+        sqn + sqn_base,
+        kind,
+        key[_KEY_HEAD.size :],
+        value,
+        index_specs,
+        expiry if flags & _HAS_EXPIRY else None,
+        last_modified,
+    )
+    return key, entry, end
+
+
+class _SequenceCheck:
+    """Checks that a scan finds exactly the entries the header promises, in SQN order."""
+
+    __slots__ = ("count", "header", "name", "previous")
+
+    def __init__(self, header: JournalHeader, name: str) -> None:
+        self.header = header
+        self.name = name
+        self.count = 0
+        self.previous = -1
+
+    def step(self, sqn: int, offset: int) -> None:
+        header = self.header
+        if sqn <= self.previous or sqn > header.max_sqn or (self.count == 0 and
+                                                              sqn != header.min_sqn):
+            raise CorruptionError(
+                self.name, f"journal record SQN {sqn} is out of order or range", offset=offset
+            )
+        self.previous = sqn
+        self.count += 1
+
+    def finish(self) -> None:
+        header = self.header
+        if self.count != header.entry_count or (self.count and self.previous != header.max_sqn):
+            raise CorruptionError(
+                self.name,
+                f"journal holds {self.count} records, its header says {header.entry_count}",
+                offset=header.hash_offset,
+            )
+
+
+def _check_whole(data: bytes, name: str) -> JournalHeader:
+    """Check a whole file's header, size and hash region; return the header."""
+    header = read_header(data, name)
+    if len(data) != header.size:
+        raise CorruptionError(
+            name, f"object is {len(data)} bytes but its header says {header.size}", offset=0
+        )
+    if header.entry_count:
+        _HashIndex(bytes(data[header.hash_offset :]), header, name)
+    return header
+
+
+def iter_journal(data: bytes, name: str) -> Iterator[JournalEntry]:
+    """Check a whole journal file's header and hash region, then yield its entries lazily."""
+    return _iter_buffer(data, _check_whole(data, name), name)
+
+
+def _iter_buffer(data: bytes, header: JournalHeader, name: str) -> Iterator[JournalEntry]:
+    check = _SequenceCheck(header, name)
+    pos = HEADER_SIZE
+    end = header.hash_offset
+    while pos < end:
+        _, entry, after = _parse_record(data, pos, end, name, 0, 0)
+        check.step(entry.sqn, pos)
+        pos = after
+        yield entry
+    check.finish()
+
+
+def decode_journal(data: bytes, name: str) -> tuple[JournalHeader, list[JournalEntry]]:
+    """Check and decode a whole journal file (used to replay small segments)."""
+    header = _check_whole(data, name)
+    return header, list(_iter_buffer(data, header, name))
+
+
+class JournalReader:
+    """Reads one journal object by ranged reads: entries by key, by location, or all in order.
+
+    Open loads the header and the hash region (two ranged reads); each :meth:`get` then costs one
+    more ranged read. ``sqn_base`` is added to every SQN returned and subtracted from every SQN
+    asked for (files written by a bulk load number their entries from 0). Immutable after open, so
+    one reader may serve many threads.
+    """
+
+    __slots__ = ("_fetch", "_index", "header", "name", "size", "sqn_base")
+
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        fetch: Fetch,
+        header: JournalHeader,
+        index: _HashIndex | None,
+        sqn_base: int,
+    ) -> None:
+        self.name = name
+        self.size = size
+        self.header = header
+        self.sqn_base = sqn_base
+        self._fetch = fetch
+        self._index = index
+
+    @classmethod
+    def open(cls, name: str, size: int, fetch: Fetch, *, sqn_base: int = 0) -> JournalReader:
+        """Open journal object ``name`` of ``size`` bytes, read through ``fetch(start, end)``."""
+        header = read_header(fetch_exact(fetch, 0, min(size, HEADER_SIZE), name), name)
+        if header.size != size:
+            raise CorruptionError(
+                name, f"object is {size} bytes but its header says {header.size}", offset=0
+            )
+        index = None
+        if header.entry_count:
+            region = fetch_exact(fetch, header.hash_offset, size, name)
+            index = _HashIndex(region, header, name)
+        return cls(name, size, fetch, header, index, sqn_base)
+
+    @property
+    def entry_count(self) -> int:
+        """Number of entries in the file."""
+        return self.header.entry_count
+
+    @property
+    def min_sqn(self) -> int:
+        """Lowest SQN in the file (with ``sqn_base`` added)."""
+        return self.header.min_sqn + self.sqn_base
+
+    @property
+    def max_sqn(self) -> int:
+        """Highest SQN in the file (with ``sqn_base`` added)."""
+        return self.header.max_sqn + self.sqn_base
+
+    def get(self, sqn: int, kind: Kind, ledger_key: bytes) -> JournalEntry | None:
+        """The entry with this key, or None; costs one ranged read when the key is present."""
+        index = self._index
+        stored_sqn = sqn - self.sqn_base
+        if index is None or not 0 <= stored_sqn < _U64:
+            return None
+        key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
+        for offset, length in index.candidates(zlib.crc32(key)):
+            record_key, entry = self._read_record(offset, length)
+            if record_key == key:
+                return entry
+        return None
+
+    def locations(self) -> list[tuple[int, int]]:
+        """``(offset, length)`` of every record, in file order (for sampling)."""
+        return [] if self._index is None else self._index.locations()
+
+    def read_at(self, offset: int, length: int) -> JournalEntry:
+        """The entry of the record at ``offset`` of ``length`` bytes, as :meth:`locations` gives."""
+        records_end = self.header.hash_offset
+        if offset < HEADER_SIZE or length < _MIN_RECORD or offset + length > records_end:
+            raise ValueError(
+                f"[{offset}, {offset + length}) is not a record range of journal {self.name}; "
+                "use the offsets and lengths that locations() returns"
+            )
+        return self._read_record(offset, length)[1]
+
+    def _read_record(self, offset: int, length: int) -> tuple[bytes, JournalEntry]:
+        data = fetch_exact(self._fetch, offset, offset + length, self.name)
+        key, entry, end = _parse_record(data, 0, length, self.name, offset, self.sqn_base)
+        if end != length:
+            raise CorruptionError(
+                self.name, "journal record length disagrees with its hash slot", offset=offset
+            )
+        return key, entry
+
+    def iter_entries(self, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[JournalEntry]:
+        """Every entry in SQN order, read from the records region in ranges of ``chunk_size``."""
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        name = self.name
+        sqn_base = self.sqn_base
+        check = _SequenceCheck(self.header, name)
+        end = self.header.hash_offset
+        pos = HEADER_SIZE
+        buf = b""
+        buf_start = pos
+        while pos < end:
+            buf_end = buf_start + len(buf)
+            if buf_end - pos < _MIN_RECORD:
+                buf, buf_start = self._refill(buf, buf_start, pos, pos + _MIN_RECORD, chunk_size)
+                buf_end = buf_start + len(buf)
+            key_length, value_length = _LENGTHS.unpack_from(buf, pos - buf_start)
+            record_end = pos + _LENGTHS.size + key_length + value_length + _CRC.size
+            if record_end > end:
+                raise CorruptionError(name, "journal record lengths are damaged", offset=pos)
+            if record_end > buf_end:
+                buf, buf_start = self._refill(buf, buf_start, pos, record_end, chunk_size)
+            _, entry, after = _parse_record(
+                buf, pos - buf_start, record_end - buf_start, name, buf_start, sqn_base
+            )
+            check.step(entry.sqn - sqn_base, pos)
+            pos = buf_start + after
+            yield entry
+        check.finish()
+
+    def _refill(
+        self, buf: bytes, buf_start: int, pos: int, needed_end: int, chunk_size: int
+    ) -> tuple[bytes, int]:
+        """Keep ``buf`` from ``pos`` on and read on to at least ``needed_end``."""
+        end = self.header.hash_offset
+        have_end = buf_start + len(buf)
+        read_end = min(end, max(needed_end, pos + chunk_size))
+        if read_end < needed_end:
+            raise CorruptionError(self.name, "journal record is truncated", offset=pos)
+        more = fetch_exact(self._fetch, have_end, read_end, self.name)
+        return buf[pos - buf_start :] + more, pos

@@ -1,0 +1,559 @@
+"""SST files: immutable sorted runs of ledger entries ``(encoded key, LedgerValue)``.
+
+Layout (all integers big-endian; every block is followed by the CRC-32 of its stored bytes, and
+each offset/length below spans a block together with its CRC)::
+
+    data blocks     one after another from offset 0; each is
+                    snappy(msgpack [[key, ...], [[sqn, status, expiry|nil, hash, size, lmd], ...]])
+                    holding about ``block_size`` bytes of entries before compression
+    index block     snappy(msgpack [[first key of each block], [offset], [length]])
+    bloom block     the serialized BloomFilter of every key (see inkpen.formats.bloom)
+    meta block      msgpack map: first_key, last_key, entries, tombstones, min_sqn, max_sqn,
+                    block_size, bloom_bits, blocks
+    footer, the last 48 bytes
+      0   6  magic b"INKSST"
+      6   2  format version (u16), currently 1
+      8   8  index block offset (u64)
+      16  4  index block length (u32)
+      20  8  bloom block offset (u64)
+      28  4  bloom block length (u32)
+      32  8  meta block offset (u64)
+      40  4  meta block length (u32)
+      44  4  CRC-32 of footer bytes [0, 44)
+
+Index, bloom and meta are contiguous and end where the footer starts, so a reader opens a file
+with two ranged reads: the footer, then everything from the index offset to the footer. A point
+lookup then costs a bloom probe, a bisect of the index and at most one block read, and a block
+found in the cache is already decoded into parallel key and value sequences ready to bisect.
+
+Any damaged byte fails a CRC and raises :class:`CorruptionError` naming the object and the offset
+of the damaged block; damaged bytes are never returned as data.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import snappy
+
+from inkpen.errors import CorruptionError
+
+from .bloom import DEFAULT_BITS_PER_KEY, BloomFilter, bloom_hash
+from .cache import BlockCache
+from .fetching import Fetch, fetch_exact
+from .keys import TOMBSTONE, LedgerValue
+
+MAGIC = b"INKSST"
+FORMAT_VERSION = 1
+DEFAULT_BLOCK_SIZE = 4096
+
+_FOOTER_BODY = struct.Struct(">6sHQIQIQI")
+_CRC = struct.Struct(">I")
+FOOTER_SIZE = _FOOTER_BODY.size + _CRC.size
+"""Size in bytes of the fixed footer at the end of every SST."""
+
+_ENTRY_OVERHEAD = 40
+"""Rough encoded size of a LedgerValue plus framing, used to cut blocks and estimate sizes."""
+_DECODED_ENTRY_WEIGHT = 200
+"""Rough memory of one decoded entry beyond its key bytes, used to weigh cached blocks."""
+_U64 = 1 << 64
+_MIN_BLOCK_SIZE = 64
+_MAX_BLOCK_SIZE = 64 * 1024 * 1024
+_MAKE_VALUE = LedgerValue._make
+
+
+@dataclass(frozen=True, slots=True)
+class SstInfo:
+    """What an SST holds, as recorded in its meta block (SQNs include any ``sqn_base``)."""
+
+    size: int
+    entry_count: int
+    tombstone_count: int
+    first_key: bytes
+    last_key: bytes
+    min_sqn: int
+    max_sqn: int
+
+
+def _framed(stored: bytes) -> bytes:
+    return stored + _CRC.pack(zlib.crc32(stored))
+
+
+def _checked_value(value: Any) -> LedgerValue:
+    if type(value) is not LedgerValue:
+        if len(value) != len(LedgerValue._fields):
+            raise ValueError(f"a ledger value has {len(LedgerValue._fields)} fields: {value!r}")
+        value = _MAKE_VALUE(value)
+    sqn, status, expiry, content_hash, size, last_modified = value
+    if not (
+        0 <= sqn < _U64
+        and status in (0, 1)
+        and (expiry is None or 0 <= expiry < _U64)
+        and 0 <= content_hash < _U64
+        and 0 <= size < _U64
+        and 0 <= last_modified < _U64
+    ):
+        raise ValueError(f"ledger value fields out of range: {value!r}")
+    return value
+
+
+class SstBuilder:
+    """Accumulates entries in strictly increasing key order and lays them out as one SST."""
+
+    __slots__ = (
+        "_block_bytes",
+        "_block_size",
+        "_bloom_bits",
+        "_chunks",
+        "_finished",
+        "_first_key",
+        "_hashes",
+        "_index_keys",
+        "_index_lengths",
+        "_index_offsets",
+        "_keys",
+        "_last_key",
+        "_max_sqn",
+        "_min_sqn",
+        "_offset",
+        "_tombstones",
+        "_values",
+        "entry_count",
+    )
+
+    def __init__(
+        self,
+        *,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        bloom_bits_per_key: int = DEFAULT_BITS_PER_KEY,
+    ) -> None:
+        if not isinstance(block_size, int) or not _MIN_BLOCK_SIZE <= block_size <= _MAX_BLOCK_SIZE:
+            raise ValueError(
+                f"block_size must be an int in [{_MIN_BLOCK_SIZE}, {_MAX_BLOCK_SIZE}], "
+                f"got {block_size!r}"
+            )
+        if not isinstance(bloom_bits_per_key, int) or not 1 <= bloom_bits_per_key <= 255:
+            raise ValueError(
+                f"bloom_bits_per_key must be an int in [1, 255], got {bloom_bits_per_key!r}"
+            )
+        self._block_size = block_size
+        self._bloom_bits = bloom_bits_per_key
+        self._chunks: list[bytes] = []
+        self._offset = 0
+        self._keys: list[bytes] = []
+        self._values: list[LedgerValue] = []
+        self._block_bytes = 0
+        self._hashes: list[int] = []
+        self._index_keys: list[bytes] = []
+        self._index_offsets: list[int] = []
+        self._index_lengths: list[int] = []
+        self._first_key: bytes | None = None
+        self._last_key: bytes | None = None
+        self._min_sqn = _U64
+        self._max_sqn = -1
+        self._tombstones = 0
+        self._finished = False
+        self.entry_count = 0
+        """Entries added so far."""
+
+    def add(self, key: bytes, value: LedgerValue) -> None:
+        """Append an entry; ``key`` must sort after every key added before."""
+        if self._finished:
+            raise ValueError("this SstBuilder has finished; start a new one")
+        if type(key) is not bytes:
+            raise TypeError(f"an SST key must be bytes, not {type(key).__name__}")
+        last = self._last_key
+        if last is not None and key <= last:
+            raise ValueError(
+                f"SST keys must be strictly increasing: {key[:64]!r} after {last[:64]!r}"
+            )
+        value = _checked_value(value)
+        if last is None:
+            self._first_key = key
+        self._last_key = key
+        self._keys.append(key)
+        self._values.append(value)
+        self._hashes.append(bloom_hash(key))
+        self.entry_count += 1
+        sqn = value[0]
+        if sqn < self._min_sqn:
+            self._min_sqn = sqn
+        if sqn > self._max_sqn:
+            self._max_sqn = sqn
+        if value[1] == TOMBSTONE:
+            self._tombstones += 1
+        self._block_bytes += len(key) + _ENTRY_OVERHEAD
+        if self._block_bytes >= self._block_size:
+            self._flush_block()
+
+    def _flush_block(self) -> None:
+        keys = self._keys
+        if not keys:
+            return
+        stored = snappy.compress(msgpack.packb([keys, self._values], use_bin_type=True))
+        block = _framed(stored)
+        self._index_keys.append(keys[0])
+        self._index_offsets.append(self._offset)
+        self._index_lengths.append(len(block))
+        self._chunks.append(block)
+        self._offset += len(block)
+        self._keys = []
+        self._values = []
+        self._block_bytes = 0
+
+    def estimated_size(self) -> int:
+        """About how many bytes :meth:`finish` would produce now (to roll files at a size)."""
+        index = sum(map(len, self._index_keys)) + 24 * (len(self._index_keys) + 1)
+        bloom = self.entry_count * self._bloom_bits // 8 + 16
+        meta = 2 * len(self._last_key or b"") + 160
+        return self._offset + self._block_bytes + index + bloom + meta + FOOTER_SIZE
+
+    def finish(self) -> tuple[bytes, SstInfo]:
+        """Lay out the file; return its bytes and what it holds. An empty SST is refused."""
+        if self._finished:
+            raise ValueError("this SstBuilder has finished; start a new one")
+        if not self.entry_count:
+            raise ValueError("an SST holds at least one entry; add entries before finish()")
+        self._flush_block()
+        self._finished = True
+        first_key = self._first_key
+        last_key = self._last_key
+        assert first_key is not None and last_key is not None
+        index = _framed(
+            snappy.compress(
+                msgpack.packb(
+                    [self._index_keys, self._index_offsets, self._index_lengths],
+                    use_bin_type=True,
+                )
+            )
+        )
+        bloom = _framed(BloomFilter.from_hashes(self._hashes, self._bloom_bits).to_bytes())
+        self._hashes = []
+        meta = _framed(
+            msgpack.packb(
+                {
+                    "first_key": first_key,
+                    "last_key": last_key,
+                    "entries": self.entry_count,
+                    "tombstones": self._tombstones,
+                    "min_sqn": self._min_sqn,
+                    "max_sqn": self._max_sqn,
+                    "block_size": self._block_size,
+                    "bloom_bits": self._bloom_bits,
+                    "blocks": len(self._index_keys),
+                },
+                use_bin_type=True,
+            )
+        )
+        index_offset = self._offset
+        bloom_offset = index_offset + len(index)
+        meta_offset = bloom_offset + len(bloom)
+        footer_body = _FOOTER_BODY.pack(
+            MAGIC,
+            FORMAT_VERSION,
+            index_offset,
+            len(index),
+            bloom_offset,
+            len(bloom),
+            meta_offset,
+            len(meta),
+        )
+        footer = footer_body + _CRC.pack(zlib.crc32(footer_body))
+        data = b"".join([*self._chunks, index, bloom, meta, footer])
+        self._chunks = []
+        info = SstInfo(
+            size=len(data),
+            entry_count=self.entry_count,
+            tombstone_count=self._tombstones,
+            first_key=first_key,
+            last_key=last_key,
+            min_sqn=self._min_sqn,
+            max_sqn=self._max_sqn,
+        )
+        return data, info
+
+
+def build_sst(
+    entries: Iterable[tuple[bytes, LedgerValue]],
+    *,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    bloom_bits_per_key: int = DEFAULT_BITS_PER_KEY,
+) -> tuple[bytes, SstInfo]:
+    """Build one SST from entries in strictly increasing key order."""
+    builder = SstBuilder(block_size=block_size, bloom_bits_per_key=bloom_bits_per_key)
+    for key, value in entries:
+        builder.add(key, value)
+    return builder.finish()
+
+
+def _unframe(data: bytes, start: int, length: int, name: str, base: int, what: str) -> bytes:
+    """Check the CRC of the block at ``data[start:start+length]``; return its stored bytes."""
+    end = start + length - _CRC.size
+    (stored_crc,) = _CRC.unpack_from(data, end)
+    view = memoryview(data)[start:end]
+    if zlib.crc32(view) != stored_crc:
+        raise CorruptionError(name, f"SST {what} checksum mismatch", offset=base + start)
+    return bytes(view)
+
+
+class _Layout:
+    """The decoded footer of an SST: where its index, bloom and meta blocks are."""
+
+    __slots__ = ("bloom_length", "index_length", "index_offset", "meta_length")
+
+    def __init__(self, footer: bytes, size: int, name: str) -> None:
+        at = size - FOOTER_SIZE
+        fields = _FOOTER_BODY.unpack_from(footer, 0)
+        magic, version, index_offset, index_length, bloom_offset, bloom_length = fields[:6]
+        meta_offset, meta_length = fields[6:]
+        if magic != MAGIC:
+            raise CorruptionError(
+                name,
+                f"not an inkpen SST: footer magic is {magic!r}, expected {MAGIC!r}",
+                offset=at,
+            )
+        if version > FORMAT_VERSION:
+            raise CorruptionError(
+                name,
+                f"SST format version {version} is newer than this inkpen reads (up to "
+                f"{FORMAT_VERSION}); upgrade inkpen to read this database, unless the footer is "
+                "damaged",
+                offset=at + 6,
+            )
+        (stored_crc,) = _CRC.unpack_from(footer, _FOOTER_BODY.size)
+        if zlib.crc32(memoryview(footer)[: _FOOTER_BODY.size]) != stored_crc:
+            raise CorruptionError(name, "SST footer checksum mismatch", offset=at)
+        if version < 1:
+            raise CorruptionError(name, f"SST format version {version} is invalid", offset=at + 6)
+        if not (
+            min(index_length, bloom_length, meta_length) > _CRC.size
+            and index_offset + index_length == bloom_offset
+            and bloom_offset + bloom_length == meta_offset
+            and meta_offset + meta_length == at
+        ):
+            raise CorruptionError(
+                name,
+                f"SST footer does not describe a {size}-byte object (wrong size or damaged)",
+                offset=at,
+            )
+        self.index_offset = index_offset
+        self.index_length = index_length
+        self.bloom_length = bloom_length
+        self.meta_length = meta_length
+
+
+def _index_matches(
+    first_keys: list[bytes],
+    offsets: list[int],
+    lengths: list[int],
+    blocks: int,
+    data_end: int,
+    info: SstInfo,
+) -> bool:
+    """True when the index tiles the data region exactly and agrees with the meta block."""
+    if not blocks >= 1 or not len(first_keys) == len(offsets) == len(lengths) == blocks:
+        return False
+    position = 0
+    for offset, length in zip(offsets, lengths, strict=True):
+        if offset != position or length <= _CRC.size:
+            return False
+        position += length
+    return (
+        position == data_end
+        and first_keys[0] == info.first_key
+        and info.first_key <= info.last_key
+        and info.entry_count >= blocks
+    )
+
+
+class _Tail:
+    """The decoded index, bloom and meta blocks of an SST (everything after the data blocks)."""
+
+    __slots__ = ("bloom", "first_keys", "info", "lengths", "offsets")
+
+    def __init__(self, tail: bytes, layout: _Layout, size: int, name: str, sqn_base: int) -> None:
+        base = layout.index_offset
+        index_stored = _unframe(tail, 0, layout.index_length, name, base, "index block")
+        bloom_at = layout.index_length
+        bloom_stored = _unframe(tail, bloom_at, layout.bloom_length, name, base, "bloom block")
+        meta_at = bloom_at + layout.bloom_length
+        meta_stored = _unframe(tail, meta_at, layout.meta_length, name, base, "meta block")
+        try:
+            first_keys, offsets, lengths = msgpack.unpackb(
+                snappy.decompress(index_stored), use_list=True, raw=False
+            )
+            bloom = BloomFilter.from_bytes(bloom_stored)
+            meta = msgpack.unpackb(meta_stored, raw=False)
+            info = SstInfo(
+                size=size,
+                entry_count=meta["entries"],
+                tombstone_count=meta["tombstones"],
+                first_key=meta["first_key"],
+                last_key=meta["last_key"],
+                min_sqn=meta["min_sqn"] + sqn_base,
+                max_sqn=meta["max_sqn"] + sqn_base,
+            )
+            consistent = _index_matches(first_keys, offsets, lengths, meta["blocks"], base, info)
+        except Exception as exc:  # msgpack, snappy and the bloom parser raise assorted types
+            raise CorruptionError(
+                name, f"SST index, bloom or meta block does not decode: {exc}", offset=base
+            ) from exc
+        if not consistent:
+            raise CorruptionError(name, "SST index does not match its meta block", offset=base)
+        self.first_keys: list[bytes] = first_keys
+        self.offsets: list[int] = offsets
+        self.lengths: list[int] = lengths
+        self.bloom = bloom
+        self.info = info
+
+
+class SstReader:
+    """Reads one SST object by ranged reads: point lookups and forward range scans.
+
+    Open costs two ranged reads and keeps the index, bloom filter and meta in memory. Decoded
+    data blocks go through the shared ``cache`` (if any) under ``(name, block number, sqn_base)``.
+    ``sqn_base`` is added to every SQN returned (files written by a bulk load number from 0).
+    Immutable after open, so one reader may serve many threads.
+    """
+
+    __slots__ = (
+        "_block_lengths",
+        "_block_offsets",
+        "_bloom",
+        "_cache",
+        "_fetch",
+        "_first_keys",
+        "info",
+        "name",
+        "size",
+        "sqn_base",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        fetch: Fetch,
+        cache: BlockCache | None,
+        sqn_base: int,
+        tail: _Tail,
+    ) -> None:
+        self.name = name
+        self.size = size
+        self.sqn_base = sqn_base
+        self._fetch = fetch
+        self._cache = cache
+        self._first_keys = tail.first_keys
+        self._block_offsets = tail.offsets
+        self._block_lengths = tail.lengths
+        self._bloom = tail.bloom
+        self.info = tail.info
+
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        size: int,
+        fetch: Fetch,
+        *,
+        cache: BlockCache | None = None,
+        sqn_base: int = 0,
+    ) -> SstReader:
+        """Open SST object ``name`` of ``size`` bytes, read through ``fetch(start, end)``."""
+        if size < FOOTER_SIZE:
+            raise CorruptionError(
+                name, f"{size} bytes is too short to be an SST (the footer alone is {FOOTER_SIZE})"
+            )
+        layout = _Layout(fetch_exact(fetch, size - FOOTER_SIZE, size, name), size, name)
+        tail_bytes = fetch_exact(fetch, layout.index_offset, size - FOOTER_SIZE, name)
+        tail = _Tail(tail_bytes, layout, size, name, sqn_base)
+        return cls(name, size, fetch, cache, sqn_base, tail)
+
+    @property
+    def block_count(self) -> int:
+        """Number of data blocks."""
+        return len(self._first_keys)
+
+    def may_contain(self, key: bytes) -> bool:
+        """False if ``key`` is certainly not in this file (key range and bloom filter)."""
+        info = self.info
+        return info.first_key <= key <= info.last_key and self._bloom.may_contain(key)
+
+    def get(self, key: bytes, *, key_hash: int | None = None) -> LedgerValue | None:
+        """The value stored under ``key``, or None; at most one block read.
+
+        ``key_hash`` is ``bloom_hash(key)`` when the caller has it already (one hash serves every
+        file a lookup visits).
+        """
+        info = self.info
+        if not info.first_key <= key <= info.last_key:
+            return None
+        bloom = self._bloom
+        if not (bloom.may_contain(key) if key_hash is None else bloom.may_contain_hash(key_hash)):
+            return None
+        keys, values = self._block(bisect_right(self._first_keys, key) - 1)
+        position = bisect_left(keys, key)
+        if position < len(keys) and keys[position] == key:
+            return values[position]
+        return None
+
+    def iter_range(
+        self, start: bytes | None = None, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, LedgerValue]]:
+        """Entries with ``start <= key < end`` in key order (None = open), block by block."""
+        first_keys = self._first_keys
+        block = 0 if start is None else max(0, bisect_right(first_keys, start) - 1)
+        while block < len(first_keys):
+            if end is not None and first_keys[block] >= end:
+                return
+            keys, values = self._block(block)
+            low = 0 if start is None else bisect_left(keys, start)
+            high = len(keys) if end is None else bisect_left(keys, end)
+            if low == 0 and high == len(keys):
+                yield from zip(keys, values, strict=True)
+            else:
+                yield from zip(keys[low:high], values[low:high], strict=True)
+            block += 1
+
+    def _block(self, block: int) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
+        cache = self._cache
+        if cache is None:
+            return self._read_block(block)[0]
+        cache_key = (self.name, block, self.sqn_base)
+        found = cache.get(cache_key)
+        if found is not None:
+            return found  # type: ignore[return-value]
+        decoded, weight = self._read_block(block)
+        cache.put(cache_key, decoded, weight)
+        return decoded
+
+    def _read_block(self, block: int) -> tuple[tuple[tuple[bytes, ...], list[LedgerValue]], int]:
+        name = self.name
+        offset = self._block_offsets[block]
+        length = self._block_lengths[block]
+        data = fetch_exact(self._fetch, offset, offset + length, name)
+        stored = _unframe(data, 0, length, name, offset, f"data block {block}")
+        try:
+            raw = snappy.decompress(stored)
+            keys, raw_values = msgpack.unpackb(raw, use_list=False, raw=False)
+            base = self.sqn_base
+            if base:
+                values = [LedgerValue(v[0] + base, *v[1:]) for v in raw_values]
+            else:
+                values = list(map(_MAKE_VALUE, raw_values))
+        except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
+            raise CorruptionError(
+                name, f"SST data block {block} does not decode: {exc}", offset=offset
+            ) from exc
+        if not keys or len(keys) != len(values) or keys[0] != self._first_keys[block]:
+            raise CorruptionError(
+                name, f"SST data block {block} does not match the index", offset=offset
+            )
+        weight = len(raw) + _DECODED_ENTRY_WEIGHT * len(keys)
+        return (keys, values), weight

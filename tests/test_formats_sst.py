@@ -1,0 +1,359 @@
+"""SST files: round trips, lookups and scans, the read budget, the cache, bad input, damage."""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+import zlib
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from inkpen.formats.cache import LruCache
+from inkpen.formats.journal import JournalEntry, Kind, build_journal
+from inkpen.formats.keys import ACTIVE, MAX_KEY_BYTES, TOMBSTONE, LedgerValue, object_key
+from inkpen.formats.manifest_codec import encode_manifest
+from inkpen.formats.sst import (
+    FOOTER_SIZE,
+    SstBuilder,
+    SstInfo,
+    SstReader,
+    build_sst,
+)
+
+from inkpen.errors import CorruptionError
+
+NAME = "ledger/0000000000001-abc.sst"
+U64 = st.integers(0, 2**64 - 1)
+ledger_values = st.builds(
+    LedgerValue,
+    sqn=U64,
+    status=st.sampled_from([ACTIVE, TOMBSTONE]),
+    expiry_ms=st.none() | U64,
+    content_hash=U64,
+    size=U64,
+    last_modified_ms=U64,
+)
+entry_lists = st.dictionaries(st.binary(max_size=40), ledger_values, min_size=1, max_size=120).map(
+    lambda found: sorted(found.items())
+)
+
+
+class CountingFetch:
+    """A fetch over bytes in memory that records every ranged read."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, start: int, end: int) -> bytes:
+        self.calls.append((start, end))
+        return self.data[start:end]
+
+
+def value(sqn: int, status: int = ACTIVE) -> LedgerValue:
+    return LedgerValue(sqn, status, None, sqn * 7919, sqn % 1000, 1_700_000_000_000 + sqn)
+
+
+def sample_entries(count: int) -> list[tuple[bytes, LedgerValue]]:
+    return [
+        (object_key(b"bucket", b"key-%06d" % i), value(i + 1, TOMBSTONE if i % 5 == 0 else ACTIVE))
+        for i in range(count)
+    ]
+
+
+def open_reader(data: bytes, **kw: object) -> SstReader:
+    return SstReader.open(NAME, len(data), lambda start, end: data[start:end], **kw)  # type: ignore[arg-type]
+
+
+@settings(max_examples=150)
+@given(entry_lists, st.integers(64, 2048), st.none() | st.binary(max_size=40),
+       st.none() | st.binary(max_size=40), st.lists(st.binary(max_size=40), max_size=20))
+def test_round_trip(
+    entries: list[tuple[bytes, LedgerValue]],
+    block_size: int,
+    start: bytes | None,
+    end: bytes | None,
+    probes: list[bytes],
+) -> None:
+    data, info = build_sst(entries, block_size=block_size)
+    sqns = [v.sqn for _, v in entries]
+    assert info == SstInfo(
+        size=len(data),
+        entry_count=len(entries),
+        tombstone_count=sum(v.status == TOMBSTONE for _, v in entries),
+        first_key=entries[0][0],
+        last_key=entries[-1][0],
+        min_sqn=min(sqns),
+        max_sqn=max(sqns),
+    )
+    reader = open_reader(data, cache=LruCache(1 << 20))
+    assert reader.info == info
+    stored = dict(entries)
+    for key, expected in entries:
+        assert reader.get(key) == expected
+        assert reader.may_contain(key)
+    for probe in probes:
+        assert reader.get(probe) == stored.get(probe)
+    assert list(reader.iter_range()) == entries
+    assert list(reader.iter_range(start, end)) == [
+        (k, v) for k, v in entries if (start is None or k >= start) and (end is None or k < end)
+    ]
+
+
+def test_values_come_back_as_ledger_values() -> None:
+    data, _ = build_sst(sample_entries(10))
+    reader = open_reader(data)
+    found = reader.get(object_key(b"bucket", b"key-000003"))
+    assert type(found) is LedgerValue
+    assert found == value(4)
+    assert all(type(v) is LedgerValue for _, v in reader.iter_range())
+
+
+def test_keys_at_the_documented_limit_round_trip() -> None:
+    big = b"\x00\xff" * (MAX_KEY_BYTES // 2)
+    entries = sorted(
+        (object_key(big[:-i] + bytes([i]), big, big), value(i)) for i in range(1, 6)
+    )
+    data, _ = build_sst(entries)
+    reader = open_reader(data, cache=LruCache(1 << 24))
+    assert [reader.get(k) for k, _ in entries] == [v for _, v in entries]
+    assert list(reader.iter_range()) == entries
+
+
+def test_sqn_base_is_added_to_every_sqn() -> None:
+    entries = sample_entries(300)
+    data, info = build_sst(entries, block_size=512)
+    cache = LruCache(1 << 20)
+    reader = open_reader(data, sqn_base=1_000_000, cache=cache)
+    assert reader.info.min_sqn == info.min_sqn + 1_000_000
+    assert reader.info.max_sqn == info.max_sqn + 1_000_000
+    shifted = [(k, v._replace(sqn=v.sqn + 1_000_000)) for k, v in entries]
+    assert list(reader.iter_range()) == shifted
+    assert reader.get(entries[42][0]) == shifted[42][1]
+    # A reader without a base sharing the cache still sees the stored SQNs.
+    plain = open_reader(data, cache=cache)
+    assert plain.get(entries[42][0]) == entries[42][1]
+
+
+def test_read_budget_two_reads_to_open_one_per_block_and_none_when_cached() -> None:
+    entries = sample_entries(2000)
+    data, _ = build_sst(entries)
+    fetch = CountingFetch(data)
+    reader = SstReader.open(NAME, len(data), fetch, cache=LruCache(1 << 22))
+    assert len(fetch.calls) == 2
+    assert fetch.calls[0] == (len(data) - FOOTER_SIZE, len(data))
+    assert fetch.calls[1][1] == len(data) - FOOTER_SIZE
+    assert reader.block_count > 10
+    key, expected = entries[1234]
+    assert reader.get(key) == expected
+    assert len(fetch.calls) == 3
+    assert reader.get(key) == expected
+    assert reader.get(entries[1235][0]) == entries[1235][1]  # same block, already decoded
+    assert len(fetch.calls) == 3
+    assert reader.get(object_key(b"zzz", b"after-the-last-key")) is None
+    assert len(fetch.calls) == 3
+
+
+def test_without_a_cache_each_lookup_reads_one_block() -> None:
+    entries = sample_entries(500)
+    data, _ = build_sst(entries)
+    fetch = CountingFetch(data)
+    reader = SstReader.open(NAME, len(data), fetch)
+    for key, expected in entries[::50]:
+        before = len(fetch.calls)
+        assert reader.get(key) == expected
+        assert len(fetch.calls) == before + 1
+
+
+def test_iter_range_reads_blocks_lazily() -> None:
+    entries = sample_entries(2000)
+    data, _ = build_sst(entries)
+    fetch = CountingFetch(data)
+    reader = SstReader.open(NAME, len(data), fetch)
+    scan = reader.iter_range(entries[100][0])
+    first = next(scan)
+    assert first == entries[100]
+    assert len(fetch.calls) == 3
+    assert list(reader.iter_range(entries[10][0], entries[12][0])) == entries[10:12]
+
+
+def test_estimated_size_tracks_the_final_size() -> None:
+    builder = SstBuilder()
+    for key, v in sample_entries(20_000):
+        builder.add(key, v)
+    estimate = builder.estimated_size()
+    data, info = builder.finish()
+    assert info.size == len(data)
+    assert abs(estimate - len(data)) <= 0.1 * len(data)
+
+
+def test_an_empty_sst_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one entry"):
+        SstBuilder().finish()
+    with pytest.raises(ValueError, match="at least one entry"):
+        build_sst([])
+
+
+def test_keys_out_of_order_are_refused_and_change_nothing() -> None:
+    builder = SstBuilder()
+    builder.add(b"b", value(1))
+    for bad in (b"a", b"b"):
+        with pytest.raises(ValueError, match="strictly increasing"):
+            builder.add(bad, value(2))
+    assert builder.entry_count == 1
+    builder.add(b"c", value(3))
+    data, info = builder.finish()
+    assert info.entry_count == 2
+    assert list(open_reader(data).iter_range()) == [(b"b", value(1)), (b"c", value(3))]
+    with pytest.raises(ValueError, match="finished"):
+        builder.add(b"d", value(4))
+    with pytest.raises(ValueError, match="finished"):
+        builder.finish()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        (1, 2, None, 0, 0),  # too few fields
+        (-1, ACTIVE, None, 0, 0, 0),
+        (1, 7, None, 0, 0, 0),
+        (1, ACTIVE, -5, 0, 0, 0),
+        (1, ACTIVE, None, 2**64, 0, 0),
+    ],
+)
+def test_bad_values_are_refused(bad: tuple) -> None:
+    builder = SstBuilder()
+    with pytest.raises(ValueError):
+        builder.add(b"k", bad)  # type: ignore[arg-type]
+    assert builder.entry_count == 0
+
+
+def test_bad_builder_arguments_are_refused() -> None:
+    with pytest.raises(TypeError, match="bytes"):
+        SstBuilder().add("k", value(1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="block_size"):
+        SstBuilder(block_size=10)
+    with pytest.raises(ValueError, match="bloom_bits_per_key"):
+        SstBuilder(bloom_bits_per_key=0)
+
+
+def test_shared_reader_and_cache_serve_many_threads() -> None:
+    entries = sample_entries(5000)
+    data, _ = build_sst(entries, block_size=1024)
+    reader = open_reader(data, cache=LruCache(64 * 1024))  # small: forces evictions
+    start = threading.Barrier(6)
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        start.wait()
+        for _ in range(2000):
+            key, expected = entries[rng.randrange(len(entries))]
+            if reader.get(key) != expected:
+                failures.append(f"wrong value for {key!r}")
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+# --- damage ------------------------------------------------------------------------------------
+
+DAMAGE_ENTRIES = sample_entries(40)
+DAMAGE_SST, _ = build_sst(DAMAGE_ENTRIES, block_size=256)
+
+
+def flip(data: bytes, offset: int, mask: int) -> bytes:
+    return data[:offset] + bytes([data[offset] ^ mask]) + data[offset + 1 :]
+
+
+def read_everything(data: bytes) -> list[CorruptionError]:
+    """Use every read path; assert every answer is exact; return the corruption errors seen."""
+    seen: list[CorruptionError] = []
+
+    def attempt(check: Callable[[], None]) -> None:
+        try:
+            check()
+        except CorruptionError as exc:
+            seen.append(exc)
+
+    readers: list[SstReader] = []
+    attempt(lambda: readers.append(open_reader(data, cache=LruCache(1 << 20))))
+    if not readers:
+        return seen
+    reader = readers[0]
+    for key, expected in DAMAGE_ENTRIES:
+
+        def lookup(key: bytes = key, expected: LedgerValue = expected) -> None:
+            assert reader.get(key) == expected
+
+        attempt(lookup)
+    fresh: list[SstReader] = []
+    attempt(lambda: fresh.append(open_reader(data)))
+    if fresh:
+
+        def scan() -> None:
+            assert list(fresh[0].iter_range()) == DAMAGE_ENTRIES
+
+        attempt(scan)
+    return seen
+
+
+def assert_detected(offset: int, mask: int) -> None:
+    errors = read_everything(flip(DAMAGE_SST, offset, mask))
+    assert errors, f"flipping byte {offset} with {mask:#x} went unnoticed"
+    for exc in errors:
+        assert exc.object_name == NAME
+        assert exc.offset is not None and exc.offset <= offset
+        assert NAME in str(exc)
+
+
+def test_the_damage_fixture_has_several_blocks() -> None:
+    assert open_reader(DAMAGE_SST).block_count >= 4
+    assert read_everything(DAMAGE_SST) == []
+
+
+@settings(max_examples=400)
+@given(st.integers(0, len(DAMAGE_SST) - 1), st.integers(1, 255))
+def test_any_flipped_byte_is_detected_on_some_read_path(offset: int, mask: int) -> None:
+    assert_detected(offset, mask)
+
+
+def test_every_byte_is_covered_by_a_check() -> None:
+    for offset in range(len(DAMAGE_SST)):
+        assert_detected(offset, 0x01)
+
+
+def test_truncated_or_misreported_size_is_corruption() -> None:
+    data = DAMAGE_SST
+    for size in (len(data) - 1, len(data) + 1, FOOTER_SIZE - 1, FOOTER_SIZE):
+        with pytest.raises(CorruptionError) as info:
+            SstReader.open(NAME, size, lambda s, e: data[s:e])
+        assert info.value.object_name == NAME
+
+
+def test_other_kinds_of_file_are_refused_clearly() -> None:
+    journal = build_journal(
+        [JournalEntry(1, Kind.OBJECT, b"k", b"v" * 100, (), None, 0)], writer_epoch=1
+    )
+    fence = build_journal([], writer_epoch=3)
+    manifest = encode_manifest({"version": 1, "writer_epoch": 3, "levels": [[b"x" * 40]]})
+    for other in (journal, fence, manifest):
+        with pytest.raises(CorruptionError, match=r"not an inkpen SST|too short to be an SST"):
+            SstReader.open(NAME, len(other), lambda s, e, other=other: other[s:e])
+
+
+def test_a_newer_format_version_asks_for_an_upgrade() -> None:
+    data = bytearray(DAMAGE_SST)
+    footer_at = len(data) - FOOTER_SIZE
+    struct.pack_into(">H", data, footer_at + 6, 2)
+    struct.pack_into(">I", data, len(data) - 4, zlib.crc32(data[footer_at : len(data) - 4]))
+    with pytest.raises(CorruptionError, match="upgrade inkpen") as info:
+        open_reader(bytes(data))
+    assert info.value.offset == footer_at + 6
