@@ -13,9 +13,15 @@ Two wrappers work around any store: :class:`FaultyStore` injects seeded failures
 from __future__ import annotations
 
 from .base import ListPage, ObjectInfo, ObjectStore, StoreBase
+from .counting import CountingStore
+from .faults import FaultPlan, FaultyStore, InjectedFault
 from .url import open_store, parse_store_url
 
 __all__ = [
+    "CountingStore",
+    "FaultPlan",
+    "FaultyStore",
+    "InjectedFault",
     "ListPage",
     "ObjectInfo",
     "ObjectStore",

@@ -26,7 +26,9 @@ Failures are mapped to :mod:`inkpen.errors`: a :class:`StoreError` says whether 
 definitely did not happen (``definite=True``) or may have happened.
 
 User metadata is a small ``str -> str`` mapping stored with the object (keys are lower-case ASCII
-letters, digits and ``-``; S3 limits the total to 2 KiB).
+letters, digits and ``-``; values ASCII). S3 limits a whole object's metadata to 2 KiB, and the S3
+store adds its own put id (:data:`PUT_ID_METADATA_KEY`) to conditional writes, so callers get
+:data:`MAX_METADATA_BYTES` and may not use that key themselves.
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from inkpen.errors import UsageError
 
 _METADATA_KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
-MAX_METADATA_BYTES = 2048
+PUT_ID_METADATA_KEY = "inkpen-put-id"
+"""Metadata key under which a store records which conditional write created an object."""
+MAX_METADATA_BYTES = 2048 - 64
+"""User metadata budget: S3's 2 KiB less room for :data:`PUT_ID_METADATA_KEY` and its value."""
 DEFAULT_PAGE_SIZE = 1000
 
 
@@ -125,6 +130,12 @@ class StoreBase:
     def close(self) -> None:
         """Release connections and handles; the default holds none."""
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._url!r})"
 
@@ -154,6 +165,15 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+def check_page(token: str | None, limit: int) -> None:
+    """A list page's token is None or a str (the last key of the previous page); its limit a
+    positive int."""
+    if token is not None and not isinstance(token, str):
+        raise UsageError(f"list token must be a str or None, got {type(token).__name__}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise UsageError(f"list limit must be an int >= 1, got {limit!r}")
+
+
 def check_data(data: bytes) -> bytes:
     """Objects hold bytes; reject anything else before touching the store."""
     if not isinstance(data, bytes | bytearray | memoryview):
@@ -172,6 +192,8 @@ def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
             raise UsageError(
                 f"metadata key {k!r} must be lower-case letters, digits and '-', 1-64 characters"
             )
+        if k == PUT_ID_METADATA_KEY:
+            raise UsageError(f"metadata key {k!r} is reserved for inkpen; choose another name")
         if not isinstance(v, str) or not v.isascii():
             raise UsageError(f"metadata value for {k!r} must be an ASCII str")
         total += len(k) + len(v)
@@ -187,3 +209,13 @@ def check_range(start: int, end: int) -> None:
         raise UsageError("byte range bounds must be ints")
     if start < 0 or end < start:
         raise UsageError(f"byte range [{start}, {end}) is invalid: need 0 <= start <= end")
+
+
+def innermost(store: ObjectStore) -> ObjectStore:
+    """The store under any wrappers (anything with an ``inner`` store), so that a copy can tell
+    whether its source is really a store of its own kind and copy server-side."""
+    seen = 0
+    while isinstance(getattr(store, "inner", None), ObjectStore) and seen < 32:
+        store = store.inner  # type: ignore[attr-defined]
+        seen += 1
+    return store

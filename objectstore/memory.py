@@ -23,6 +23,7 @@ from .base import (
     check_data,
     check_key,
     check_metadata,
+    check_page,
     check_prefix,
     check_range,
 )
@@ -115,6 +116,7 @@ class MemoryStore(StoreBase):
         self, prefix: str = "", *, token: str | None = None, limit: int = DEFAULT_PAGE_SIZE
     ) -> ListPage:
         full_prefix = self._prefix + check_prefix(prefix)
+        check_page(token, limit)
         after = self._prefix + token if token is not None else None
         with self._space.lock:
             keys = self._space.keys
@@ -135,10 +137,10 @@ class MemoryStore(StoreBase):
             self._space.remove(full)
 
     def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
+        full = self._full(dest_key)  # refuse a bad destination before reading anything
         origin = source if source is not None else self
         if isinstance(origin, MemoryStore):
             stored = origin._fetch(src_key)
-            full = self._full(dest_key)
             with self._space.lock:
                 self._space.store(full, _Stored(stored.data, stored.metadata, time.time()))
             return

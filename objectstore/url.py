@@ -13,7 +13,7 @@ from .base import ObjectStore
 
 @dataclass(frozen=True, slots=True)
 class StoreURL:
-    """A parsed store URL: its scheme, location (bucket, directory or space name), prefix, options."""
+    """A parsed store URL: scheme, location (bucket, directory or space name), prefix, options."""
 
     scheme: str
     location: str
@@ -25,7 +25,9 @@ def parse_store_url(url: str) -> StoreURL:
     """Parse ``memory://NAME[/prefix]``, ``file:///abs/dir``, a plain directory path, or
     ``s3://bucket[/prefix][?endpoint=...&region=...]``; raise :class:`UsageError` otherwise."""
     if not isinstance(url, str) or not url.strip():
-        raise UsageError("store URL must be a non-empty str (a directory, file://, s3://, memory://)")
+        raise UsageError(
+            "store URL must be a non-empty str (a directory, file://, s3://, memory://)"
+        )
     if "://" not in url:
         return StoreURL("file", os.path.abspath(os.path.expanduser(url)))
     parts = urlsplit(url)

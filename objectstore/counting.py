@@ -1,0 +1,103 @@
+"""Request and byte counts around any object store, for benchmarks and cost checks.
+
+Every call that reaches the store counts as one request of its kind, whether it succeeds or
+fails (a list counts one request per page); a call refused as a :class:`UsageError` reached
+nothing and is not counted. Bytes are counted for calls that succeed: the payload of a put, the
+bytes a get returns. A server-side copy moves no bytes through the caller.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from inkpen.errors import UsageError
+
+from .base import DEFAULT_PAGE_SIZE, ListPage, ObjectInfo, ObjectStore, StoreBase
+
+_T = TypeVar("_T")
+
+COUNTERS = ("puts", "gets", "heads", "lists", "deletes", "copies", "bytes_written", "bytes_read")
+
+
+class CountingStore(StoreBase):
+    """Wraps a store and counts its requests by kind and its bytes in and out (thread-safe).
+
+    ``puts`` covers ``put`` and ``put_if_absent``; ``gets`` covers ``get`` and ``get_range``.
+    """
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(COUNTERS, 0)
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far, as a new dict keyed by :data:`COUNTERS`."""
+        with self._lock:
+            return dict(self._counts)
+
+    def reset(self) -> None:
+        """Set every count back to zero."""
+        with self._lock:
+            self._counts = dict.fromkeys(COUNTERS, 0)
+
+    def _add(self, counter: str, amount: int = 1) -> None:
+        with self._lock:
+            self._counts[counter] += amount
+
+    def _request(self, counter: str, operation: Callable[[], _T]) -> _T:
+        try:
+            result = operation()
+        except UsageError:
+            raise
+        except BaseException:
+            self._add(counter)
+            raise
+        self._add(counter)
+        return result
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    def put_if_absent(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        self._request("puts", lambda: self.inner.put_if_absent(key, data, metadata=metadata))
+        self._add("bytes_written", memoryview(data).nbytes)
+
+    def put(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> None:
+        self._request("puts", lambda: self.inner.put(key, data, metadata=metadata))
+        self._add("bytes_written", memoryview(data).nbytes)
+
+    def get(self, key: str) -> bytes:
+        data = self._request("gets", lambda: self.inner.get(key))
+        self._add("bytes_read", len(data))
+        return data
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        data = self._request("gets", lambda: self.inner.get_range(key, start, end))
+        self._add("bytes_read", len(data))
+        return data
+
+    def head(self, key: str) -> ObjectInfo:
+        return self._request("heads", lambda: self.inner.head(key))
+
+    def list_page(
+        self, prefix: str = "", *, token: str | None = None, limit: int = DEFAULT_PAGE_SIZE
+    ) -> ListPage:
+        return self._request(
+            "lists", lambda: self.inner.list_page(prefix, token=token, limit=limit)
+        )
+
+    def delete(self, key: str) -> None:
+        self._request("deletes", lambda: self.inner.delete(key))
+
+    def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
+        self._request("copies", lambda: self.inner.copy(src_key, dest_key, source=source))
+
+    def close(self) -> None:
+        self.inner.close()

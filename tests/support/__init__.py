@@ -1,0 +1,1 @@
+"""What the test suite's fixtures are built from: real servers to test against."""
