@@ -1,0 +1,365 @@
+"""Checkpoints: durable pins on a manifest version, and the leases readers hold them through.
+
+A checkpoint names a manifest id; while it is live (not past its ``expire_time``) GC keeps that
+manifest and every object it references, so a reader in any process can read a consistent view
+for as long as it holds one. Checkpoints live in the manifest itself and change only through CAS
+updates.
+
+Creating one from the latest manifest (at id ``n``): refuse a destroyed or unfinished database;
+point the checkpoint at ``n + 1``, the id of the very update that adds it; and record in that
+manifest ``journal.next_segment``, one past the last contiguous journal segment listed just
+before, so the checkpoint also covers segments that are acknowledged but not yet folded. Creating
+one from a live source checkpoint: the new checkpoint names the source's manifest id. Refreshing
+moves ``expire_time``; an expired checkpoint can no longer be refreshed (GC may already have
+removed what it pinned).
+
+A :class:`CheckpointLease` is a reader's checkpoint kept alive by a daemon thread that refreshes
+it at half its lifetime; an idle lease makes no other store requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+
+import structlog
+
+from inkpen.errors import InkpenError, NotFoundError, UsageError
+
+from .fencing import list_segments
+from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, VersionedManifest
+from .store import ManifestStore, require_live
+
+log = structlog.get_logger("inkpen.manifest")
+
+
+def _check_lifetime(lifetime: object, *, optional: bool) -> float | None:
+    if lifetime is None and optional:
+        return None
+    if (
+        not isinstance(lifetime, int | float)
+        or isinstance(lifetime, bool)
+        or not math.isfinite(lifetime)
+        or lifetime <= 0
+    ):
+        allowed = "a positive number of seconds" + (" or None (never expires)" if optional else "")
+        raise UsageError(f"checkpoint lifetime must be {allowed}, got {lifetime!r}")
+    return float(lifetime)
+
+
+def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise UsageError("checkpoint metadata must be a mapping of str to str")
+    return dict(metadata)
+
+
+def _expiry(now: float, lifetime: float | None) -> float | None:
+    return None if lifetime is None else now + lifetime
+
+
+def _require_checkpoint(versioned: VersionedManifest, checkpoint_id: str, url: str) -> Checkpoint:
+    found = versioned.manifest.checkpoint(checkpoint_id)
+    if found is None:
+        raise NotFoundError(
+            f"checkpoint {checkpoint_id} does not exist in the database at {url}; "
+            "list_checkpoints() shows the ones it holds"
+        )
+    return found
+
+
+def create_checkpoint(
+    manifest_store: ManifestStore,
+    *,
+    lifetime: float | None,
+    source: str | None = None,
+    name: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    next_segment: int | None = None,
+    include_segments: bool = True,
+    now: float | None = None,
+) -> Checkpoint:
+    """Add a checkpoint to the database and return it.
+
+    ``lifetime`` seconds until it expires (None: never; its holder must delete it). Without
+    ``source`` it pins the latest state, including journal segments up to ``next_segment``
+    (exclusive) when given, else, when ``include_segments``, every contiguous segment present
+    now. With ``source`` (the id of a live checkpoint) it pins the same manifest as the source.
+    """
+    return ensure_checkpoint(
+        manifest_store,
+        str(uuid.uuid4()),
+        lifetime=lifetime,
+        source=source,
+        name=name,
+        metadata=metadata,
+        next_segment=next_segment,
+        include_segments=include_segments,
+        now=now,
+    )
+
+
+def ensure_checkpoint(
+    manifest_store: ManifestStore,
+    checkpoint_id: str,
+    *,
+    lifetime: float | None,
+    source: str | None = None,
+    name: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    next_segment: int | None = None,
+    include_segments: bool = True,
+    now: float | None = None,
+) -> Checkpoint:
+    """Like :func:`create_checkpoint` with a chosen id; a checkpoint already holding that id is
+    returned unchanged (so a retried creation, as a resumed clone makes, adds one pin only)."""
+    if not isinstance(checkpoint_id, str) or not checkpoint_id:
+        raise UsageError("checkpoint id must be a non-empty str")
+    life = _check_lifetime(lifetime, optional=True)
+    extra = _check_metadata(metadata)
+    if name is not None and not isinstance(name, str):
+        raise UsageError(f"checkpoint name must be a str or None, got {name!r}")
+    if source is not None and (not isinstance(source, str) or not source):
+        raise UsageError(f"source must be a checkpoint id (str) or None, got {source!r}")
+    if next_segment is not None and (
+        not isinstance(next_segment, int) or isinstance(next_segment, bool) or next_segment < 1
+    ):
+        raise UsageError(f"next_segment must be an int >= 1 or None, got {next_segment!r}")
+    when = time.time() if now is None else now
+    url = manifest_store.url
+
+    segment_floor = next_segment
+    if source is None and segment_floor is None and include_segments:
+        # List the journal after reading the manifest, as the reader protocol does, so a
+        # segment GC removes meanwhile was already folded into the manifest we build on.
+        before = manifest_store.latest()
+        if before is None:
+            raise NotFoundError(f"no inkpen database at {url}")
+        require_live(before, url)
+        refs = list_segments(manifest_store.store, before.manifest.journal.last_folded_segment)
+        segment_floor = refs[-1].id + 1 if refs else None
+
+    def change(versioned: VersionedManifest) -> Manifest | None:
+        require_live(versioned, url)
+        manifest = versioned.manifest
+        if manifest.checkpoint(checkpoint_id) is not None:
+            return None
+        if source is not None:
+            origin = _require_checkpoint(versioned, source, url)
+            if not origin.is_live(when):
+                raise UsageError(
+                    f"checkpoint {source} expired at {origin.expire_time}; create the new "
+                    "checkpoint from the latest state or from a live checkpoint"
+                )
+            pinned = origin.manifest_id
+        else:
+            pinned = versioned.id + 1
+            if segment_floor is not None:
+                journal = manifest.journal
+                floor = max(journal.next_segment, segment_floor, journal.last_folded_segment + 1)
+                manifest = manifest.with_journal(replace(journal, next_segment=floor))
+        checkpoint = Checkpoint(
+            id=checkpoint_id,
+            manifest_id=pinned,
+            create_time=when,
+            expire_time=_expiry(when, life),
+            name=name,
+            metadata=extra,
+        )
+        return manifest.with_checkpoint(checkpoint)
+
+    result = manifest_store.update(change)
+    created = _require_checkpoint(result, checkpoint_id, url)
+    log.info(
+        "checkpoint.created",
+        url=url,
+        checkpoint=checkpoint_id,
+        manifest_id=created.manifest_id,
+        expire_time=created.expire_time,
+    )
+    return created
+
+
+def refresh_checkpoint(
+    manifest_store: ManifestStore,
+    checkpoint_id: str,
+    *,
+    lifetime: float | None,
+    now: float | None = None,
+) -> Checkpoint:
+    """Set the checkpoint's expiry to ``now + lifetime`` (None: never expires) and return it.
+
+    A missing checkpoint raises :class:`NotFoundError`; an expired one :class:`UsageError`.
+    """
+    life = _check_lifetime(lifetime, optional=True)
+    when = time.time() if now is None else now
+    url = manifest_store.url
+
+    def change(versioned: VersionedManifest) -> Manifest:
+        found = _require_checkpoint(versioned, checkpoint_id, url)
+        if not found.is_live(when):
+            raise UsageError(
+                f"checkpoint {checkpoint_id} expired at {found.expire_time} and may no longer "
+                "pin its files; create a new checkpoint instead"
+            )
+        return versioned.manifest.with_checkpoint(
+            replace(found, expire_time=_expiry(when, life))
+        )
+
+    result = manifest_store.update(change)
+    return _require_checkpoint(result, checkpoint_id, url)
+
+
+def delete_checkpoint(manifest_store: ManifestStore, checkpoint_id: str) -> None:
+    """Remove a checkpoint; :class:`NotFoundError` when the database holds no such checkpoint."""
+    url = manifest_store.url
+
+    def change(versioned: VersionedManifest) -> Manifest:
+        _require_checkpoint(versioned, checkpoint_id, url)
+        return versioned.manifest.without_checkpoint(checkpoint_id)
+
+    manifest_store.update(change)
+    log.info("checkpoint.deleted", url=url, checkpoint=checkpoint_id)
+
+
+def list_checkpoints(manifest_store: ManifestStore) -> tuple[Checkpoint, ...]:
+    """Every checkpoint the latest manifest holds, expired ones included."""
+    latest = manifest_store.latest()
+    if latest is None:
+        raise NotFoundError(f"no inkpen database at {manifest_store.url}")
+    return latest.manifest.checkpoints
+
+
+def drop_expired(manifest: Manifest, now: float) -> Manifest:
+    """``manifest`` without the checkpoints that have expired at ``now``."""
+    live = manifest.live_checkpoints(now)
+    if len(live) == len(manifest.checkpoints):
+        return manifest
+    return replace(manifest, checkpoints=live)
+
+
+class CheckpointLease:
+    """A reader's checkpoint, kept alive by refreshing it at half its lifetime until closed.
+
+    ``checkpoint`` is the checkpoint as last written; ``manifest`` is the manifest it pins (what
+    the reader reads). Failed refreshes are logged (``checkpoint.refresh_failed``) and retried
+    sooner; a checkpoint that vanished (``checkpoint.lease_lost``) is no longer refreshed.
+    """
+
+    def __init__(
+        self,
+        manifest_store: ManifestStore,
+        checkpoint: Checkpoint,
+        manifest: Manifest,
+        lifetime: float,
+    ) -> None:
+        self._manifest_store = manifest_store
+        self._checkpoint = checkpoint
+        self._manifest = manifest
+        self._lifetime = lifetime
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._lost = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"inkpen-lease-{checkpoint.id[:8]}", daemon=True
+        )
+        self._thread.start()
+
+    @classmethod
+    def establish(
+        cls,
+        manifest_store: ManifestStore,
+        *,
+        lifetime: float,
+        name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> CheckpointLease:
+        """Create a reader checkpoint on the latest state and start refreshing it."""
+        life = _check_lifetime(lifetime, optional=False)
+        assert life is not None
+        tags = {**_check_metadata(metadata), CHECKPOINT_KIND: KIND_READER}
+        checkpoint = create_checkpoint(manifest_store, lifetime=life, name=name, metadata=tags)
+        try:
+            manifest = manifest_store.read(checkpoint.manifest_id)
+        except BaseException:
+            delete_checkpoint(manifest_store, checkpoint.id)
+            raise
+        return cls(manifest_store, checkpoint, manifest, life)
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        with self._lock:
+            return self._checkpoint
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    @property
+    def manifest_id(self) -> int:
+        return self._checkpoint.manifest_id
+
+    @property
+    def lost(self) -> bool:
+        """True once the checkpoint was found missing (deleted elsewhere, or dropped by GC)."""
+        return self._lost
+
+    def _run(self) -> None:
+        wait = self._lifetime / 2
+        while not self._stop.wait(wait):
+            try:
+                refreshed = refresh_checkpoint(
+                    self._manifest_store, self._checkpoint.id, lifetime=self._lifetime
+                )
+            except (NotFoundError, UsageError) as exc:
+                self._lost = True
+                log.warning(
+                    "checkpoint.lease_lost",
+                    url=self._manifest_store.url,
+                    checkpoint=self._checkpoint.id,
+                    error=str(exc),
+                )
+                return
+            except InkpenError as exc:
+                remaining = (self.checkpoint.expire_time or time.time()) - time.time()
+                wait = max(min(self._lifetime / 8, remaining / 4), 0.01)
+                log.warning(
+                    "checkpoint.refresh_failed",
+                    url=self._manifest_store.url,
+                    checkpoint=self._checkpoint.id,
+                    error=str(exc),
+                    retry_in=round(wait, 3),
+                )
+                continue
+            with self._lock:
+                self._checkpoint = refreshed
+            wait = self._lifetime / 2
+
+    def close(self) -> None:
+        """Stop refreshing and delete the checkpoint. Safe to call more than once."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        if self._lost:
+            return
+        with contextlib.suppress(NotFoundError):
+            delete_checkpoint(self._manifest_store, self._checkpoint.id)
+
+    def __enter__(self) -> CheckpointLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,362 @@
+"""Writer epochs and fencing: how a new writer takes a database over and stops every older one.
+
+Journal segments (``journal/<id>.jnl``) are written with create-if-absent at contiguous ids, one
+at a time, and each records the epoch of its writer (in user metadata ``writer-epoch`` and in its
+header). A writer claims the database in three steps:
+
+1. **Bump the epoch.** A CAS manifest update sets ``writer_epoch = E`` (one above the stored
+   epoch), drops the checkpoints of earlier writers and adds a writer checkpoint for epoch ``E``
+   pinning the manifest it writes.
+2. **Fence the journal.** List the segments after ``last_folded_segment``, take the first free id
+   (the end of the contiguous run, and no lower than ``journal.next_segment``) and create an empty
+   segment of epoch ``E`` there. If the slot is taken, the four outcomes of a fence write are:
+
+   ========================  =================================================================
+   the create succeeds       every older writer is fenced: its next segment write lands on an
+                             occupied slot
+   slot holds a lower epoch  an older writer got there first; step to the next id and try again
+   slot holds epoch ``E``    two writers share one epoch, which CAS rules out: a bug, raised
+   slot holds a higher       a newer writer has claimed the database: this claimant is fenced
+   epoch                     (:class:`FencedError`)
+   ========================  =================================================================
+
+3. **Confirm.** Re-read the manifest; if its ``writer_epoch`` is no longer ``E`` a newer writer
+   won, and this claim is fenced.
+
+The segments a new writer replays are the accepted ones between ``last_folded_segment`` and its
+fence. **Reader rule:** walking segment ids upwards, a segment whose epoch is lower than the epoch
+of any earlier segment is rejected, never replayed: it was written by a writer that had already
+been fenced.
+
+Invariants:
+
+- segment ids are contiguous from 1 (a writer writes id ``n + 1`` only after ``n`` exists);
+- the epochs of accepted segments never decrease along the ids;
+- a fenced writer learns of it no later than its next segment write (the slot it wants holds a
+  newer writer's fence or data) or its next manifest update (the manifest holds a newer epoch);
+- with writers that write one segment at a time, the slot right after the last segment of any
+  epoch holds a newer writer's fence. GC therefore keeps fence segments: deleting one would let a
+  stalled writer write into the freed slot and acknowledge writes nobody will replay.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+import structlog
+
+from inkpen.errors import (
+    AlreadyExistsError,
+    CorruptionError,
+    FencedError,
+    InkpenError,
+    NotFoundError,
+    StoreError,
+    UsageError,
+)
+from inkpen.formats.journal import HEADER_SIZE, build_journal, read_header
+from inkpen.objectstore import ObjectStore
+
+from .model import CHECKPOINT_KIND, KIND_WRITER, Checkpoint, Manifest, VersionedManifest
+from .paths import JOURNAL_PREFIX, parse_segment_key, segment_key
+from .store import ManifestStore, require_live
+
+log = structlog.get_logger("inkpen.manifest")
+
+EPOCH_METADATA = "writer-epoch"
+"""User-metadata key under which a segment records its writer's epoch."""
+_RESOLVE_ATTEMPTS = 5
+_HEAD_WORKERS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """One journal segment seen in a listing: its id, size and (once read) its writer's epoch."""
+
+    id: int
+    size: int
+    writer_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WriterClaim:
+    """What a writer holds after claiming a database.
+
+    ``epoch`` is its writer epoch, ``versioned`` the manifest it confirmed its claim against,
+    ``fence_segment`` the id of its empty fence segment (its first own segment is the next id),
+    and ``segments`` the accepted segments in ``(last_folded_segment, fence_segment)`` that it
+    must replay, each with its epoch.
+    """
+
+    epoch: int
+    versioned: VersionedManifest
+    fence_segment: int
+    segments: tuple[SegmentRef, ...]
+
+    @property
+    def next_segment(self) -> int:
+        """The id of the first segment this writer writes after its fence."""
+        return self.fence_segment + 1
+
+
+def _check_epoch_arg(epoch: object) -> int:
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+        raise UsageError(f"writer_epoch must be an int >= 1, got {epoch!r}")
+    return epoch
+
+
+def segment_epoch(store: ObjectStore, segment_id: int) -> int | None:
+    """The writer epoch recorded by segment ``segment_id``; None when the slot is empty.
+
+    Reads the ``writer-epoch`` metadata and falls back to the segment's header when the metadata
+    is missing (a store that dropped it, or a copy).
+    """
+    key = segment_key(segment_id)
+    try:
+        info = store.head(key)
+    except NotFoundError:
+        return None
+    recorded = info.metadata.get(EPOCH_METADATA)
+    if recorded is not None:
+        try:
+            return int(recorded)
+        except ValueError:
+            pass
+    try:
+        head = store.get_range(key, 0, HEADER_SIZE)
+    except NotFoundError:
+        return None
+    if len(head) < HEADER_SIZE:
+        raise CorruptionError(key, f"segment is {len(head)} bytes, shorter than a journal header")
+    return read_header(head, key).writer_epoch
+
+
+def _fenced(segment_id: int, found: int, mine: int) -> FencedError:
+    return FencedError(
+        f"journal segment {segment_id} was written by writer epoch {found}, newer than this "
+        f"writer's epoch {mine}: a newer writer has opened the database. Close this handle; "
+        "open the database again if this process should write"
+    )
+
+
+def _create_segment(store: ObjectStore, segment_id: int, data: bytes, epoch: int) -> int | None:
+    """Create-if-absent a segment: None when our bytes are there, else the epoch found there.
+
+    Resolves a lost response (an indefinite error) by reading the slot back: empty means write
+    again, our epoch with our bytes means it landed. Gives up with the last store error after a
+    few rounds that settle nothing.
+    """
+    key = segment_key(segment_id)
+    metadata = {EPOCH_METADATA: str(epoch)}
+    uncertain = False
+    last_error: StoreError | None = None
+    for _ in range(_RESOLVE_ATTEMPTS):
+        try:
+            store.put_if_absent(key, data, metadata=metadata)
+            return None
+        except AlreadyExistsError:
+            pass
+        except StoreError as exc:
+            if exc.definite and not uncertain:
+                raise
+            uncertain = uncertain or not exc.definite
+            last_error = exc
+        try:
+            found = segment_epoch(store, segment_id)
+            if found == epoch and uncertain:
+                # Only this writer holds this epoch: the bytes there are ours unless it reused
+                # the id, which the comparison tells apart.
+                return None if store.get(key) == bytes(data) else found
+        except StoreError as exc:
+            last_error = exc
+            continue
+        if found is not None:
+            return found
+    assert last_error is not None
+    if uncertain and last_error.definite:
+        raise StoreError(
+            f"could not learn whether journal segment {segment_id} of {store.url} was written: "
+            f"{last_error}",
+            definite=False,
+            key=key,
+        ) from last_error
+    raise last_error
+
+
+def write_segment(
+    store: ObjectStore, segment_id: int, data: bytes, *, writer_epoch: int
+) -> None:
+    """Create journal segment ``segment_id`` holding ``data`` on behalf of ``writer_epoch``.
+
+    The slot is taken with create-if-absent. When it is already occupied: a higher epoch there
+    raises :class:`FencedError`; the same or a lower epoch raises :class:`InkpenError` (the
+    writer's segment ids went wrong). A lost response is resolved by reading the slot back (our
+    bytes: done; empty: write again; another's: as above); when that cannot be settled, the
+    indefinite :class:`StoreError` is raised and :func:`segment_epoch` can settle it later.
+    """
+    epoch = _check_epoch_arg(writer_epoch)
+    found = _create_segment(store, segment_id, data, epoch)
+    if found is None:
+        return
+    if found > epoch:
+        raise _fenced(segment_id, found, epoch)
+    if found == epoch:
+        raise InkpenError(
+            f"journal segment {segment_id} already holds a segment of this writer's epoch "
+            f"{epoch}: the writer used one segment id twice; this is a bug in inkpen"
+        )
+    raise InkpenError(
+        f"journal segment {segment_id} holds epoch {found}, older than this writer's epoch "
+        f"{epoch}, in a slot after this writer's fence: an older writer wrote past the "
+        "fence, which writers that write one segment at a time never do; this is a bug"
+    )
+
+
+def list_segments(store: ObjectStore, after: int) -> list[SegmentRef]:
+    """The contiguous run of segments with ids ``after + 1, after + 2, ...`` (stops at a gap)."""
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise UsageError(f"after must be an int >= 0, got {after!r}")
+    refs: list[SegmentRef] = []
+    expected = after + 1
+    start = segment_key(expected)
+    for info in store.list(JOURNAL_PREFIX):
+        if info.key < start:
+            continue
+        segment_id = parse_segment_key(info.key)
+        if segment_id is None:
+            if info.key.startswith(JOURNAL_PREFIX + "compacted/"):
+                break  # "compacted/" sorts after every 20-digit segment key
+            continue
+        if segment_id != expected:
+            break
+        refs.append(SegmentRef(segment_id, info.size))
+        expected += 1
+    return refs
+
+
+def with_epochs(store: ObjectStore, refs: Sequence[SegmentRef]) -> list[SegmentRef]:
+    """``refs`` with each segment's writer epoch filled in (segments that vanished are dropped)."""
+    unknown = [r for r in refs if r.writer_epoch is None]
+    if not unknown:
+        return list(refs)
+    with ThreadPoolExecutor(max_workers=min(_HEAD_WORKERS, len(unknown))) as pool:
+        found = pool.map(lambda r: segment_epoch(store, r.id), unknown)
+        epochs = dict(zip(unknown, found, strict=True))
+    filled: list[SegmentRef] = []
+    for ref in refs:
+        epoch = ref.writer_epoch if ref.writer_epoch is not None else epochs[ref]
+        if epoch is not None:
+            filled.append(replace(ref, writer_epoch=epoch))
+    return filled
+
+
+def accepted_segments(refs: Iterable[SegmentRef]) -> list[SegmentRef]:
+    """The reader rule: in id order, drop every segment whose epoch is below an earlier one's.
+
+    Each ref must carry its epoch (see :func:`with_epochs`). The result's epochs never decrease.
+    """
+    accepted: list[SegmentRef] = []
+    highest = 0
+    previous_id: int | None = None
+    for ref in refs:
+        if ref.writer_epoch is None:
+            raise UsageError(f"segment {ref.id} has no epoch; fill epochs in with with_epochs()")
+        if previous_id is not None and ref.id <= previous_id:
+            raise UsageError("segments must be given in increasing id order")
+        previous_id = ref.id
+        if ref.writer_epoch < highest:
+            continue
+        highest = ref.writer_epoch
+        accepted.append(ref)
+    return accepted
+
+
+def _bump_epoch(
+    now: float, *, require_initialized: bool, url: str
+) -> Callable[[VersionedManifest], Manifest]:
+    def change(versioned: VersionedManifest) -> Manifest:
+        manifest = versioned.manifest
+        if require_initialized or manifest.destroyed_at is not None:
+            require_live(versioned, url)
+        epoch = manifest.writer_epoch + 1
+        checkpoint = Checkpoint(
+            id=str(uuid.uuid4()),
+            manifest_id=versioned.id + 1,
+            create_time=now,
+            metadata={CHECKPOINT_KIND: KIND_WRITER, "epoch": str(epoch)},
+        )
+        return replace(
+            manifest.without_checkpoints_of_kind(KIND_WRITER).with_checkpoint(checkpoint),
+            writer_epoch=epoch,
+        )
+
+    return change
+
+
+def claim_writer(
+    manifest_store: ManifestStore,
+    *,
+    now: float | None = None,
+    require_initialized: bool = True,
+) -> WriterClaim:
+    """Become the database's writer: bump the epoch, fence the journal, confirm (see module doc).
+
+    Raises :class:`FencedError` when a newer writer claims the database meanwhile, and the
+    errors of :func:`require_live` for a destroyed (or, unless ``require_initialized`` is False,
+    an unfinished) database.
+    """
+    if not isinstance(manifest_store, ManifestStore):
+        raise UsageError("claim_writer needs a ManifestStore")
+    store = manifest_store.store
+    url = manifest_store.url
+    when = time.time() if now is None else now
+    claimed = manifest_store.update(
+        _bump_epoch(when, require_initialized=require_initialized, url=url)
+    )
+    epoch = claimed.manifest.writer_epoch
+    journal = claimed.manifest.journal
+    refs = list_segments(store, journal.last_folded_segment)
+    candidate = max(
+        refs[-1].id + 1 if refs else journal.last_folded_segment + 1, journal.next_segment
+    )
+    fence = build_journal([], writer_epoch=epoch)
+    while True:
+        outcome = _create_segment(store, candidate, fence, epoch)
+        if outcome is None:
+            break
+        if outcome > epoch:
+            raise _fenced(candidate, outcome, epoch)
+        if outcome == epoch:
+            raise InkpenError(
+                f"journal segment {candidate} already holds a fence or data of epoch {epoch}, "
+                "the epoch this writer just claimed: two writers hold one epoch; this is a bug"
+            )
+        log.info("writer.fence_slot_taken", url=url, segment=candidate, found=outcome, epoch=epoch)
+        candidate += 1
+    confirmed = manifest_store.latest()
+    if confirmed is None or confirmed.manifest.writer_epoch != epoch:
+        found = confirmed.manifest.writer_epoch if confirmed is not None else None
+        raise FencedError(
+            f"while epoch {epoch} fenced the journal of {url}, the manifest moved to writer "
+            f"epoch {found}: a newer writer opened the database. Open it again if this "
+            "process should write"
+        )
+    folded = max(journal.last_folded_segment, confirmed.manifest.journal.last_folded_segment)
+    before = [r for r in list_segments(store, folded) if r.id < candidate]
+    segments = accepted_segments(with_epochs(store, before))
+    for ref in segments:
+        if ref.writer_epoch is not None and ref.writer_epoch > epoch:
+            raise _fenced(ref.id, ref.writer_epoch, epoch)
+    log.info(
+        "writer.claimed",
+        url=url,
+        epoch=epoch,
+        manifest_id=claimed.id,
+        fence_segment=candidate,
+        replay_segments=len(segments),
+    )
+    return WriterClaim(epoch, confirmed, candidate, tuple(segments))

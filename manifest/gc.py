@@ -1,0 +1,372 @@
+"""Garbage collection: a pure planner that decides what may be deleted, and its executor.
+
+The **active manifests** are the latest one and every manifest a live checkpoint of the latest one
+pins. An object is kept while an active manifest may need it:
+
+================================  ===============================================================
+object                            deleted when
+================================  ===============================================================
+``manifest/<id>.manifest``        not active, below the latest id, and older than ``min_age``
+``journal/<id>.jnl`` (data)       at or below the latest ``last_folded_segment``, outside every
+                                  active checkpoint manifest's ``(last_folded, next_segment)``,
+                                  and older than ``min_age``
+``journal/<id>.jnl`` (fence)      as a data segment, and only when ``fence_min_age`` is set and
+                                  the fence is older than it (kept by default: see fencing)
+``journal/compacted/<id>.jnl``    referenced (root None) by no active manifest, and older than
+                                  ``min_age``
+``ledger/<id>.sst``               referenced (root None) by no active manifest, and older than
+                                  ``min_age``
+anything else                     never (not inkpen's, or written by a newer version)
+a destroyed database              everything, once ``destroy_grace`` has passed since
+                                  ``destroyed_at`` and no live checkpoint remains; a clone's pin
+                                  in its parent is released first, the latest manifest goes last
+================================  ===============================================================
+
+Nothing younger than ``min_age`` is ever deleted outside a destroyed database: ``min_age`` must
+exceed the longest time between writing a file and committing it to the manifest (a slow merge,
+a bulk load), since an uncommitted file looks exactly like an orphan. The executor lists the root
+*before* reading the latest manifest, so every file it may delete was written before that
+manifest was read.
+
+Fence segments (size :data:`~inkpen.formats.journal.EMPTY_JOURNAL_SIZE`) are kept by default: the
+slot after each writer's last segment holds a newer writer's fence, and deleting it would let a
+stalled writer write into that slot and acknowledge writes nobody replays.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+import structlog
+
+from inkpen.errors import CorruptionError, NotFoundError, UsageError
+from inkpen.formats.journal import EMPTY_JOURNAL_SIZE
+from inkpen.objectstore import ObjectInfo, ObjectStore
+
+from .checkpoints import drop_expired
+from .clones import StoreResolver, release_parent_pin
+from .model import Manifest, VersionedManifest
+from .paths import (
+    is_journal_file_key,
+    is_sst_key,
+    manifest_key,
+    parse_manifest_key,
+    parse_segment_key,
+)
+from .store import ManifestStore, as_store
+
+log = structlog.get_logger("inkpen.manifest")
+
+REASON_MANIFEST = "manifest is superseded and pinned by no live checkpoint"
+REASON_SEGMENT = "segment is folded and outside every live checkpoint's segment range"
+REASON_FENCE = "fence segment is folded, unpinned and older than fence_min_age"
+REASON_JOURNAL_FILE = "journal file is referenced by no active manifest"
+REASON_SST = "SST is referenced by no active manifest"
+REASON_DESTROYED = "database was destroyed, its grace period is over and no checkpoint is live"
+
+
+@dataclass(frozen=True, slots=True)
+class GcOptions:
+    """How cautious GC is: ages in seconds."""
+
+    min_age: float = 300.0
+    """Nothing younger is deleted (except from a destroyed database)."""
+    fence_min_age: float | None = None
+    """None keeps fence segments forever; else fences older than this may go once unpinned."""
+    destroy_grace: float = 3600.0
+    """Seconds after a soft destroy before GC removes the database."""
+
+    def __post_init__(self) -> None:
+        for name in ("min_age", "destroy_grace", "fence_min_age"):
+            value = getattr(self, name)
+            if value is None and name == "fence_min_age":
+                continue
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise UsageError(f"GcOptions.{name} must be seconds >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class GcPlan:
+    """What one GC pass deletes, in a safe order, and why."""
+
+    deletes: tuple[str, ...]
+    reasons: Mapping[str, str] = field(hash=False)
+    expired_checkpoints: tuple[str, ...]
+    """Checkpoints of the latest manifest that have expired (to be dropped from it)."""
+    destroy: bool
+    """True when the plan removes the whole (destroyed) database."""
+
+
+def _active_manifests(
+    latest: VersionedManifest, checkpoint_manifests: Mapping[int, Manifest], now: float
+) -> list[Manifest]:
+    active = [latest.manifest]
+    for cp in latest.manifest.live_checkpoints(now):
+        if cp.manifest_id == latest.id:
+            continue
+        pinned = checkpoint_manifests.get(cp.manifest_id)
+        if pinned is None:
+            raise UsageError(
+                f"live checkpoint {cp.id} pins manifest {cp.manifest_id}, which is missing "
+                "from checkpoint_manifests; GC cannot plan without it"
+            )
+        active.append(pinned)
+    return active
+
+
+def plan_gc(
+    latest: VersionedManifest,
+    checkpoint_manifests: Mapping[int, Manifest],
+    listing: Iterable[ObjectInfo],
+    *,
+    now: float,
+    options: GcOptions,
+) -> GcPlan:
+    """Decide which of the ``listing``'s objects may be deleted (rules in the module docstring).
+
+    ``checkpoint_manifests`` maps each manifest id a live checkpoint pins to that manifest (the
+    latest's own id may be left out). The plan deletes journal segments, then journal files,
+    then SSTs, then manifests; for a destroyed database everything, the latest manifest last.
+    """
+    manifest = latest.manifest
+    live = manifest.live_checkpoints(now)
+    expired = tuple(cp.id for cp in manifest.checkpoints if not cp.is_live(now))
+    objects = sorted(listing, key=lambda info: info.key)
+
+    if (
+        manifest.destroyed_at is not None
+        and now >= manifest.destroyed_at + options.destroy_grace
+        and not live
+    ):
+        last = manifest_key(latest.id)
+        ordered = sorted(
+            (info.key for info in objects),
+            key=lambda key: (key == last, parse_manifest_key(key) is not None, key),
+        )
+        reasons = dict.fromkeys(ordered, REASON_DESTROYED)
+        return GcPlan(tuple(ordered), MappingProxyType(reasons), expired, True)
+
+    active = _active_manifests(latest, checkpoint_manifests, now)
+    active_ids = {latest.id, *(cp.manifest_id for cp in live)}
+    pinned_segments: set[int] = set()
+    referenced: set[str] = set()
+    for m in active:
+        referenced.update(name for root, name in m.referenced_objects() if root is None)
+    for m in active[1:]:
+        pinned_segments.update(m.journal.unfolded_segments())
+    folded = manifest.journal.last_folded_segment
+
+    segments: list[str] = []
+    journal_files: list[str] = []
+    ssts: list[str] = []
+    manifests: list[str] = []
+    reasons: dict[str, str] = {}
+    for info in objects:
+        age = info.age(now)
+        if age < options.min_age:
+            continue
+        key = info.key
+        manifest_id = parse_manifest_key(key)
+        if manifest_id is not None:
+            if manifest_id < latest.id and manifest_id not in active_ids:
+                manifests.append(key)
+                reasons[key] = REASON_MANIFEST
+            continue
+        segment_id = parse_segment_key(key)
+        if segment_id is not None:
+            if segment_id > folded or segment_id in pinned_segments:
+                continue
+            if info.size == EMPTY_JOURNAL_SIZE:
+                if options.fence_min_age is None or age < options.fence_min_age:
+                    continue
+                reasons[key] = REASON_FENCE
+            else:
+                reasons[key] = REASON_SEGMENT
+            segments.append(key)
+        elif is_journal_file_key(key):
+            if key not in referenced:
+                journal_files.append(key)
+                reasons[key] = REASON_JOURNAL_FILE
+        elif is_sst_key(key) and key not in referenced:
+            ssts.append(key)
+            reasons[key] = REASON_SST
+    deletes = (*segments, *journal_files, *ssts, *manifests)
+    return GcPlan(deletes, MappingProxyType(reasons), expired, False)
+
+
+@dataclass(frozen=True, slots=True)
+class GcReport:
+    """What one GC pass did (or, in a dry run, would do)."""
+
+    url: str
+    plan: GcPlan
+    deleted: tuple[str, ...]
+    bytes_deleted: int
+    dropped_checkpoints: tuple[str, ...]
+    """Expired checkpoints removed from the manifest by this pass."""
+    dry_run: bool
+    detached: bool = False
+    """True when this pass detached a clone from its parent (see :func:`detach_clone`)."""
+
+    @property
+    def destroyed(self) -> bool:
+        return self.plan.destroy
+
+    def counts(self) -> dict[str, int]:
+        """Deleted (or planned, in a dry run) objects by kind."""
+        names = self.plan.deletes if self.dry_run else self.deleted
+        counts = {"manifests": 0, "segments": 0, "journal_files": 0, "ssts": 0, "other": 0}
+        for key in names:
+            counts[_kind(key)] += 1
+        return counts
+
+
+def _kind(key: str) -> str:
+    if parse_manifest_key(key) is not None:
+        return "manifests"
+    if parse_segment_key(key) is not None:
+        return "segments"
+    if is_journal_file_key(key):
+        return "journal_files"
+    if is_sst_key(key):
+        return "ssts"
+    return "other"
+
+
+def _read_pinned(
+    manifest_store: ManifestStore, latest: VersionedManifest, now: float
+) -> dict[int, Manifest]:
+    pinned: dict[int, Manifest] = {}
+    for cp in latest.manifest.live_checkpoints(now):
+        if cp.manifest_id == latest.id or cp.manifest_id in pinned:
+            continue
+        try:
+            pinned[cp.manifest_id] = manifest_store.read(cp.manifest_id)
+        except NotFoundError:
+            raise CorruptionError(
+                manifest_key(cp.manifest_id),
+                f"manifest pinned by live checkpoint {cp.id} is missing; GC stops here",
+            ) from None
+    return pinned
+
+
+def run_gc(
+    store: ObjectStore | str,
+    *,
+    options: GcOptions | None = None,
+    now: float | None = None,
+    dry_run: bool = False,
+) -> GcReport:
+    """Run one GC pass over the database at ``store``: drop expired checkpoints from the
+    manifest, plan, and delete (nothing is written or deleted when ``dry_run``)."""
+    opts = GcOptions() if options is None else options
+    if not isinstance(opts, GcOptions):
+        raise UsageError("options must be a GcOptions")
+    target = as_store(store)
+    when = time.time() if now is None else now
+    manifest_store = ManifestStore(target)
+    listing = list(target.list(""))
+    latest = manifest_store.latest()
+    if latest is None:
+        empty = GcPlan((), MappingProxyType({}), (), False)
+        return GcReport(target.url, empty, (), 0, (), dry_run)
+
+    dropped: tuple[str, ...] = ()
+    expired_now = tuple(cp.id for cp in latest.manifest.checkpoints if not cp.is_live(when))
+    if expired_now and not dry_run:
+
+        def drop(versioned: VersionedManifest) -> Manifest | None:
+            trimmed = drop_expired(versioned.manifest, when)
+            return None if trimmed is versioned.manifest else trimmed
+
+        before = {cp.id for cp in latest.manifest.checkpoints}
+        latest = manifest_store.update(drop)
+        dropped = tuple(sorted(before - {cp.id for cp in latest.manifest.checkpoints}))
+
+    pinned = _read_pinned(manifest_store, latest, when)
+    plan = plan_gc(latest, pinned, listing, now=when, options=opts)
+    log.info(
+        "gc.planned",
+        url=target.url,
+        deletes=len(plan.deletes),
+        destroy=plan.destroy,
+        expired_checkpoints=len(plan.expired_checkpoints),
+        dry_run=dry_run,
+    )
+    if dry_run:
+        return GcReport(target.url, plan, (), 0, dropped, True)
+
+    sizes = {info.key: info.size for info in listing}
+    deleted: list[str] = []
+    if plan.destroy:
+        resolver = StoreResolver(target)
+        try:
+            release_parent_pin(latest.manifest, resolver)
+        finally:
+            resolver.close()
+        last = manifest_key(latest.id)
+        for key in plan.deletes:
+            if key != last:
+                target.delete(key)
+                deleted.append(key)
+        for info in target.list(""):  # objects written after the listing
+            if info.key != last:
+                target.delete(info.key)
+                deleted.append(info.key)
+                sizes.setdefault(info.key, info.size)
+        target.delete(last)
+        deleted.append(last)
+    else:
+        for key in plan.deletes:
+            target.delete(key)
+            deleted.append(key)
+    freed = sum(sizes.get(key, 0) for key in deleted)
+    detached = not plan.destroy and detach_clone(manifest_store, latest, pinned)
+    report = GcReport(target.url, plan, tuple(deleted), freed, dropped, False, detached)
+    log.info("gc.deleted", url=target.url, count=len(deleted), bytes=freed, **report.counts())
+    return report
+
+
+def _refers_upwards(manifest: Manifest) -> bool:
+    return any(root is not None for root, _ in manifest.referenced_objects())
+
+
+def detach_clone(
+    manifest_store: ManifestStore, latest: VersionedManifest, pinned: Mapping[int, Manifest]
+) -> bool:
+    """Cut a clone loose from its parent once nothing it may read lives there any more.
+
+    When neither the latest manifest nor any live checkpoint's manifest references a file under
+    another root, the clone's pin in its parent is removed first, then ``parent`` is dropped
+    from the clone's manifest. A crash between the two leaves a parent reference whose pin is
+    gone, which the next pass finishes. Returns True when the clone was detached.
+    """
+    manifest = latest.manifest
+    if manifest.parent is None or not manifest.initialized or manifest.destroyed_at is not None:
+        return False
+    if _refers_upwards(manifest) or any(_refers_upwards(m) for m in pinned.values()):
+        return False
+    resolver = StoreResolver(manifest_store.store)
+    try:
+        release_parent_pin(manifest, resolver)
+    finally:
+        resolver.close()
+
+    def drop_parent(versioned: VersionedManifest) -> Manifest | None:
+        current = versioned.manifest
+        if current.parent is None or _refers_upwards(current):
+            return None
+        return replace(current, parent=None)
+
+    result = manifest_store.update(drop_parent)
+    log.info("clone.detached", url=manifest_store.url, parent=manifest.parent.root)
+    return result.manifest.parent is None

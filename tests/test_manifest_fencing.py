@@ -1,0 +1,533 @@
+"""Writer epochs and fencing: the four outcomes of a fence write, the reader rule, and two or
+three writers racing for one database in threads and in separate processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from inkpen.errors import FencedError, InkpenError, NotFoundError, UsageError
+from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, JournalEntry, Kind, build_journal
+from inkpen.manifest.fencing import (
+    EPOCH_METADATA,
+    SegmentRef,
+    accepted_segments,
+    claim_writer,
+    list_segments,
+    segment_epoch,
+    with_epochs,
+    write_segment,
+)
+from inkpen.manifest.model import KIND_WRITER, Manifest, VersionedManifest
+from inkpen.manifest.paths import segment_key
+from inkpen.manifest.store import ManifestStore
+from inkpen.objectstore import ObjectInfo, ObjectStore, open_store
+
+DEADLINE = 120.0
+SEGMENTS_PER_UPDATE = 3
+"""A racing writer notes its progress in the manifest after every third segment, so both ways
+of learning of a fence (a segment write and a manifest update) are exercised."""
+
+
+def segment_bytes(sqn: int, epoch: int) -> bytes:
+    entry = JournalEntry(sqn, Kind.OBJECT, b"key-%d" % sqn, b"value", (), None, 1_700_000_000_000)
+    return build_journal([entry], writer_epoch=epoch)
+
+
+def record_progress(segment_id: int) -> Callable[[VersionedManifest], Manifest]:
+    """The manifest change a writer makes after a segment: note it in ``next_segment``."""
+
+    def change(versioned: VersionedManifest) -> Manifest:
+        journal = versioned.manifest.journal
+        moved = replace(journal, next_segment=max(journal.next_segment, segment_id + 1))
+        return versioned.manifest.with_journal(moved)
+
+    return change
+
+
+def listing(store: ObjectStore) -> list[tuple[str, int]]:
+    return [(info.key, info.size) for info in store.list("")]
+
+
+class JournalListingHook:
+    """A real store whose first listing of ``journal/`` runs ``action`` right after it: the
+    point where a concurrent writer's write lands between a claimant's listing and its fence."""
+
+    def __init__(self, inner: ObjectStore, action: Callable[[], None]) -> None:
+        self.inner = inner
+        self._action: Callable[[], None] | None = action
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        found = list(self.inner.list(prefix))
+        if prefix == "journal/" and self._action is not None:
+            action, self._action = self._action, None
+            action()
+        return iter(found)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+@pytest.fixture
+def store(store_url: str) -> ObjectStore:
+    return open_store(store_url)
+
+
+@pytest.fixture
+def database(store: ObjectStore) -> ManifestStore:
+    ms = ManifestStore(store)
+    ms.create(Manifest())
+    return ms
+
+
+# -- claiming ------------------------------------------------------------------------------------
+
+
+def test_first_claim_fences_slot_one(database: ManifestStore, store: ObjectStore) -> None:
+    claim = claim_writer(database, now=1000.0)
+    assert claim.epoch == 1
+    assert claim.fence_segment == 1 and claim.next_segment == 2
+    assert claim.segments == ()
+    info = store.head(segment_key(1))
+    assert info.size == EMPTY_JOURNAL_SIZE
+    assert info.metadata[EPOCH_METADATA] == "1"
+    assert segment_epoch(store, 1) == 1
+    writers = [cp for cp in claim.versioned.manifest.checkpoints if cp.kind == KIND_WRITER]
+    assert len(writers) == 1
+    assert writers[0].metadata["epoch"] == "1"
+    assert writers[0].manifest_id == 2 and writers[0].expire_time is None
+
+
+def test_second_claim_replays_unfolded_segments(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    first = claim_writer(database)
+    for n, segment_id in enumerate(range(first.next_segment, first.next_segment + 3)):
+        data = segment_bytes(n + 1, first.epoch)
+        write_segment(store, segment_id, data, writer_epoch=first.epoch)
+    second = claim_writer(database)
+    assert second.epoch == 2
+    assert second.fence_segment == 5
+    assert [(r.id, r.writer_epoch) for r in second.segments] == [(1, 1), (2, 1), (3, 1), (4, 1)]
+    writers = [cp for cp in second.versioned.manifest.checkpoints if cp.kind == KIND_WRITER]
+    assert [cp.metadata["epoch"] for cp in writers] == ["2"]
+    # The old writer's next segment lands on the fence.
+    with pytest.raises(FencedError, match="segment 5 was written by writer epoch 2"):
+        write_segment(store, 5, segment_bytes(4, 1), writer_epoch=1)
+    with pytest.raises(FencedError):
+        database.update(record_progress(5), writer_epoch=1)
+
+
+def test_claim_starts_after_folded_segments_and_next_segment(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    def fold(versioned: VersionedManifest) -> Manifest:
+        journal = replace(versioned.manifest.journal, last_folded_segment=6, next_segment=9)
+        return versioned.manifest.with_journal(journal)
+
+    database.update(fold)
+    claim = claim_writer(database)
+    assert claim.fence_segment == 9
+    assert claim.segments == ()
+
+
+def test_fence_slot_taken_by_an_older_writer(database: ManifestStore, store: ObjectStore) -> None:
+    """Outcome 2: an older writer fills the slot first; the claimant steps to the next id."""
+    old = claim_writer(database)
+    racing = JournalListingHook(
+        store,
+        lambda: write_segment(store, 2, segment_bytes(1, old.epoch), writer_epoch=old.epoch),
+    )
+    claim = claim_writer(ManifestStore(racing))  # type: ignore[arg-type]
+    assert claim.epoch == 2
+    assert claim.fence_segment == 3
+    assert [(r.id, r.writer_epoch) for r in claim.segments] == [(1, 1), (2, 1)]
+    with pytest.raises(FencedError):
+        write_segment(store, 3, segment_bytes(2, old.epoch), writer_epoch=old.epoch)
+
+
+def test_fence_slot_taken_by_the_same_epoch_is_a_bug(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    """Outcome 3: two writers with one epoch cannot happen; it is reported loudly."""
+    claim_writer(database)
+
+    def same_epoch_write() -> None:
+        latest = database.latest()
+        assert latest is not None
+        epoch = latest.manifest.writer_epoch
+        write_segment(store, 2, segment_bytes(1, epoch), writer_epoch=epoch)
+
+    racing = JournalListingHook(store, same_epoch_write)
+    with pytest.raises(InkpenError, match="two writers hold one epoch") as caught:
+        claim_writer(ManifestStore(racing))  # type: ignore[arg-type]
+    assert not isinstance(caught.value, FencedError)
+
+
+def test_fence_slot_taken_by_a_newer_writer(database: ManifestStore, store: ObjectStore) -> None:
+    """Outcome 4: a newer writer claimed meanwhile and fenced the slot; the claimant is fenced."""
+    claim_writer(database)
+    newer: list[int] = []
+
+    racing = JournalListingHook(store, lambda: newer.append(claim_writer(database).epoch))
+    with pytest.raises(FencedError, match="newer writer"):
+        claim_writer(ManifestStore(racing))  # type: ignore[arg-type]
+    assert newer == [3]
+    latest = database.latest()
+    assert latest is not None and latest.manifest.writer_epoch == 3
+
+
+def test_claim_fenced_when_manifest_moves_during_fence(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    """A newer writer bumps the epoch after our bump but before our confirmation."""
+    claim_writer(database)
+
+    def bump_epoch() -> None:
+        database.update(
+            lambda v: replace(v.manifest, writer_epoch=v.manifest.writer_epoch + 1)
+        )
+
+    racing = JournalListingHook(store, bump_epoch)
+    with pytest.raises(FencedError, match="manifest moved to writer epoch 3"):
+        claim_writer(ManifestStore(racing))  # type: ignore[arg-type]
+
+
+def test_claim_refuses_destroyed_and_missing_databases(store: ObjectStore) -> None:
+    ms = ManifestStore(store)
+    with pytest.raises(NotFoundError, match="no inkpen database"):
+        claim_writer(ms)
+    assert listing(store) == []
+    ms.create(Manifest(destroyed_at=1.0))
+    before = listing(store)
+    with pytest.raises(NotFoundError, match="was destroyed"):
+        claim_writer(ms)
+    assert listing(store) == before
+
+
+# -- writing segments ----------------------------------------------------------------------------
+
+
+def test_write_segment_outcomes(database: ManifestStore, store: ObjectStore) -> None:
+    claim = claim_writer(database)
+    nxt = claim.next_segment
+    write_segment(store, nxt, segment_bytes(1, claim.epoch), writer_epoch=claim.epoch)
+    assert segment_epoch(store, nxt) == claim.epoch
+    assert store.get(segment_key(nxt)) == segment_bytes(1, claim.epoch)
+    with pytest.raises(InkpenError, match="used one segment id twice"):
+        write_segment(store, nxt, segment_bytes(2, claim.epoch), writer_epoch=claim.epoch)
+    with pytest.raises(InkpenError, match="older than this writer's epoch"):
+        write_segment(store, nxt, segment_bytes(2, 9), writer_epoch=9)
+    write_segment(store, nxt + 1, segment_bytes(2, 9), writer_epoch=9)
+    with pytest.raises(FencedError, match=f"segment {nxt + 1} was written by writer epoch 9"):
+        write_segment(store, nxt + 1, segment_bytes(2, claim.epoch), writer_epoch=claim.epoch)
+    assert store.get(segment_key(nxt + 1)) == segment_bytes(2, 9)
+    with pytest.raises(UsageError, match="writer_epoch"):
+        write_segment(store, nxt + 2, b"x", writer_epoch=0)
+    assert segment_epoch(store, nxt + 2) is None
+
+
+def test_segment_epoch_falls_back_to_the_header(store: ObjectStore) -> None:
+    store.put_if_absent(segment_key(4), segment_bytes(1, 7))  # no metadata
+    assert segment_epoch(store, 4) == 7
+    assert segment_epoch(store, 5) is None
+
+
+def test_list_segments_stops_at_the_first_gap(store: ObjectStore) -> None:
+    for segment_id in (1, 2, 3, 5, 6):
+        store.put_if_absent(segment_key(segment_id), segment_bytes(segment_id, 1))
+    store.put_if_absent("journal/compacted/0190000000000aaaaaaaaaaaa.jnl", b"x")
+    assert [r.id for r in list_segments(store, 0)] == [1, 2, 3]
+    assert [r.id for r in list_segments(store, 4)] == [5, 6]
+    assert list_segments(store, 3) == []
+    assert list_segments(store, 6) == []
+    with pytest.raises(UsageError):
+        list_segments(store, -1)
+
+
+# -- the reader rule -----------------------------------------------------------------------------
+
+
+def refs(*epochs: int) -> list[SegmentRef]:
+    return [SegmentRef(i + 1, 100, e) for i, e in enumerate(epochs)]
+
+
+def test_reader_rule_on_three_writers() -> None:
+    # Writers 1, 2 and 3 race; slot 4 went to writer 1 after writer 3 fenced slot 3.
+    accepted = accepted_segments(refs(1, 1, 3, 1, 2, 3, 3))
+    assert [(r.id, r.writer_epoch) for r in accepted] == [(1, 1), (2, 1), (3, 3), (6, 3), (7, 3)]
+
+
+def test_reader_rule_keeps_everything_in_order() -> None:
+    assert accepted_segments(refs(1, 1, 2, 2, 5)) == refs(1, 1, 2, 2, 5)
+
+
+def test_reader_rule_needs_epochs_in_id_order() -> None:
+    with pytest.raises(UsageError, match="no epoch"):
+        accepted_segments([SegmentRef(1, 10)])
+    with pytest.raises(UsageError, match="increasing id order"):
+        accepted_segments([SegmentRef(2, 10, 1), SegmentRef(1, 10, 1)])
+
+
+def test_with_epochs_reads_metadata(store: ObjectStore) -> None:
+    for segment_id, epoch in ((1, 1), (2, 3), (3, 2)):
+        store.put_if_absent(
+            segment_key(segment_id),
+            segment_bytes(segment_id, epoch),
+            metadata={EPOCH_METADATA: str(epoch)},
+        )
+    filled = with_epochs(store, list_segments(store, 0))
+    assert [(r.id, r.writer_epoch) for r in filled] == [(1, 1), (2, 3), (3, 2)]
+    assert [r.id for r in accepted_segments(filled)] == [1, 2]
+
+
+# -- racing writers ------------------------------------------------------------------------------
+
+
+@dataclass
+class WriterLog:
+    """What one racing writer reported, line by line."""
+
+    lines: list[str] = field(default_factory=list)
+
+    def words(self, tag: str) -> list[list[str]]:
+        return [line.split()[1:] for line in self.lines if line.split()[:1] == [tag]]
+
+    @property
+    def epoch(self) -> int | None:
+        claimed = self.words("CLAIMED")
+        return int(claimed[0][0]) if claimed else None
+
+    @property
+    def fenced(self) -> bool:
+        return bool(self.words("FENCED"))
+
+    @property
+    def written(self) -> list[int]:
+        return [int(w[1]) for w in self.words("WROTE")]
+
+    @property
+    def next_segment(self) -> int | None:
+        nxt = self.words("NEXT")
+        return int(nxt[-1][0]) if nxt else None
+
+
+def writer_loop(
+    url: str,
+    *,
+    wait_for_go: Callable[[], None],
+    stop_requested: Callable[[], bool],
+    say: Callable[[str], None],
+) -> None:
+    """Claim the database, then write segments (and, every few, a manifest update) until fenced
+    or stopped, reporting each step through ``say``."""
+    store = open_store(url)
+    ms = ManifestStore(store)
+    say("READY")
+    wait_for_go()
+    try:
+        claim = claim_writer(ms)
+    except FencedError as exc:
+        say(f"FENCED claim {exc}")
+        return
+    say(f"CLAIMED {claim.epoch} {claim.fence_segment}")
+    segment_id = claim.next_segment
+    sqn = 1
+    while not stop_requested():
+        say(f"NEXT {segment_id}")
+        try:
+            data = segment_bytes(sqn, claim.epoch)
+            write_segment(store, segment_id, data, writer_epoch=claim.epoch)
+        except FencedError as exc:
+            say(f"FENCED segment {exc}")
+            return
+        say(f"WROTE {claim.epoch} {segment_id}")
+        segment_id += 1
+        sqn += 1
+        say(f"NEXT {segment_id}")
+        if sqn % SEGMENTS_PER_UPDATE:
+            continue
+        try:
+            ms.update(record_progress(segment_id - 1), writer_epoch=claim.epoch)
+        except FencedError as exc:
+            say(f"FENCED manifest {exc}")
+            return
+    say("STOPPED")
+
+
+def check_race(store: ObjectStore, logs: list[WriterLog]) -> None:
+    """After a race: one survivor with the newest epoch; the rest fenced, and fenced for good."""
+    ms = ManifestStore(store)
+    survivors = [log for log in logs if not log.fenced]
+    assert len(survivors) == 1, [log.lines[-3:] for log in logs]
+    newest = survivors[0]
+    latest = ms.latest()
+    assert latest is not None
+    assert newest.epoch == latest.manifest.writer_epoch
+    assert all(log.epoch is None or log.epoch < newest.epoch for log in logs if log is not newest)
+
+    # Every older writer stays fenced: its next segment write and any manifest update fail.
+    for log in logs:
+        if log is newest or log.epoch is None:
+            continue
+        assert log.next_segment is not None
+        with pytest.raises(FencedError):
+            write_segment(
+                store, log.next_segment, segment_bytes(1, log.epoch), writer_epoch=log.epoch
+            )
+        with pytest.raises(FencedError):
+            ms.update(record_progress(1), writer_epoch=log.epoch)
+
+    # The reader rule accepts every acknowledged segment and nothing an older epoch wrote after
+    # the newest writer's fence.
+    all_segments = with_epochs(store, list_segments(store, 0))
+    accepted = accepted_segments(all_segments)
+    accepted_ids = {r.id for r in accepted}
+    for log in logs:
+        assert set(log.written) <= accepted_ids
+    fence = int(newest.words("CLAIMED")[0][1])
+    assert all(r.writer_epoch == newest.epoch for r in accepted if r.id >= fence)
+    epochs = [r.writer_epoch for r in accepted]
+    assert epochs == sorted(epochs)  # type: ignore[type-var]
+
+    # The survivor can still write.
+    survivor_epoch = newest.epoch
+    assert survivor_epoch is not None
+    nxt = max(r.id for r in all_segments) + 1
+    write_segment(store, nxt, segment_bytes(1, survivor_epoch), writer_epoch=survivor_epoch)
+    ms.update(record_progress(nxt), writer_epoch=survivor_epoch)
+
+
+SURVIVOR_SEGMENTS = 5
+
+
+def race_settled(logs: list[WriterLog]) -> bool:
+    """All writers but one are fenced, and the one left has written a few segments since."""
+    running = [log for log in logs if not log.fenced]
+    return len(running) == 1 and len(running[0].written) >= SURVIVOR_SEGMENTS
+
+
+def wait_until(condition: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    end = time.monotonic() + deadline
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("writers", [2, 3])
+def test_racing_writers_in_threads(store_url: str, database: ManifestStore, writers: int) -> None:
+    go = threading.Barrier(writers)
+    stop = threading.Event()
+    logs = [WriterLog() for _ in range(writers)]
+    lock = threading.Lock()
+
+    def run(log: WriterLog) -> None:
+        def say(line: str) -> None:
+            with lock:
+                log.lines.append(line)
+
+        writer_loop(store_url, wait_for_go=go.wait, stop_requested=stop.is_set, say=say)
+
+    threads = [threading.Thread(target=run, args=(log,)) for log in logs]
+    for t in threads:
+        t.start()
+
+    def settled() -> bool:
+        with lock:
+            return race_settled(logs)
+
+    wait_until(settled, "all but one writer to be fenced")
+    stop.set()
+    for t in threads:
+        t.join(DEADLINE)
+    check_race(database.store, logs)
+
+
+PROCESS_SCRIPT = """
+import os, sys, time
+import structlog
+structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+sys.path.insert(0, sys.argv[1])
+from test_manifest_fencing import writer_loop
+url, go_file, stop_file = sys.argv[2:5]
+
+def wait_for_go():
+    end = time.monotonic() + 120
+    while not os.path.exists(go_file):
+        if time.monotonic() > end:
+            raise SystemExit("no go signal")
+        time.sleep(0.005)
+
+def say(line):
+    print(line, flush=True)
+
+writer_loop(url, wait_for_go=wait_for_go, stop_requested=lambda: os.path.exists(stop_file), say=say)
+"""
+
+
+@pytest.mark.parametrize("writers", [2, 3])
+def test_racing_writers_in_processes(
+    store_url: str, database: ManifestStore, writers: int, tmp_path: Path
+) -> None:
+    if store_url.startswith("memory://"):
+        pytest.skip("a memory store is private to one process")
+    go_file = tmp_path / "go"
+    stop_file = tmp_path / "stop"
+    tests_dir = str(Path(__file__).parent)
+    logs = [WriterLog() for _ in range(writers)]
+    lock = threading.Lock()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROCESS_SCRIPT, tests_dir, store_url, str(go_file),
+             str(stop_file)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
+        for _ in range(writers)
+    ]
+
+    def pump(proc: subprocess.Popen[str], log: WriterLog) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with lock:
+                log.lines.append(line.strip())
+
+    readers = [threading.Thread(target=pump, args=pair) for pair in zip(procs, logs, strict=True)]
+    for r in readers:
+        r.start()
+    try:
+
+        def count(tag: str) -> int:
+            with lock:
+                return sum(any(line.startswith(tag) for line in log.lines) for log in logs)
+
+        wait_until(lambda: count("READY") == writers, "every writer process to start")
+        go_file.touch()
+        def settled() -> bool:
+            with lock:
+                return race_settled(logs)
+
+        wait_until(settled, "all but one writer to be fenced")
+        stop_file.touch()
+        for proc in procs:
+            _, err = proc.communicate(timeout=DEADLINE)
+            assert proc.returncode == 0, err
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for r in readers:
+        r.join()
+    check_race(database.store, logs)
