@@ -1,5 +1,5 @@
 # Sourced by the other scripts: make .venv (once) and install inkpen with the extras named in
-# $INKPEN_EXTRAS; re-install only when pyproject.toml or the extras change.
+# $INKPEN_EXTRAS; install again only when pyproject.toml changes.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
@@ -12,11 +12,16 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "==> creating $venv" >&2
   "$python" -m venv "$venv"
 fi
-stamp="$venv/.inkpen-installed"
-want="$(cat "$root/pyproject.toml" | sha256sum | cut -c1-16)-${INKPEN_EXTRAS}"
+stamp="$venv/.inkpen-installed-${INKPEN_EXTRAS//,/-}"
+want="$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "==> installing inkpen[${INKPEN_EXTRAS}] into $venv" >&2
-  "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$venv/bin/python" -m pip install --quiet -e "$root[${INKPEN_EXTRAS}]" >&2
+  echo "==> installing inkpen[${INKPEN_EXTRAS}] into $venv (first run only)" >&2
+  log="$venv/install.log"
+  if ! { "$venv/bin/python" -m pip install --upgrade pip \
+         && "$venv/bin/python" -m pip install -e "$root[${INKPEN_EXTRAS}]"; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "installation failed; the full log is in $log" >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi

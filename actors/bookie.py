@@ -1,0 +1,248 @@
+"""The Bookie actor: the ledger cache of recent changes, the release of writers, and snapshots.
+
+The public :class:`inkpen.Bookie` handle validates each call and hands writes to the Inker's
+intake; this actor is where a durable batch comes back (:class:`ApplyBatch` from the Inker). The
+Bookie turns the batch's journal entries into ledger entries (the object's metadata plus one
+entry per index spec), adds them to its cache, publishes the cache on the view board, and only
+then releases the batch's callers, so a put that has returned is visible to every later read.
+
+The cache is a short list of immutable tables, newest first; a new table is merged with the one
+before it whenever it is at least half that one's size, so there are only a logarithmic number of
+tables to search. When the cache reaches ``ledger_cache_entries`` it is merged into one table and
+pushed to the Penciller. A refused push (the Penciller's memory is full while L0 files wait for
+merges) leaves the cache growing; past twice the threshold writers are slowed, past four times
+they are blocked, until the Penciller says there is room (:class:`LedgerRoom`).
+
+Snapshots are made here, because only here are the cache and the ledger view exactly in step:
+the Bookie registers a journal clone with the Inker, takes its own cache view, registers a ledger
+clone with the Penciller (no push can happen in between: pushes come from this actor), and adds
+the Inker's current view for segments written meanwhile.
+
+Messages: ``AttachBookie``, ``ApplyBatch``, ``LedgerRoom``, ``Fenced``, ``PushAll``,
+``TakeSnapshot``, ``CloseSnapshot``, ``CompactJournal``, ``BookieStats``, ``ShutdownBookie``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from inkpen.errors import FencedError
+from inkpen.logs import get_logger
+
+from .base import InkpenActor, call, handles, send, stop
+from .changes import ledger_entries
+from .clones import Establish, JournalClone, LedgerClone, PairedJournal, SnapshotParts
+from .context import EngineContext
+from .inker import InkerStats
+from .inker_clerk import Compact, CompactionReport
+from .messages import ApplyBatch, Fenced, LedgerRoom, PushMem
+from .penciller import PencillerStats
+from .reads import lookup
+from .throttle import NONE, SLOW, STOP
+from .views import CacheView, MemTable
+
+log = get_logger("inkpen.bookie")
+
+
+@dataclass(frozen=True, slots=True)
+class AttachBookie:
+    inker: pykka.ActorRef[Any]
+    penciller: pykka.ActorRef[Any]
+    inker_clerk: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PushAll:
+    """Ask (close): push the whole cache to the Penciller, taken whatever its memory holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class TakeSnapshot:
+    """Ask: build a snapshot; answers its :class:`SnapshotParts`."""
+
+    long_running: bool
+    ledger_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CloseSnapshot:
+    """Tell: stop a snapshot's clones (releasing their registrations)."""
+
+    snapshot_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompactJournal:
+    """Ask: start a journal compaction against a fresh ledger snapshot; its report goes to
+    ``result``."""
+
+    result: Future[CompactionReport]
+
+
+@dataclass(frozen=True, slots=True)
+class BookieStats:
+    """Ask: the counters of ``Bookie.stats()``, gathered from the three owners."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownBookie:
+    """Ask: stop every live snapshot's clones."""
+
+
+class LedgerSnapshot:
+    """A ledger-only snapshot as journal compaction uses it: lookups, its highest SQN, release."""
+
+    def __init__(self, parts: SnapshotParts, bookie: pykka.ActorRef[Any]) -> None:
+        self._parts = parts
+        self._bookie = bookie
+        self.max_sqn = parts.max_sqn()
+
+    def get(self, key: bytes) -> Any:
+        return lookup(self._parts.cache, self._parts.ledger, key)
+
+    def release(self) -> None:
+        send(self._bookie, CloseSnapshot(self._parts.snapshot_id))
+
+
+class Bookie(InkpenActor):
+    """Owns the ledger cache; applies durable batches; pushes to the Penciller; makes snapshots."""
+
+    def __init__(self, ctx: EngineContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.tables: list[MemTable] = []
+        self.inker: pykka.ActorRef[Any] | None = None
+        self.penciller: pykka.ActorRef[Any] | None = None
+        self.inker_clerk: pykka.ActorRef[Any] | None = None
+        self.fenced: FencedError | None = None
+        self.snapshots: dict[str, tuple[pykka.ActorRef[Any], ...]] = {}
+        self.pushes = 0
+        self.refused_pushes = 0
+
+    @handles(AttachBookie)
+    def _attach(self, message: AttachBookie) -> None:
+        self.inker = message.inker
+        self.penciller = message.penciller
+        self.inker_clerk = message.inker_clerk
+
+    # -- the cache --------------------------------------------------------------------------
+
+    def _entries(self) -> int:
+        return sum(len(t) for t in self.tables)
+
+    def _publish(self) -> None:
+        self.ctx.board.cache = CacheView(tuple(self.tables))
+
+    @handles(ApplyBatch)
+    def _apply(self, message: ApplyBatch) -> None:
+        batch = message.batch
+        pairs = []
+        for change, entry in zip(batch.changes, message.entries, strict=True):
+            pairs.extend(ledger_entries(entry, change.bucket, change.key, change.content_hash))
+        tables = [MemTable.of(pairs), *self.tables]
+        while len(tables) > 1 and 2 * len(tables[0]) >= len(tables[1]):
+            tables[0:2] = [MemTable.merged(tables[0:2])]
+        self.tables = tables
+        self._publish()
+        batch.complete()
+        if self._entries() >= self.ctx.options.ledger_cache_entries:
+            self._push()
+        self._set_pressure()
+
+    def _push(self, *, force: bool = False) -> bool:
+        if not self.tables or self.penciller is None:
+            return True
+        merged = MemTable.merged(self.tables) if len(self.tables) > 1 else self.tables[0]
+        if not call(self.penciller, PushMem((merged,), force)):
+            self.refused_pushes += 1
+            return False
+        self.pushes += 1
+        self.tables = []
+        self._publish()
+        return True
+
+    def _set_pressure(self) -> None:
+        ratio = self._entries() / self.ctx.options.ledger_cache_entries
+        level = STOP if ratio >= 4 else SLOW if ratio >= 2 else NONE
+        self.ctx.throttle.set("ledger_cache", level)
+
+    @handles(LedgerRoom)
+    def _room(self, _: LedgerRoom) -> None:
+        if self._entries() >= self.ctx.options.ledger_cache_entries:
+            self._push()
+        self._set_pressure()
+
+    @handles(PushAll)
+    def _push_all(self, _: PushAll) -> None:
+        self._push(force=True)
+        self._set_pressure()
+
+    @handles(Fenced)
+    def _fenced(self, message: Fenced) -> None:
+        self.fenced = message.error
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    @handles(TakeSnapshot)
+    def _take(self, message: TakeSnapshot) -> SnapshotParts:
+        assert self.inker is not None and self.penciller is not None
+        snapshot_id = uuid.uuid4().hex
+        clones: list[pykka.ActorRef[Any]] = []
+        try:
+            registered = None
+            if not message.ledger_only:
+                journal_clone = JournalClone.start(self.inker, snapshot_id, message.long_running)
+                clones.append(journal_clone)
+                registered = call(journal_clone, Establish())
+            cache = self.ctx.board.cache
+            ledger_clone = LedgerClone.start(self.penciller, snapshot_id, message.long_running)
+            clones.append(ledger_clone)
+            ledger = call(ledger_clone, Establish())
+        except Exception:
+            for clone in clones:
+                stop(clone)
+            raise
+        journal = None if registered is None else PairedJournal(self.ctx.board.journal, registered)
+        self.snapshots[snapshot_id] = tuple(clones)
+        return SnapshotParts(snapshot_id, cache, ledger, journal, tuple(clones))
+
+    @handles(CloseSnapshot)
+    def _close_snapshot(self, message: CloseSnapshot) -> None:
+        for clone in self.snapshots.pop(message.snapshot_id, ()):
+            clone.stop(block=False)
+
+    @handles(CompactJournal)
+    def _compact(self, message: CompactJournal) -> None:
+        assert self.inker_clerk is not None
+        parts = self._take(TakeSnapshot(long_running=True, ledger_only=True))
+        send(self.inker_clerk, Compact(LedgerSnapshot(parts, self.actor_ref), message.result))
+
+    # -- the rest -----------------------------------------------------------------------------
+
+    @handles(BookieStats)
+    def _stats(self, _: BookieStats) -> dict[str, Any]:
+        assert self.inker is not None and self.penciller is not None
+        stats: dict[str, Any] = {
+            "ledger_cache_entries": self._entries(),
+            "ledger_cache_tables": len(self.tables),
+            "pushes": self.pushes,
+            "refused_pushes": self.refused_pushes,
+            "pressure": self.ctx.throttle.levels(),
+            "snapshots": len(self.snapshots),
+            "fenced": self.fenced is not None,
+        }
+        stats.update(call(self.inker, InkerStats()))
+        stats.update(call(self.penciller, PencillerStats()))
+        return stats
+
+    @handles(ShutdownBookie)
+    def _shutdown(self, _: ShutdownBookie) -> None:
+        for clones in self.snapshots.values():
+            for clone in clones:
+                stop(clone)
+        self.snapshots.clear()

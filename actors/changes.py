@@ -1,0 +1,202 @@
+"""Turning calls into changes: validation, journal entries and the ledger entries they imply.
+
+A put or delete is checked and encoded in the caller's thread (so a rejected call touches nothing
+and costs no actor message), becomes a :class:`Change` waiting in the Inker's intake, a
+:class:`~inkpen.formats.journal.JournalEntry` once the Inker gives it an SQN, and finally the ledger
+entries the Bookie caches: the object's key with its metadata, plus one entry per index spec.
+:func:`ledger_entries` is the single place that last step is defined; start-up replay and the
+rebuild of a ledger from a backup use it too, so the ledger rebuilt from the journal is exactly the
+ledger built by live writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from inkpen.errors import UsageError
+from inkpen.formats.journal import JournalEntry, Kind
+from inkpen.formats.keys import (
+    ACTIVE,
+    TOMBSTONE,
+    LedgerValue,
+    Tag,
+    content_hash,
+    decode_key,
+    index_key,
+    object_key,
+)
+from inkpen.options import Options
+
+INDEX_ADD = 1
+INDEX_REMOVE = 0
+_OPS = {"add": INDEX_ADD, "remove": INDEX_REMOVE}
+
+IndexSpec = tuple[int, bytes, bytes]
+
+
+class Change(NamedTuple):
+    """One validated put or delete, waiting for its SQN."""
+
+    kind: Kind
+    bucket: bytes
+    key: bytes
+    ledger_key: bytes
+    value: bytes | None
+    index_specs: tuple[IndexSpec, ...]
+    expiry_ms: int | None
+    last_modified_ms: int
+    content_hash: int
+    weight: int
+    """Bytes this change adds to a journal batch (for the batch-size limit)."""
+
+    def entry(self, sqn: int) -> JournalEntry:
+        """The journal entry of this change at ``sqn``."""
+        return JournalEntry(
+            sqn,
+            self.kind,
+            self.ledger_key,
+            self.value,
+            self.index_specs,
+            self.expiry_ms,
+            self.last_modified_ms,
+        )
+
+
+def as_bytes(name: str, value: Any, limit: int, *, allow_empty: bool = False) -> bytes:
+    """A bucket, key, field or term as bytes (str is UTF-8), within ``limit`` bytes."""
+    if isinstance(value, str):
+        encoded = value.encode("utf-8")
+    elif isinstance(value, bytes):
+        encoded = value
+    elif isinstance(value, bytearray | memoryview):
+        encoded = bytes(value)
+    else:
+        raise UsageError(f"{name} must be str or bytes, got {type(value).__name__}")
+    if not encoded and not allow_empty:
+        raise UsageError(f"{name} must not be empty")
+    if len(encoded) > limit:
+        raise UsageError(f"{name} is {len(encoded)} bytes; the limit is {limit} bytes")
+    return encoded
+
+
+class ChangeMaker:
+    """Validates calls against the Bookie's options and builds :class:`Change` values."""
+
+    __slots__ = ("_clock", "_options")
+
+    def __init__(self, options: Options) -> None:
+        self._options = options
+        self._clock = options.clock
+
+    def put(
+        self,
+        bucket: Any,
+        key: Any,
+        value: Any,
+        indexes: Iterable[Any],
+        ttl: float | None,
+        *,
+        tag: Tag = Tag.OBJECT,
+    ) -> Change:
+        options = self._options
+        b = as_bytes("bucket", bucket, options.max_key_bytes)
+        k = as_bytes("key", key, options.max_key_bytes)
+        if not isinstance(value, bytes):
+            if isinstance(value, bytearray | memoryview):
+                value = bytes(value)
+            else:
+                raise UsageError(f"value must be bytes, got {type(value).__name__}")
+        if len(value) > options.max_value_bytes:
+            raise UsageError(
+                f"value is {len(value)} bytes; the limit is {options.max_value_bytes} bytes "
+                "(option max_value_bytes)"
+            )
+        specs = self._index_specs(indexes)
+        now_ms = int(self._clock() * 1000)
+        expiry_ms = None
+        if ttl is not None:
+            if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
+                raise UsageError(f"ttl must be a positive number of seconds, got {ttl!r}")
+            expiry_ms = now_ms + int(ttl * 1000)
+        lk = object_key(b, k, tag=tag)
+        weight = len(lk) + len(value) + 64 + sum(len(f) + len(t) for _, f, t in specs)
+        return Change(
+            Kind.OBJECT, b, k, lk, value, specs, expiry_ms, now_ms, content_hash(value), weight
+        )
+
+    def delete(
+        self, bucket: Any, key: Any, indexes: Iterable[Any], *, tag: Tag = Tag.OBJECT
+    ) -> Change:
+        options = self._options
+        b = as_bytes("bucket", bucket, options.max_key_bytes)
+        k = as_bytes("key", key, options.max_key_bytes)
+        specs = self._index_specs(indexes)
+        now_ms = int(self._clock() * 1000)
+        lk = object_key(b, k, tag=tag)
+        weight = len(lk) + 64 + sum(len(f) + len(t) for _, f, t in specs)
+        return Change(Kind.TOMBSTONE, b, k, lk, None, specs, None, now_ms, 0, weight)
+
+    def _index_specs(self, indexes: Iterable[Any]) -> tuple[IndexSpec, ...]:
+        if indexes is None:
+            return ()
+        if isinstance(indexes, str | bytes) or not isinstance(indexes, Iterable):
+            raise UsageError('indexes must be a sequence of ("add" | "remove", field, term)')
+        specs: list[IndexSpec] = []
+        limit = self._options.max_key_bytes
+        for spec in indexes:
+            if not isinstance(spec, Sequence) or isinstance(spec, str | bytes) or len(spec) != 3:
+                raise UsageError(
+                    f'index spec {spec!r} must be a 3-tuple ("add" | "remove", field, term)'
+                )
+            op, field, term = spec
+            if op not in _OPS:
+                raise UsageError(f'index spec operation {op!r} must be "add" or "remove"')
+            specs.append(
+                (
+                    _OPS[op],
+                    as_bytes("index field", field, limit),
+                    as_bytes("index term", term, limit, allow_empty=True),
+                )
+            )
+        if len(specs) > self._options.max_indexes:
+            raise UsageError(
+                f"{len(specs)} index specs; the limit is {self._options.max_indexes} "
+                "(option max_indexes)"
+            )
+        return tuple(specs)
+
+
+def ledger_entries(
+    entry: JournalEntry, bucket: bytes, key: bytes, hash_: int | None = None
+) -> list[tuple[bytes, LedgerValue]]:
+    """The ledger entries one journal entry implies, object entry first.
+
+    An OBJECT entry gives the object's metadata (``hash_`` may be passed when already known);
+    a TOMBSTONE gives a tombstone; a KEY_CHANGES entry (a value replaced, kept by ``retain``
+    compaction) gives no object entry. Every index spec gives an index entry with the same SQN.
+    """
+    sqn, kind = entry.sqn, entry.kind
+    lm = entry.last_modified_ms
+    out: list[tuple[bytes, LedgerValue]] = []
+    if kind == Kind.OBJECT:
+        value = entry.value if entry.value is not None else b""
+        digest = hash_ if hash_ is not None else content_hash(value)
+        out.append(
+            (entry.ledger_key, LedgerValue(sqn, ACTIVE, entry.expiry_ms, digest, len(value), lm))
+        )
+    elif kind == Kind.TOMBSTONE:
+        out.append((entry.ledger_key, LedgerValue(sqn, TOMBSTONE, None, 0, 0, lm)))
+    for op, field, term in entry.index_specs:
+        status = ACTIVE if op == INDEX_ADD else TOMBSTONE
+        expiry = entry.expiry_ms if status == ACTIVE else None
+        out.append(
+            (index_key(bucket, field, term, key), LedgerValue(sqn, status, expiry, 0, 0, lm))
+        )
+    return out
+
+
+def replayed_entries(entry: JournalEntry) -> list[tuple[bytes, LedgerValue]]:
+    """:func:`ledger_entries` for an entry read back from the journal (its key decoded)."""
+    decoded = decode_key(entry.ledger_key)
+    return ledger_entries(entry, decoded.bucket, decoded.key)

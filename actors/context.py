@@ -1,0 +1,36 @@
+"""What the actors of one open Bookie share: store, options, caches, views, timers, throttle."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from inkpen.formats.cache import LruCache
+from inkpen.manifest.clones import StoreResolver
+from inkpen.objectstore.base import ObjectStore
+from inkpen.options import Options
+
+from .keeper import ManifestKeeper
+from .scheduler import Scheduler
+from .throttle import Throttle
+from .views import ViewBoard
+
+
+@dataclass(frozen=True, slots=True)
+class EngineContext:
+    """The shared parts of one Bookie's actor system; built once at open, never replaced."""
+
+    store: ObjectStore
+    resolver: StoreResolver
+    options: Options
+    keeper: ManifestKeeper
+    scheduler: Scheduler
+    board: ViewBoard
+    throttle: Throttle
+    block_cache: LruCache | None
+    journal_cache: LruCache | None
+    ledger_room: threading.Event = field(default_factory=threading.Event)
+    """Set by the Penciller whenever an L0 write or a merge frees room for pushes."""
+
+    def now_ms(self) -> int:
+        return int(self.options.clock() * 1000)

@@ -1,0 +1,353 @@
+"""The engine of one open writer: its actors, started in order and stopped in reverse.
+
+Start-up (Leveled's, on SlateDB's manifest):
+
+1. read the latest manifest (an empty root gets a new database; a root holding other objects, a
+   destroyed database or an unfinished clone is refused, writing nothing);
+2. claim the writer epoch and fence the journal (:func:`inkpen.manifest.fencing.claim_writer`):
+   older writers can no longer write a segment or commit a manifest;
+3. start the Penciller and the Inker, and one clerk per SST and journal file of the manifest, each
+   opening its reader (in parallel: each clerk is its own thread);
+4. read the unfolded segments the claim accepted into the Inker's active journal;
+5. start the Bookie and the two owners' clerks and wire them together;
+6. replay every journal entry above the ledger's persisted SQN into the Penciller;
+7. accept load.
+
+Close writes the open batch, pushes the Bookie's cache, writes the Penciller's memory to L0 (so
+the next start-up replays nothing), folds the unfolded segments (``fold_on_close``), drops the
+writer checkpoint and stops every actor. A fenced writer skips the writing steps.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pykka
+
+from inkpen.errors import FencedError, InkpenError, UsageError
+from inkpen.formats.cache import LruCache
+from inkpen.formats.journal import decode_journal
+from inkpen.logs import get_logger
+from inkpen.manifest.clones import StoreResolver
+from inkpen.manifest.fencing import WriterClaim, claim_writer
+from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
+from inkpen.manifest.paths import segment_key
+from inkpen.manifest.store import ManifestStore
+from inkpen.objectstore.base import ObjectStore
+from inkpen.options import Options
+
+from .base import call, call_async, send, stop
+from .bookie import AttachBookie, Bookie, BookieStats, PushAll, ShutdownBookie
+from .context import EngineContext
+from .inker import Attach, FoldNow, Inker, LoadJournal, Replay, Shutdown, Sync
+from .inker_clerk import InkerClerk
+from .intake import WriteIntake
+from .journal_clerk import JournalClerk, OpenJournal
+from .keeper import ManifestKeeper
+from .messages import Fenced
+from .penciller import AttachPenciller, FlushMem, LoadLevels, Penciller, ShutdownPenciller
+from .penciller_clerk import PencillerClerk
+from .scheduler import Scheduler
+from .sst_clerk import OpenSst, SstClerk
+from .throttle import Throttle
+from .views import SegmentTable, ViewBoard
+
+log = get_logger("inkpen.bookie")
+
+SEGMENT_READERS = 8
+CLOSE_WAIT = 600.0
+
+
+class Engine:
+    """The actors of one open Bookie and the shared context they run in."""
+
+    def __init__(
+        self,
+        ctx: EngineContext,
+        intake: WriteIntake,
+        *,
+        bookie: pykka.ActorRef[Any],
+        inker: pykka.ActorRef[Any],
+        penciller: pykka.ActorRef[Any],
+        inker_clerk: pykka.ActorRef[Any],
+        penciller_clerk: pykka.ActorRef[Any],
+        owns_store: bool,
+    ) -> None:
+        self.ctx = ctx
+        self.intake = intake
+        self.bookie = bookie
+        self.inker = inker
+        self.penciller = penciller
+        self.inker_clerk = inker_clerk
+        self.penciller_clerk = penciller_clerk
+        self._owns_store = owns_store
+        self.closed = False
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, store: ObjectStore, options: Options, *, owns_store: bool) -> Engine:
+        started = time.monotonic()
+        manifests = ManifestStore(store)
+        manifests.open_database(create_if_missing=True)
+        claim = claim_writer(manifests, now=options.clock())
+        keeper = ManifestKeeper(
+            manifests,
+            epoch=claim.epoch,
+            writer_checkpoint=_writer_checkpoint(claim),
+            latest=claim.versioned,
+            timeout=options.manifest_update_timeout,
+            clock=options.clock,
+        )
+        ctx = EngineContext(
+            store=store,
+            resolver=StoreResolver(store),
+            options=options,
+            keeper=keeper,
+            scheduler=Scheduler(),
+            board=ViewBoard(),
+            throttle=Throttle(),
+            block_cache=LruCache(options.block_cache_bytes) if options.block_cache_bytes else None,
+            journal_cache=(
+                LruCache(options.journal_cache_bytes) if options.journal_cache_bytes else None
+            ),
+        )
+        manifest = claim.versioned.manifest
+        intake = WriteIntake(options.max_batch_bytes)
+        started_refs: list[pykka.ActorRef[Any]] = []
+        try:
+            penciller = Penciller.start(ctx, persisted_sqn=manifest.ledger.persisted_sqn)
+            started_refs.append(penciller)
+            inker = Inker.start(
+                ctx, intake, epoch=claim.epoch, next_segment=claim.fence_segment + 1
+            )
+            started_refs.append(inker)
+            l0, levels = _open_ssts(ctx, manifest, penciller)
+            files = _open_journal_files(ctx, manifest, inker)
+            segments = _read_segments(ctx, claim)
+            max_sqn = max(
+                [manifest.ledger.persisted_sqn]
+                + [h.descriptor.max_sqn for h in files]
+                + [s.last_sqn for s in segments]
+                + [d.max_sqn for d in manifest.ledger.ssts()]
+            )
+            call(penciller, LoadLevels(l0, levels))
+            call(inker, LoadJournal(files, segments, max_sqn))
+            bookie = Bookie.start(ctx)
+            started_refs.append(bookie)
+            penciller_clerk = PencillerClerk.start(ctx, penciller)
+            started_refs.append(penciller_clerk)
+            inker_clerk = InkerClerk.start(ctx, inker)
+            started_refs.append(inker_clerk)
+            call(bookie, AttachBookie(inker, penciller, inker_clerk))
+            call(inker, Attach(bookie, penciller, inker_clerk))
+            call(penciller, AttachPenciller(bookie, penciller_clerk))
+
+            def fenced(error: FencedError) -> None:
+                send(bookie, Fenced(error))
+                send(inker, Fenced(error))
+
+            keeper.on_fenced = fenced
+            replayed = call(inker, Replay(manifest.ledger.persisted_sqn))
+        except BaseException:
+            for ref in reversed(started_refs):
+                stop(ref)
+            ctx.scheduler.stop()
+            raise
+        log.info(
+            "bookie.open",
+            url=store.url,
+            epoch=claim.epoch,
+            manifest=claim.versioned.id,
+            ssts=sum(1 for _ in manifest.ledger.ssts()),
+            journal_files=len(files),
+            segments=len(segments),
+            replayed=replayed,
+            sqn=max_sqn,
+            ms=round((time.monotonic() - started) * 1000, 2),
+        )
+        log.info("journal.recovery", segments=len(segments), entries=replayed)
+        return cls(
+            ctx,
+            intake,
+            bookie=bookie,
+            inker=inker,
+            penciller=penciller,
+            inker_clerk=inker_clerk,
+            penciller_clerk=penciller_clerk,
+            owns_store=owns_store,
+        )
+
+    # -- close --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Persist what memory holds, then stop every actor. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        started = time.monotonic()
+        try:
+            self._persist()
+        except FencedError:
+            log.info("bookie.close_fenced", url=self.ctx.store.url)
+        finally:
+            self.intake.shut(UsageError("this Bookie is closed"))
+            self.ctx.throttle.release()
+            for ref, message in (
+                (self.bookie, ShutdownBookie()),
+                (self.penciller, ShutdownPenciller()),
+                (self.inker, Shutdown()),
+            ):
+                try:
+                    call(ref, message, timeout=CLOSE_WAIT)
+                except InkpenError as exc:
+                    log.warning(
+                        "bookie.close_step_failed", step=type(message).__name__, error=str(exc)
+                    )
+            for ref in (
+                self.penciller_clerk,
+                self.inker_clerk,
+                self.bookie,
+                self.penciller,
+                self.inker,
+            ):
+                stop(ref)
+            self.ctx.scheduler.stop()
+            self.ctx.resolver.close()
+            if self._owns_store:
+                self.ctx.store.close()
+        log.info(
+            "bookie.close", url=self.ctx.store.url, ms=round((time.monotonic() - started) * 1000, 2)
+        )
+
+    def _persist(self) -> None:
+        keeper = self.ctx.keeper
+        if keeper.fenced is not None:
+            return
+        call(self.inker, Sync())
+        self.intake.shut(UsageError("this Bookie is closed"))
+        call(self.inker, Sync())
+        call(self.bookie, PushAll())
+        deadline = time.monotonic() + CLOSE_WAIT
+        room = self.ctx.ledger_room
+        while keeper.fenced is None:
+            room.clear()
+            if call(self.penciller, FlushMem()):
+                break
+            if time.monotonic() > deadline:
+                raise InkpenError("the ledger did not finish writing its memory to L0 in time")
+            room.wait(timeout=1.0)
+        if self.ctx.options.fold_on_close:
+            while keeper.fenced is None and not call(self.inker, FoldNow()):
+                if time.monotonic() > deadline:
+                    raise InkpenError("the journal fold in progress did not finish in time")
+                time.sleep(0.01)
+        call(self.penciller, ShutdownPenciller())
+        if keeper.fenced is None:
+            keeper.drop_writer_checkpoint()
+
+    def stats(self) -> dict[str, Any]:
+        return call(self.bookie, BookieStats())
+
+
+def _writer_checkpoint(claim: WriterClaim) -> str | None:
+    for checkpoint in claim.versioned.manifest.checkpoints:
+        meta = checkpoint.metadata
+        if meta.get("kind") == "writer" and meta.get("epoch") == str(claim.epoch):
+            return checkpoint.id
+    return None
+
+
+def _open_ssts(
+    ctx: EngineContext, manifest: Manifest, owner: pykka.ActorRef[Any]
+) -> tuple[tuple[Any, ...], tuple[tuple[Any, ...], ...]]:
+    """Start a clerk per SST and open every reader at once; answers (L0, [L1, ...])."""
+    levels = manifest.ledger.levels
+    futures: list[list[Any]] = []
+    clerks: list[pykka.ActorRef[Any]] = []
+    try:
+        for level in levels:
+            row = []
+            for descriptor in level:
+                clerk = _sst_clerk(ctx, descriptor, owner)
+                clerks.append(clerk)
+                row.append(call_async(clerk, OpenSst(descriptor)))
+            futures.append(row)
+        opened = tuple(tuple(f.get() for f in row) for row in futures)
+    except BaseException:
+        for clerk in clerks:
+            stop(clerk)
+        raise
+    if not opened:
+        return (), ()
+    return opened[0], opened[1:]
+
+
+def _sst_clerk(
+    ctx: EngineContext, descriptor: SstDescriptor, owner: pykka.ActorRef[Any]
+) -> pykka.ActorRef[Any]:
+    return SstClerk.start(
+        ctx.resolver.store_for(descriptor.root),
+        descriptor.name,
+        owner,
+        ctx.scheduler,
+        poll_interval=ctx.options.delete_poll_interval,
+        owned=descriptor.root is None,
+        cache=ctx.block_cache,
+    )
+
+
+def _open_journal_files(
+    ctx: EngineContext, manifest: Manifest, owner: pykka.ActorRef[Any]
+) -> tuple[Any, ...]:
+    clerks: list[pykka.ActorRef[Any]] = []
+    try:
+        futures = []
+        for descriptor in manifest.journal.files:
+            clerk = _journal_clerk(ctx, descriptor, owner)
+            clerks.append(clerk)
+            futures.append(call_async(clerk, OpenJournal(descriptor)))
+        return tuple(f.get() for f in futures)
+    except BaseException:
+        for clerk in clerks:
+            stop(clerk)
+        raise
+
+
+def _journal_clerk(
+    ctx: EngineContext, descriptor: JournalFileDescriptor, owner: pykka.ActorRef[Any]
+) -> pykka.ActorRef[Any]:
+    return JournalClerk.start(
+        ctx.resolver.store_for(descriptor.root),
+        descriptor.name,
+        owner,
+        ctx.scheduler,
+        poll_interval=ctx.options.delete_poll_interval,
+        owned=descriptor.root is None,
+        cache=ctx.journal_cache,
+        chunk_bytes=ctx.options.journal_chunk_bytes,
+    )
+
+
+def _read_segments(ctx: EngineContext, claim: WriterClaim) -> tuple[SegmentTable, ...]:
+    """Read the accepted unfolded segments (in parallel) into memory tables."""
+    store = ctx.store
+
+    def read(segment_id: int) -> SegmentTable | None:
+        key = segment_key(segment_id)
+        data = store.get(key)
+        _, entries = decode_journal(data, key)
+        if not entries:
+            return None
+        return SegmentTable(
+            segment_id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, len(data)
+        )
+
+    ids = [ref.id for ref in claim.segments]
+    if not ids:
+        return ()
+    with ThreadPoolExecutor(max_workers=min(SEGMENT_READERS, len(ids))) as pool:
+        tables = list(pool.map(read, ids))
+    return tuple(t for t in tables if t is not None)

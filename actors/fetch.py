@@ -1,0 +1,66 @@
+"""Ranged reads of one stored object, as the format readers want them: ``fetch(start, end)``.
+
+SST readers cache decoded blocks themselves, so they read straight from the store. Journal
+readers fetch one record per lookup; on an object store every request costs a round trip, so
+:class:`ChunkedFetch` reads aligned chunks through a byte-weighted cache shared by every journal
+file of the Bookie, and serves records from memory once their chunk is cached.
+"""
+
+from __future__ import annotations
+
+from inkpen.formats.cache import LruCache
+from inkpen.objectstore.base import ObjectStore
+
+
+class DirectFetch:
+    """``fetch(start, end)`` straight from the store."""
+
+    __slots__ = ("key", "store")
+
+    def __init__(self, store: ObjectStore, key: str) -> None:
+        self.store = store
+        self.key = key
+
+    def __call__(self, start: int, end: int) -> bytes:
+        return self.store.get_range(self.key, start, end)
+
+
+class ChunkedFetch:
+    """``fetch(start, end)`` through a shared cache of aligned ``chunk``-byte pieces."""
+
+    __slots__ = ("_cache", "_chunk", "_id", "_size", "key", "store")
+
+    def __init__(
+        self, store: ObjectStore, key: str, size: int, cache: LruCache, chunk: int
+    ) -> None:
+        self.store = store
+        self.key = key
+        self._size = size
+        self._cache = cache
+        self._chunk = chunk
+        self._id = (store.url, key)
+
+    def _piece(self, index: int) -> bytes:
+        cache_key = (self._id, index)
+        piece = self._cache.get(cache_key)
+        if piece is None:
+            start = index * self._chunk
+            piece = self.store.get_range(self.key, start, min(self._size, start + self._chunk))
+            self._cache.put(cache_key, piece, len(piece))
+        return piece  # type: ignore[return-value]
+
+    def __call__(self, start: int, end: int) -> bytes:
+        chunk = self._chunk
+        end = min(end, self._size)
+        if end <= start:
+            return b""
+        first, last = start // chunk, (end - 1) // chunk
+        if first == last:
+            offset = start - first * chunk
+            return self._piece(first)[offset : offset + end - start]
+        if last - first > 8:
+            return self.store.get_range(self.key, start, end)
+        parts = [self._piece(i) for i in range(first, last + 1)]
+        joined = b"".join(parts)
+        offset = start - first * chunk
+        return joined[offset : offset + end - start]

@@ -1,0 +1,139 @@
+"""What every file clerk shares: the end of a file's life (delete_pending, then deletion).
+
+Every stored SST and journal file has one clerk actor (Leveled's file processes). A clerk's states::
+
+    writing ──(object written, reader open)──▶ reading ──(SetForDelete)──▶ delete_pending
+                                                                              │
+                            ◀──(DeleteDeferred: poll again, back-off doubles)─┤
+                                                                              ▼
+                                               (DeleteConfirmed) object deleted, clerk stops
+
+A clerk enters ``delete_pending`` when a committed manifest no longer names its file. From then on
+it still serves reads, and it asks its owner (the Penciller for SSTs, the Inker for journal files)
+with :class:`ConfirmDelete` whether the file may go; the owner answers :class:`DeleteConfirmed`
+only when no registered snapshot older than the change and no live checkpoint can still read it.
+Otherwise the owner answers :class:`DeleteDeferred` and the clerk asks again later, waiting twice as
+long each time (up to a minute). Owners never wait on a clerk (all messages here are tells), so a
+clerk and its owner cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from inkpen.errors import StoreError
+from inkpen.logs import get_logger
+from inkpen.objectstore.base import ObjectStore
+
+from .base import InkpenActor, handles, send
+from .scheduler import Scheduler
+
+log = get_logger("inkpen.clerk")
+
+MAX_POLL_INTERVAL = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class SetForDelete:
+    """To a clerk: the manifest with id ``change_id`` dropped your file."""
+
+    change_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmDelete:
+    """From a clerk to its owner: may ``name``, dropped at ``change_id``, be deleted now?"""
+
+    name: str
+    change_id: int
+    clerk: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConfirmed:
+    """To a clerk: delete your file and stop."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteDeferred:
+    """To a clerk: something may still read your file; ask again later."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileDeleted:
+    """From a clerk to its owner: the object is gone and the clerk has stopped."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Poll:
+    pass
+
+
+class FileClerk(InkpenActor):
+    """Base of the per-file clerks: owns one object's name and the delete_pending protocol."""
+
+    kind = "file"
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        name: str,
+        owner: pykka.ActorRef[Any],
+        scheduler: Scheduler,
+        *,
+        poll_interval: float,
+        owned: bool = True,
+    ) -> None:
+        super().__init__()
+        self.store = store
+        self.name = name
+        self.owner = owner
+        self.scheduler = scheduler
+        self.state = "writing"
+        self._poll_interval = poll_interval
+        self._next_wait = poll_interval
+        self._change_id = 0
+        self._owned = owned
+        """False for files of a parent database (clones): they are never deleted from here."""
+
+    @handles(SetForDelete)
+    def _set_for_delete(self, message: SetForDelete) -> None:
+        if self.state == "delete_pending":
+            return
+        self.state = "delete_pending"
+        self._change_id = message.change_id
+        log.debug("clerk.delete_pending", kind=self.kind, name=self.name, change=message.change_id)
+        self._schedule_poll()
+
+    @handles(_Poll)
+    def _poll(self, _: _Poll) -> None:
+        if self.state == "delete_pending":
+            send(self.owner, ConfirmDelete(self.name, self._change_id, self.actor_ref))
+
+    @handles(DeleteDeferred)
+    def _deferred(self, _: DeleteDeferred) -> None:
+        self._next_wait = min(MAX_POLL_INTERVAL, self._next_wait * 2)
+        self._schedule_poll()
+
+    @handles(DeleteConfirmed)
+    def _confirmed(self, _: DeleteConfirmed) -> None:
+        if self._owned:
+            try:
+                self.store.delete(self.name)
+            except StoreError as exc:
+                log.warning("clerk.delete_failed", kind=self.kind, name=self.name, error=str(exc))
+                self._schedule_poll()
+                return
+        log.info("clerk.deleted", kind=self.kind, name=self.name)
+        send(self.owner, FileDeleted(self.name))
+        self.stop()
+
+    def _schedule_poll(self) -> None:
+        wait = self._next_wait * random.uniform(0.8, 1.2)
+        self.scheduler.after(wait, self.actor_ref, _Poll())

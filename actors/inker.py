@@ -1,0 +1,580 @@
+"""The Inker: owner of the journal.
+
+The Inker assigns sequence numbers (SQNs), writes the journal, and owns the journal half of the
+manifest. Its pieces:
+
+- the **intake** (:mod:`inkpen.actors.intake`): puts from any thread gather into a batch; the
+  Inker writes each batch as one **journal segment** (``journal/<id>.jnl``, create-if-absent at the
+  next contiguous id, stamped with the writer epoch). A put's caller is released only after its
+  segment is durably written and the Bookie has cached its ledger entries. ``flush_policy``
+  decides when a batch is written: ``idle`` as soon as the Inker is free (a batch fills while the
+  previous segment is being written: group commit), ``interval`` ``flush_interval`` after the
+  batch opened; a batch of ``max_batch_bytes`` is written at once either way.
+- the **active journal**: written segments stay in memory (published in the Inker's view, so
+  gets find their values without a store read) until the Inker's clerk **folds** them into a
+  journal file and the manifest records the fold (``last_folded_segment``).
+- **journal files** (``journal/compacted/<id>.jnl``), one clerk each, serving value reads.
+- the **snapshot register** for journal clones, and the delete confirmations of its files.
+
+A segment write that finds its slot taken by a newer epoch means a newer writer has opened the
+database: the Inker is fenced, fails the batch and every later one with ``FencedError``, and
+writes nothing more. A write whose outcome is unknown is retried with the same bytes into the
+same slot (the bytes decide whether an earlier attempt landed); if the outcome stays unknown the
+Inker stops writing rather than leave a gap that would hide later segments.
+
+Messages: ``BatchOpened``, ``BatchFull``, ``FlushDue`` (from the intake and the timer), ``Sync``,
+``FoldNow``, ``Folded``/``FoldFailed`` (from the clerk), ``CompactionDone``, ``RegisterJournal``,
+``ReleaseJournal``, ``ConfirmDelete``/``FileDeleted`` (from file clerks), ``Replay``,
+``InkerStats``,
+``Shutdown``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
+from inkpen.formats.journal import build_journal
+from inkpen.logs import get_logger
+from inkpen.manifest.fencing import write_segment
+from inkpen.manifest.model import Manifest
+from inkpen.manifest.paths import segment_key
+
+from .base import ActorGone, InkpenActor, call, handles, send, stop
+from .changes import replayed_entries
+from .context import EngineContext
+from .file_clerk import ConfirmDelete, DeleteConfirmed, DeleteDeferred, FileDeleted, SetForDelete
+from .inker_clerk import (
+    CompactionDone,
+    Folded,
+    FoldFailed,
+    FoldSegments,
+    fold_entries,
+    write_journal_files,
+)
+from .intake import Batch, WriteIntake
+from .messages import ApplyBatch, Fenced, PushMem
+from .registry import CheckpointGuard, SnapshotRegistry
+from .throttle import NONE, SLOW, STOP
+from .views import JournalHandle, JournalView, MemTable, SegmentTable
+
+log = get_logger("inkpen.inker")
+
+SEGMENT_WRITE_ATTEMPTS = 6
+
+
+# -- messages ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """Ask, once at start-up: the actors the Inker talks to."""
+
+    bookie: pykka.ActorRef[Any]
+    penciller: pykka.ActorRef[Any]
+    clerk: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadJournal:
+    """Ask, once at start-up: the journal files (open), unfolded segments and highest SQN."""
+
+    files: tuple[JournalHandle, ...]
+    segments: tuple[SegmentTable, ...]
+    max_sqn: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOpened:
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFull:
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class FlushDue:
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """Ask: write the open batch now; answers the highest durable SQN."""
+
+
+@dataclass(frozen=True, slots=True)
+class FoldNow:
+    """Ask: fold every unfolded segment into journal files; answers when committed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterJournal:
+    """Ask: register a journal clone; answers the Inker's current view."""
+
+    snapshot_id: str
+    long_running: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseJournal:
+    snapshot_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Ask at start-up: push every journal entry above ``persisted_sqn`` into the ledger."""
+
+    persisted_sqn: int
+
+
+@dataclass(frozen=True, slots=True)
+class InkerStats:
+    """Ask: counters for ``Bookie.stats()``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Ask: stop writing, stop the file clerks."""
+
+
+# -- the actor --------------------------------------------------------------------------------
+
+
+class Inker(InkpenActor):
+    """Owns the journal: SQNs, segments, the active journal, journal files and their clerks."""
+
+    def __init__(
+        self, ctx: EngineContext, intake: WriteIntake, *, epoch: int, next_segment: int
+    ) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.epoch = epoch
+        self.next_segment = next_segment
+        self.sqn = 0
+        self.files: dict[str, JournalHandle] = {}
+        self.segments: list[SegmentTable] = []
+        self.bookie: pykka.ActorRef[Any] | None = None
+        self.penciller: pykka.ActorRef[Any] | None = None
+        self.clerk: pykka.ActorRef[Any] | None = None
+        self.folding = False
+        self.stopped: InkpenError | None = None
+        self.registry = SnapshotRegistry("inker")
+        self.guard = CheckpointGuard(ctx.keeper, ctx.options.clock)
+        self.pending_deletes: dict[str, int] = {}
+        self.segments_written = 0
+        self.bytes_written = 0
+        ref = self.actor_ref
+        self.intake = intake
+        intake.connect(lambda b: ref.tell(BatchOpened(b)), lambda b: ref.tell(BatchFull(b)))
+        self._publish()
+
+    # -- wiring ---------------------------------------------------------------------------
+
+    @handles(LoadJournal)
+    def _load(self, message: LoadJournal) -> None:
+        """Install the journal found at start-up: open files, replayable segments, top SQN."""
+        self.files = {h.name: h for h in message.files}
+        self.segments = list(message.segments)
+        self.sqn = message.max_sqn
+        self._publish()
+
+    @handles(Fenced)
+    def _fenced(self, message: Fenced) -> None:
+        self._stop_writing(message.error)
+
+    @handles(Attach)
+    def _attach(self, message: Attach) -> None:
+        self.bookie = message.bookie
+        self.penciller = message.penciller
+        self.clerk = message.clerk
+
+    def _publish(self) -> None:
+        self.ctx.board.journal = JournalView.of(
+            list(self.files.values()), self.segments, self.ctx.keeper.latest.id
+        )
+
+    # -- group commit ---------------------------------------------------------------------
+
+    @handles(BatchOpened)
+    def _opened(self, message: BatchOpened) -> None:
+        options = self.ctx.options
+        if options.flush_policy == "idle":
+            batch = self.intake.take(message.batch)
+            if batch is not None:
+                self._write(batch)
+            return
+        wait = options.flush_interval - (time.monotonic() - message.batch.opened_at)
+        if wait <= 0:
+            batch = self.intake.take(message.batch)
+            if batch is not None:
+                self._write(batch)
+        else:
+            self.ctx.scheduler.after(wait, self.actor_ref, FlushDue(message.batch))
+
+    @handles(FlushDue)
+    def _due(self, message: FlushDue) -> None:
+        batch = self.intake.take(message.batch)
+        if batch is not None:
+            self._write(batch)
+
+    @handles(BatchFull)
+    def _full(self, message: BatchFull) -> None:
+        self._write(message.batch)
+
+    @handles(Sync)
+    def _sync(self, _: Sync) -> int:
+        batch = self.intake.take()
+        if batch is not None:
+            self._write(batch)
+        return self.sqn
+
+    def _write(self, batch: Batch) -> None:
+        if self.stopped is not None:
+            batch.fail(self.stopped)
+            return
+        started = time.monotonic()
+        first = self.sqn + 1
+        entries = tuple(change.entry(first + i) for i, change in enumerate(batch.changes))
+        data = build_journal(entries, writer_epoch=self.epoch)
+        segment_id = self.next_segment
+        try:
+            written = self._put_segment(segment_id, data)
+        except FencedError as exc:
+            self._stop_writing(exc)
+            batch.fail(exc)
+            return
+        except StoreError as exc:
+            if exc.definite:
+                batch.fail(exc)
+                return
+            error = StoreError(
+                f"the outcome of writing journal segment {segment_id} stays unknown "
+                f"({exc}); this Bookie has stopped writing: close it and open the database "
+                "again, which recovers every write that landed",
+                definite=False,
+                key=segment_key(segment_id),
+            )
+            self._stop_writing(error)
+            batch.fail(error)
+            return
+        except InkpenError as exc:
+            self._stop_writing(exc)
+            batch.fail(exc)
+            return
+        if not written:
+            batch.fail(StoreError(f"journal segment {segment_id} was not written", definite=True))
+            return
+        self.sqn = entries[-1].sqn
+        self.next_segment = segment_id + 1
+        table = SegmentTable(segment_id, first, self.sqn, {e.sqn: e for e in entries}, len(data))
+        self.segments.append(table)
+        self.ctx.board.journal = self.ctx.board.journal.with_segment(table)
+        self.segments_written += 1
+        self.bytes_written += len(data)
+        if self.bookie is None or not send(self.bookie, ApplyBatch(batch, entries)):
+            batch.fail(ActorGone("the Bookie has stopped"))
+        log.debug(
+            "journal.segment_flush",
+            segment=segment_id,
+            first_sqn=first,
+            last_sqn=self.sqn,
+            entries=len(entries),
+            bytes=len(data),
+            ms=round((time.monotonic() - started) * 1000, 2),
+        )
+        self._after_write()
+
+    def _put_segment(self, segment_id: int, data: bytes) -> bool:
+        """Write a segment, retrying an unknown outcome with the same bytes; True if it landed.
+
+        False means it definitely did not land (the slot is still free). A slot that already
+        holds exactly these bytes is an earlier attempt of ours that landed.
+        """
+        delay = 0.05
+        last: StoreError | None = None
+        for attempt in range(SEGMENT_WRITE_ATTEMPTS):
+            try:
+                write_segment(self.ctx.store, segment_id, data, writer_epoch=self.epoch)
+                return True
+            except FencedError:
+                raise
+            except StoreError as exc:
+                if exc.definite and attempt == 0:
+                    return False
+                last = exc
+            except InkpenError:
+                pass  # our own epoch holds the slot: the bytes say whether it is this write
+            if self._segment_holds(segment_id, data):
+                return True
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+        raise last or StoreError(
+            f"could not write journal segment {segment_id}",
+            definite=False,
+            key=segment_key(segment_id),
+        )
+
+    def _segment_holds(self, segment_id: int, data: bytes) -> bool:
+        """Whether the slot holds exactly ``data``; raises if it holds other bytes of our epoch."""
+        try:
+            existing = self.ctx.store.get(segment_key(segment_id))
+        except StoreError:
+            return False
+        if existing == data:
+            return True
+        raise InkpenError(
+            f"journal segment {segment_id} holds other bytes of writer epoch {self.epoch}: "
+            "two writers claimed one epoch; close this Bookie"
+        )
+
+    def _after_write(self) -> None:
+        options = self.ctx.options
+        unfolded = sum(s.size for s in self.segments)
+        count = len(self.segments)
+        if not self.folding and (unfolded >= options.fold_bytes or count >= options.fold_segments):
+            self._start_fold(tuple(self.segments))
+        ratio = max(unfolded / options.fold_bytes, count / options.fold_segments)
+        level = STOP if ratio >= 4 else SLOW if ratio >= 2 else NONE
+        self.ctx.throttle.set("journal", level)
+
+    def _stop_writing(self, error: InkpenError) -> None:
+        if self.stopped is None:
+            self.stopped = error
+            log.warning("inker.stopped_writing", epoch=self.epoch, error=str(error))
+        self.intake.shut(error)
+        if isinstance(error, FencedError):
+            self.ctx.keeper.fence(error)
+
+    # -- folding ----------------------------------------------------------------------------
+
+    def _start_fold(self, segments: tuple[SegmentTable, ...]) -> None:
+        if not segments or self.clerk is None or self.stopped is not None:
+            return
+        self.folding = True
+        send(self.clerk, FoldSegments(segments, self.actor_ref))
+
+    @handles(FoldNow)
+    def _fold_now(self, _: FoldNow) -> bool:
+        """Fold every unfolded segment now, on this thread (close, hot backup).
+
+        Answers True once nothing is left unfolded, False while the clerk's fold is still in
+        flight (ask again after it lands).
+        """
+        if self.folding:
+            return False
+        if self.stopped is not None or not self.segments:
+            return True
+        segments = tuple(self.segments)
+        handles = write_journal_files(
+            self.ctx,
+            self.actor_ref,
+            fold_entries(segments),
+            self.ctx.options.journal_file_target_bytes,
+        )
+        self._folded(Folded(tuple(s.segment_id for s in segments), handles))
+        return not self.segments
+
+    @handles(Folded)
+    def _folded(self, message: Folded) -> None:
+        self.folding = False
+        if not message.handles:
+            return
+        last = max(message.segment_ids)
+        descriptors = tuple(h.descriptor for h in message.handles)
+        next_segment = self.next_segment
+
+        def change(m: Manifest) -> Manifest:
+            journal = m.journal
+            files = tuple(sorted((*journal.files, *descriptors), key=lambda d: d.min_sqn))
+            return dataclasses.replace(
+                m,
+                journal=dataclasses.replace(
+                    journal,
+                    files=files,
+                    last_folded_segment=max(journal.last_folded_segment, last),
+                    next_segment=max(journal.next_segment, next_segment),
+                ),
+            )
+
+        try:
+            self.ctx.keeper.commit(change, reason="journal.fold")
+        except FencedError as exc:
+            self._stop_writing(exc)
+            return
+        except StoreError as exc:
+            log.warning("journal.fold_commit_failed", error=str(exc))
+            for handle in message.handles:
+                stop(handle.clerk)
+            return
+        for handle in message.handles:
+            self.files[handle.name] = handle
+        self.segments = [s for s in self.segments if s.segment_id > last]
+        self._publish()
+        log.info(
+            "journal.fold",
+            segments=len(message.segment_ids),
+            last_segment=last,
+            files=[h.name for h in message.handles],
+            bytes=sum(d.size for d in descriptors),
+        )
+        self._after_write()
+
+    @handles(FoldFailed)
+    def _fold_failed(self, message: FoldFailed) -> None:
+        self.folding = False
+        log.warning("journal.fold_failed", error=str(message.error))
+
+    # -- compaction -------------------------------------------------------------------------
+
+    @handles(CompactionDone)
+    def _compacted(self, message: CompactionDone) -> None:
+        """Swap compacted files in and set the replaced ones for deletion."""
+        replaced = set(message.replaced)
+        added = tuple(h.descriptor for h in message.handles)
+
+        def change(m: Manifest) -> Manifest:
+            kept = tuple(d for d in m.journal.files if d.name not in replaced)
+            files = tuple(sorted((*kept, *added), key=lambda d: d.min_sqn))
+            return dataclasses.replace(m, journal=dataclasses.replace(m.journal, files=files))
+
+        try:
+            versioned = self.ctx.keeper.commit(change, reason="journal.compaction")
+        except InkpenError as exc:
+            if isinstance(exc, FencedError):
+                self._stop_writing(exc)
+            log.warning("journal.compaction_commit_failed", error=str(exc))
+            for handle in message.handles:
+                stop(handle.clerk)
+            message.result.set_exception(exc)
+            return
+        for handle in message.handles:
+            self.files[handle.name] = handle
+        for name in replaced:
+            handle = self.files.pop(name, None)
+            if handle is not None and handle.clerk is not None:
+                self.pending_deletes[name] = versioned.id
+                send(handle.clerk, SetForDelete(versioned.id))
+        self._publish()
+        log.info(
+            "journal.compaction_committed",
+            replaced=sorted(replaced),
+            written=[h.name for h in message.handles],
+            manifest=versioned.id,
+        )
+        message.result.set_result(dataclasses.replace(message.report, manifest_id=versioned.id))
+
+    # -- snapshots and deletes --------------------------------------------------------------
+
+    @handles(RegisterJournal)
+    def _register(self, message: RegisterJournal) -> JournalView:
+        view = self.ctx.board.journal
+        options = self.ctx.options
+        timeout = (
+            options.snapshot_timeout_long
+            if message.long_running
+            else options.snapshot_timeout_short
+        )
+        self.registry.register(message.snapshot_id, view.manifest_id, timeout)
+        return view
+
+    @handles(ReleaseJournal)
+    def _release(self, message: ReleaseJournal) -> None:
+        self.registry.release(message.snapshot_id)
+
+    @handles(ConfirmDelete)
+    def _confirm_delete(self, message: ConfirmDelete) -> None:
+        send(
+            message.clerk,
+            DeleteConfirmed()
+            if self.guard.may_delete(self.registry, message)
+            else DeleteDeferred(),
+        )
+
+    @handles(FileDeleted)
+    def _deleted(self, message: FileDeleted) -> None:
+        self.pending_deletes.pop(message.name, None)
+
+    # -- start-up replay ----------------------------------------------------------------------
+
+    @handles(Replay)
+    def _replay(self, message: Replay) -> int:
+        """Push journal entries above the ledger's persisted SQN into the Penciller, in order."""
+        assert self.penciller is not None
+        persisted = message.persisted_sqn
+        batch_entries = self.ctx.options.ledger_cache_entries
+        pending: list[tuple[bytes, Any]] = []
+        replayed = 0
+
+        def flush() -> None:
+            nonlocal pending
+            if pending:
+                self._push_replayed(MemTable.of(pending))
+                pending = []
+
+        for handle in sorted(self.files.values(), key=lambda h: h.descriptor.min_sqn):
+            descriptor = handle.descriptor
+            if descriptor.in_ledger or descriptor.max_sqn <= persisted:
+                continue
+            for entry in handle.reader.iter_entries():
+                if entry.sqn > persisted:
+                    pending.extend(replayed_entries(entry))
+                    replayed += 1
+                    if len(pending) >= batch_entries:
+                        flush()
+        for segment in self.segments:
+            if segment.last_sqn <= persisted:
+                continue
+            for sqn in sorted(segment.entries):
+                if sqn > persisted:
+                    pending.extend(replayed_entries(segment.entries[sqn]))
+                    replayed += 1
+                    if len(pending) >= batch_entries:
+                        flush()
+        flush()
+        return replayed
+
+    def _push_replayed(self, table: MemTable) -> None:
+        assert self.penciller is not None
+        room = self.ctx.ledger_room
+        deadline = time.monotonic() + 600.0
+        while True:
+            room.clear()
+            if call(self.penciller, PushMem((table,))):
+                return
+            if not room.wait(timeout=max(0.0, deadline - time.monotonic())):
+                call(self.penciller, PushMem((table,), force=True))
+                return
+
+    # -- the rest -----------------------------------------------------------------------------
+
+    @handles(InkerStats)
+    def _stats(self, _: InkerStats) -> dict[str, Any]:
+        return {
+            "sqn": self.sqn,
+            "writer_epoch": self.epoch,
+            "next_segment": self.next_segment,
+            "unfolded_segments": len(self.segments),
+            "unfolded_bytes": sum(s.size for s in self.segments),
+            "journal_files": len(self.files),
+            "journal_bytes": sum(h.descriptor.size for h in self.files.values()),
+            "segments_written": self.segments_written,
+            "segment_bytes_written": self.bytes_written,
+            "journal_snapshots": len(self.registry),
+            "journal_pending_deletes": len(self.pending_deletes),
+        }
+
+    @handles(Shutdown)
+    def _shutdown(self, _: Shutdown) -> None:
+        if self.stopped is None:
+            self.stopped = UsageError("this Bookie is closed")
+        self.intake.shut(self.stopped)
+        for handle in self.files.values():
+            stop(handle.clerk)
+        self.files.clear()

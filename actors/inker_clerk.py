@@ -1,0 +1,288 @@
+"""The Inker's clerk: folds segments into journal files and compacts journal files.
+
+Both jobs write new journal files through new journal-file clerks, off the Inker's message loop,
+then tell the Inker, which commits the manifest change and publishes the new view.
+
+**Folding.** The Inker's active journal is a run of small segments (one per group commit). When
+their bytes or count pass ``fold_bytes`` / ``fold_segments`` the Inker sends them here
+(:class:`FoldSegments`); they are rewritten, in SQN order, as journal files of about
+``journal_file_target_bytes`` (:class:`Folded`). Folding keeps the number of journal objects
+small and lets GC remove the segments.
+
+**Compaction** (:class:`Compact`, Leveled's Inker's clerk). With a ledger snapshot taken when the
+request was made:
+
+1. score every journal file by sampling ``compaction_sample_size`` of its records: the score is
+   the percentage of sampled bytes the rules of :mod:`inkpen.actors.retention` would keep;
+2. pick the best contiguous run of files (Leveled's single-file and max-run thresholds,
+   :func:`~inkpen.actors.retention.best_run`); if no run scores above zero, stop;
+3. rewrite the run's entries through the same rules (per tag: ``retain`` keeps key changes,
+   ``recovr`` drops them) into new journal files;
+4. tell the Inker (:class:`CompactionDone`); it commits the swap in one manifest change and sets
+   the replaced files' clerks to delete_pending.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pykka
+
+from inkpen.formats.journal import JournalEntry, build_journal
+from inkpen.formats.keys import LedgerValue, Tag
+from inkpen.logs import get_logger
+from inkpen.manifest.model import JournalFileDescriptor
+from inkpen.manifest.paths import journal_file_key, new_file_id
+
+from .base import InkpenActor, call, handles, send, stop
+from .context import EngineContext
+from .journal_clerk import JournalClerk, WriteJournal
+from .retention import best_run, entry_weight, judge, retained_weight
+from .views import JournalHandle, SegmentTable
+
+log = get_logger("inkpen.inker")
+
+
+class LedgerSnapshotLike(Protocol):
+    """What compaction needs of a ledger snapshot."""
+
+    max_sqn: int
+
+    def get(self, key: bytes) -> LedgerValue | None: ...
+
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FoldSegments:
+    """Inker to clerk: write these segments' entries as journal files; answer :class:`Folded`."""
+
+    segments: tuple[SegmentTable, ...]
+    reply_to: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """Clerk to Inker: the segments now live in these (open) journal files."""
+
+    segment_ids: tuple[int, ...]
+    handles: tuple[JournalHandle, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FoldFailed:
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What one compaction attempt did."""
+
+    scores: dict[str, float] = field(default_factory=dict)
+    compacted: tuple[str, ...] = ()
+    written: tuple[str, ...] = ()
+    bytes_before: int = 0
+    bytes_after: int = 0
+    entries_kept: int = 0
+    entries_reduced: int = 0
+    entries_dropped: int = 0
+    manifest_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Compact:
+    """To the clerk: compact the journal against ``snapshot``; the outcome goes to ``result``."""
+
+    snapshot: LedgerSnapshotLike
+    result: Future[CompactionReport]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionDone:
+    """Clerk to Inker: swap ``replaced`` files for ``handles`` and then resolve ``result``."""
+
+    replaced: tuple[str, ...]
+    handles: tuple[JournalHandle, ...]
+    report: CompactionReport
+    result: Future[CompactionReport]
+
+
+def fold_entries(segments: Iterable[SegmentTable]) -> Iterator[JournalEntry]:
+    """The entries of segments in SQN order."""
+    for segment in segments:
+        entries = segment.entries
+        for sqn in sorted(entries):
+            yield entries[sqn]
+
+
+def write_journal_files(
+    ctx: EngineContext,
+    owner: pykka.ActorRef[Any],
+    entries: Iterable[JournalEntry],
+    target_bytes: int,
+) -> tuple[JournalHandle, ...]:
+    """Write entries (SQN order) as journal files of about ``target_bytes``, each via its clerk."""
+    handles: list[JournalHandle] = []
+    chunk: list[JournalEntry] = []
+    size = 0
+    try:
+        for entry in entries:
+            chunk.append(entry)
+            size += entry_weight(entry)
+            if size >= target_bytes:
+                handles.append(_write_file(ctx, owner, chunk))
+                chunk, size = [], 0
+        if chunk:
+            handles.append(_write_file(ctx, owner, chunk))
+    except Exception:
+        for handle in handles:
+            stop(handle.clerk)
+        raise
+    return tuple(handles)
+
+
+def _write_file(
+    ctx: EngineContext, owner: pykka.ActorRef[Any], entries: list[JournalEntry]
+) -> JournalHandle:
+    data = build_journal(entries, writer_epoch=ctx.keeper.epoch)
+    name = journal_file_key(new_file_id())
+    descriptor = JournalFileDescriptor(
+        name=name,
+        min_sqn=entries[0].sqn,
+        max_sqn=entries[-1].sqn,
+        size=len(data),
+        entry_count=len(entries),
+    )
+    clerk = JournalClerk.start(
+        ctx.store,
+        name,
+        owner,
+        ctx.scheduler,
+        poll_interval=ctx.options.delete_poll_interval,
+        cache=ctx.journal_cache,
+        chunk_bytes=ctx.options.journal_chunk_bytes,
+    )
+    try:
+        return call(clerk, WriteJournal(data, descriptor))
+    except Exception:
+        stop(clerk)
+        raise
+
+
+class InkerClerk(InkpenActor):
+    """Folds and compacts for the Inker. Answers :class:`FoldSegments` and :class:`Compact`."""
+
+    def __init__(self, ctx: EngineContext, inker: pykka.ActorRef[Any]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.inker = inker
+
+    @handles(FoldSegments)
+    def _fold(self, message: FoldSegments) -> None:
+        started = time.monotonic()
+        try:
+            handles = write_journal_files(
+                self.ctx,
+                self.inker,
+                fold_entries(message.segments),
+                self.ctx.options.journal_file_target_bytes,
+            )
+        except Exception as exc:
+            send(message.reply_to, FoldFailed(exc))
+            return
+        log.debug("journal.fold_written", ms=round((time.monotonic() - started) * 1000, 2))
+        send(message.reply_to, Folded(tuple(s.segment_id for s in message.segments), handles))
+
+    @handles(Compact)
+    def _compact(self, message: Compact) -> None:
+        try:
+            outcome = self._run(message.snapshot)
+        except Exception as exc:
+            message.snapshot.release()
+            message.result.set_exception(exc)
+            return
+        message.snapshot.release()
+        report, replaced, handles = outcome
+        if not replaced:
+            message.result.set_result(report)
+            return
+        send(self.inker, CompactionDone(replaced, handles, report, message.result))
+
+    def _run(
+        self, snapshot: LedgerSnapshotLike
+    ) -> tuple[CompactionReport, tuple[str, ...], tuple[JournalHandle, ...]]:
+        options = self.ctx.options
+        files = [
+            h for h in self.ctx.board.journal.files if h.descriptor.min_sqn <= snapshot.max_sqn
+        ]
+        now_ms = self.ctx.now_ms()
+        rng = random.Random()
+        scores: dict[str, float] = {}
+        for handle in files:
+            locations = handle.reader.locations()
+            sample = rng.sample(locations, min(options.compaction_sample_size, len(locations)))
+            sample.sort()
+            kept = total = 0
+            for offset, length in sample:
+                entry = handle.reader.read_at(offset, length)
+                k, t = retained_weight(
+                    entry,
+                    snapshot.get,
+                    max_sqn=snapshot.max_sqn,
+                    now_ms=now_ms,
+                    strategy=self._strategy(entry),
+                )
+                kept += k
+                total += t
+            scores[handle.name] = 100.0 * kept / total if total else 100.0
+        run = best_run(
+            [scores[h.name] for h in files],
+            single=options.single_file_compaction_pct,
+            max_run=options.max_run_compaction_pct,
+            max_length=options.max_run_length,
+        )
+        log.info("journal.compaction_scored", files=len(files), run=run)
+        if run is None:
+            return CompactionReport(scores=scores), (), ()
+        chosen = files[run[0] : run[0] + run[1]]
+        counts = {"kept": 0, "reduced": 0, "dropped": 0}
+
+        def survivors() -> Iterator[JournalEntry]:
+            for handle in chosen:
+                for entry in handle.reader.iter_entries():
+                    kept_entry = judge(
+                        entry,
+                        snapshot.get,
+                        max_sqn=snapshot.max_sqn,
+                        now_ms=now_ms,
+                        strategy=self._strategy(entry),
+                    )
+                    if kept_entry is None:
+                        counts["dropped"] += 1
+                        continue
+                    counts["kept" if kept_entry is entry else "reduced"] += 1
+                    yield kept_entry
+
+        handles = write_journal_files(
+            self.ctx, self.inker, survivors(), options.journal_file_target_bytes
+        )
+        report = CompactionReport(
+            scores=scores,
+            compacted=tuple(h.name for h in chosen),
+            written=tuple(h.name for h in handles),
+            bytes_before=sum(h.descriptor.size for h in chosen),
+            bytes_after=sum(h.descriptor.size for h in handles),
+            entries_kept=counts["kept"],
+            entries_reduced=counts["reduced"],
+            entries_dropped=counts["dropped"],
+        )
+        return report, tuple(h.name for h in chosen), handles
+
+    def _strategy(self, entry: JournalEntry) -> Any:
+        tag = "h" if entry.ledger_key[:1] == bytes([Tag.HEAD]) else "o"
+        return self.ctx.options.strategy_for(tag)

@@ -1,0 +1,120 @@
+"""The Inker's intake: where application threads leave changes for the next journal segment.
+
+Puts from many threads must cost few actor messages, so a put does not message the Inker: it adds
+its :class:`~inkpen.actors.changes.Change` to the open :class:`Batch` under a lock and waits on the
+batch's event. The intake tells the Inker only when a batch opens (its first change) or fills up
+(``max_batch_bytes``); the Inker takes the whole batch in one step, writes it as one segment and
+the Bookie releases every waiter of the batch at once (group commit).
+
+The notifications are sent under the intake's lock (a tell only queues a message), so the Inker
+sees a batch's "opened" before its "full", and every "full" before anything sent after it.
+
+Once the Inker is fenced, fails for good or closes, :meth:`WriteIntake.shut` fails the open batch
+and refuses later changes with the same error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from inkpen.errors import InkpenError
+
+from .changes import Change
+
+
+class Batch:
+    """Changes bound for one journal segment, and the event their callers wait on."""
+
+    __slots__ = ("_done", "changes", "error", "opened_at", "weight")
+
+    def __init__(self) -> None:
+        self.changes: list[Change] = []
+        self.weight = 0
+        self.opened_at = time.monotonic()
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def wait(self) -> None:
+        """Block until the batch is durable and visible, or raise why it is not."""
+        self._done.wait()
+        if self.error is not None:
+            raise self.error
+
+    def complete(self) -> None:
+        self._done.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+
+class WriteIntake:
+    """Thread-safe gathering of changes into batches; owned by the Inker."""
+
+    def __init__(self, max_batch_bytes: int) -> None:
+        self._lock = threading.Lock()
+        self._open: Batch | None = None
+        self._max = max_batch_bytes
+        self._on_open: Callable[[Batch], None] = _unconnected
+        self._on_full: Callable[[Batch], None] = _unconnected
+        self._shut: InkpenError | None = None
+
+    def connect(self, on_open: Callable[[Batch], None], on_full: Callable[[Batch], None]) -> None:
+        """Name the Inker's callbacks for a batch opening and a batch filling up."""
+        with self._lock:
+            self._on_open = on_open
+            self._on_full = on_full
+
+    def submit(self, change: Change) -> Batch:
+        """Add a change to the open batch (opening one if needed) and return that batch."""
+        with self._lock:
+            if self._shut is not None:
+                raise self._shut
+            batch = self._open
+            opened = batch is None
+            if batch is None:
+                batch = self._open = Batch()
+            batch.changes.append(change)
+            batch.weight += change.weight
+            if opened:
+                self._on_open(batch)
+            if batch.weight >= self._max:
+                self._open = None
+                self._on_full(batch)
+        return batch
+
+    def take(self, batch: Batch | None = None) -> Batch | None:
+        """Close and return the open batch (only if it is ``batch``, when one is named)."""
+        with self._lock:
+            current = self._open
+            if current is None or (batch is not None and current is not batch):
+                return None
+            self._open = None
+            return current
+
+    def pending(self) -> bool:
+        with self._lock:
+            return self._open is not None
+
+    def shut(self, error: InkpenError) -> None:
+        """Refuse every later change with ``error`` and fail the open batch with it."""
+        with self._lock:
+            if self._shut is None:
+                self._shut = error
+            batch, self._open = self._open, None
+        if batch is not None:
+            batch.fail(error)
+
+    @property
+    def shut_error(self) -> InkpenError | None:
+        return self._shut
+
+
+def _unconnected(batch: Batch) -> None:
+    raise RuntimeError("the write intake is not connected to an Inker yet")

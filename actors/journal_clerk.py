@@ -1,0 +1,84 @@
+"""The journal-file clerk: one actor per journal file (segments folded, or compaction output).
+
+Life cycle (the shared end of life is in :mod:`inkpen.actors.file_clerk`)::
+
+    writing ──▶ reading ──▶ delete_pending ──▶ deleted
+
+- ``writing``: the Inker's clerk hands over the bytes of a new file (:class:`WriteJournal`); this
+  clerk stores them with create-if-absent and opens a reader. Leveled's active journal file is
+  appended to in place; object stores have no append, so inkpen's active journal is the run of
+  small segments the Inker writes per group commit, kept in the Inker's memory until they are
+  folded into a file like this one.
+- ``reading``: the clerk's :class:`~inkpen.formats.journal.JournalReader` (header and hash tables
+  loaded once) is published in the Inker's views; value reads go through it and a chunk cache
+  shared by the Bookie's journal files, without a message to the clerk.
+- A clerk for an existing file starts with :class:`OpenJournal` and goes straight to ``reading``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from inkpen.errors import InkpenError
+from inkpen.formats.cache import LruCache
+from inkpen.formats.journal import JournalReader
+from inkpen.manifest.model import JournalFileDescriptor
+
+from .base import handles
+from .fetch import ChunkedFetch, DirectFetch
+from .file_clerk import FileClerk
+from .views import JournalHandle
+
+
+@dataclass(frozen=True, slots=True)
+class OpenJournal:
+    """Ask: open the reader of an existing journal file; answers its :class:`JournalHandle`."""
+
+    descriptor: JournalFileDescriptor
+
+
+@dataclass(frozen=True, slots=True)
+class WriteJournal:
+    """Ask: store these journal-file bytes and open them; answers the :class:`JournalHandle`."""
+
+    data: bytes
+    descriptor: JournalFileDescriptor
+
+
+class JournalClerk(FileClerk):
+    """Owns one journal-file object: writes it, opens its reader, and later deletes it.
+
+    Answers :class:`OpenJournal`, :class:`WriteJournal`, and the delete_pending messages of
+    :class:`~inkpen.actors.file_clerk.FileClerk`.
+    """
+
+    kind = "journal"
+
+    def __init__(self, *args: Any, cache: LruCache | None, chunk_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cache = cache
+        self._chunk = chunk_bytes
+        self.handle: JournalHandle | None = None
+
+    def _open(self, descriptor: JournalFileDescriptor) -> JournalHandle:
+        fetch = (
+            ChunkedFetch(self.store, self.name, descriptor.size, self._cache, self._chunk)
+            if self._cache is not None
+            else DirectFetch(self.store, self.name)
+        )
+        reader = JournalReader.open(self.name, descriptor.size, fetch, sqn_base=descriptor.sqn_base)
+        self.handle = JournalHandle(descriptor, reader, self.actor_ref)
+        self.state = "reading"
+        return self.handle
+
+    @handles(OpenJournal)
+    def _open_existing(self, message: OpenJournal) -> JournalHandle:
+        return self._open(message.descriptor)
+
+    @handles(WriteJournal)
+    def _write(self, message: WriteJournal) -> JournalHandle:
+        if self.state != "writing":
+            raise InkpenError(f"journal clerk for {self.name} is {self.state}, not writing")
+        self.store.put_if_absent(self.name, message.data)
+        return self._open(message.descriptor)

@@ -1,0 +1,158 @@
+"""The writer's manifest keeper: every manifest commit of an open Bookie goes through it.
+
+The Inker commits the journal half of the manifest and the Penciller the ledger half; both go
+through one :class:`ManifestKeeper`, which serialises them within the process (so the two owners
+never make each other retry), applies each change with the writer's epoch (a newer epoch in the
+store raises :class:`~inkpen.errors.FencedError` instead of a retry) and keeps the writer's
+checkpoint pointing at the manifest the writer relies on. A fenced keeper refuses every later
+commit with the same error and tells the Bookie once, through ``on_fenced``.
+
+It also caches manifests by id (they are immutable) for the owners' delete confirmations, which
+must know which files live checkpoints still reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+
+from inkpen.errors import FencedError
+from inkpen.logs import get_logger
+from inkpen.manifest.model import Manifest, VersionedManifest
+from inkpen.manifest.store import ManifestStore
+
+log = get_logger("inkpen.manifest")
+
+Change = Callable[[Manifest], Manifest]
+
+
+class ManifestKeeper:
+    """Serialised, epoch-checked manifest commits for one writer; thread-safe."""
+
+    def __init__(
+        self,
+        manifests: ManifestStore,
+        *,
+        epoch: int,
+        writer_checkpoint: str | None,
+        latest: VersionedManifest,
+        timeout: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.manifests = manifests
+        self.epoch = epoch
+        self.writer_checkpoint = writer_checkpoint
+        self._latest = latest
+        self._timeout = timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._fenced: FencedError | None = None
+        self._cache: dict[int, Manifest] = {latest.id: latest.manifest}
+        self.on_fenced: Callable[[FencedError], None] | None = None
+        self.commits = 0
+
+    @property
+    def latest(self) -> VersionedManifest:
+        return self._latest
+
+    @property
+    def fenced(self) -> FencedError | None:
+        return self._fenced
+
+    def commit(self, change: Change, *, reason: str) -> VersionedManifest:
+        """Apply ``change`` to the latest manifest and write it at the next id."""
+        with self._lock:
+            if self._fenced is not None:
+                raise self._fenced
+            started = time.monotonic()
+
+            def apply(current: VersionedManifest) -> Manifest:
+                return self._with_writer_checkpoint(change(current.manifest), current.id + 1)
+
+            try:
+                versioned = self.manifests.update(
+                    apply, writer_epoch=self.epoch, timeout=self._timeout
+                )
+            except FencedError as exc:
+                self._fence(exc)
+                raise
+            self._latest = versioned
+            self._cache[versioned.id] = versioned.manifest
+            self.commits += 1
+        log.info(
+            "manifest.commit",
+            reason=reason,
+            id=versioned.id,
+            ms=round((time.monotonic() - started) * 1000, 2),
+        )
+        return versioned
+
+    def read(self, manifest_id: int) -> Manifest:
+        """The manifest with this id (cached; manifests never change)."""
+        found = self._cache.get(manifest_id)
+        if found is None:
+            found = self.manifests.read(manifest_id)
+            with self._lock:
+                self._cache[manifest_id] = found
+        return found
+
+    def forget_before(self, manifest_id: int) -> None:
+        """Drop cached manifests older than ``manifest_id`` that no checkpoint names."""
+        keep = {c.manifest_id for c in self._latest.manifest.checkpoints}
+        with self._lock:
+            for key in [k for k in self._cache if k < manifest_id and k not in keep]:
+                del self._cache[key]
+
+    def refresh(self) -> VersionedManifest:
+        """Re-read the latest manifest (to see checkpoints other processes added)."""
+        latest = self.manifests.latest()
+        if latest is not None:
+            if latest.manifest.writer_epoch > self.epoch:
+                error = FencedError(
+                    f"writer epoch {latest.manifest.writer_epoch} has opened this database; "
+                    f"this Bookie (epoch {self.epoch}) can no longer write"
+                )
+                with self._lock:
+                    self._fence(error)
+                raise error
+            with self._lock:
+                if latest.id > self._latest.id:
+                    self._latest = latest
+                    self._cache[latest.id] = latest.manifest
+        return self._latest
+
+    def _with_writer_checkpoint(self, manifest: Manifest, new_id: int) -> Manifest:
+        if self.writer_checkpoint is None:
+            return manifest
+        checkpoints = tuple(
+            dataclasses.replace(c, manifest_id=new_id) if c.id == self.writer_checkpoint else c
+            for c in manifest.checkpoints
+        )
+        return dataclasses.replace(manifest, checkpoints=checkpoints)
+
+    def drop_writer_checkpoint(self) -> None:
+        """On a clean close: the writer no longer pins anything."""
+        cid = self.writer_checkpoint
+        if cid is None:
+            return
+        self.commit(
+            lambda m: dataclasses.replace(
+                m, checkpoints=tuple(c for c in m.checkpoints if c.id != cid)
+            ),
+            reason="close",
+        )
+        self.writer_checkpoint = None
+
+    def fence(self, error: FencedError) -> None:
+        """Record that a newer writer owns the database (seen by any actor); idempotent."""
+        with self._lock:
+            self._fence(error)
+
+    def _fence(self, error: FencedError) -> None:
+        if self._fenced is None:
+            self._fenced = error
+            log.warning("writer.fenced", epoch=self.epoch, error=str(error))
+            if self.on_fenced is not None:
+                self.on_fenced(error)

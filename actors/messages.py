@@ -1,0 +1,54 @@
+"""Messages that cross from one actor role to another (each actor's private messages live in its
+own module).
+
+Who may wait on whom (``call``), so that no two actors ever wait on each other:
+
+    Bookie ──▶ Inker, Penciller, clones          clones ──▶ Inker, Penciller
+    Inker ──▶ Penciller, file clerks             Penciller ──▶ file clerks
+    clerks of the Inker and Penciller ──▶ Bookie, Penciller, file clerks
+
+Everything in the other direction is a tell: the Inker tells the Bookie a batch is durable, the
+Penciller tells the Bookie it has room again, clerks tell their owners their results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inkpen.errors import FencedError
+from inkpen.formats.journal import JournalEntry
+
+from .intake import Batch
+from .views import MemTable
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyBatch:
+    """Inker to Bookie: these entries are durable and visible in the journal view; cache their
+    ledger entries, then release the batch's callers."""
+
+    batch: Batch
+    entries: tuple[JournalEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """To the Bookie: a newer writer owns the database; stop accepting writes."""
+
+    error: FencedError
+
+
+@dataclass(frozen=True, slots=True)
+class PushMem:
+    """Ask to the Penciller: take these ledger tables (newest first); answers True if taken.
+
+    ``force`` takes them even when the Penciller's memory is over its limit (close, replay
+    of last resort)."""
+
+    tables: tuple[MemTable, ...]
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRoom:
+    """Penciller to Bookie: an L0 write or a merge finished; pushes may be taken again."""

@@ -1,0 +1,223 @@
+"""The Penciller's clerk: chooses merges and runs them.
+
+Whenever the ledger changes, the Penciller offers the clerk its current view
+(:class:`MergeWork`); the clerk picks at most one job, in Leveled's order of priority:
+
+1. if L0 holds files, merge them all into L1 (with the L1 files their key range overlaps);
+2. otherwise, the highest level holding more files than its target (level n's target is
+   ``l1_target_files * level_fanout ** (n - 1)``) sends one file down: the one with the most
+   tombstones among a few sampled (Leveled's grooming), or the next in key order, alternately.
+
+A source file with no overlap in the level below is **moved**: a manifest change alone, no bytes
+rewritten. Otherwise the inputs are streamed through a k-way merge in key order (the highest SQN
+of a key wins) into new SST files of about ``sst_target_bytes``, each written by its own SST
+clerk. Tombstones and expired entries are dropped only when the target is the **basement** (no
+level below it holds files), since above it they must keep shadowing older entries.
+
+The clerk answers :class:`MergeDone` (or :class:`MergeIdle` when there is nothing to do); the
+Penciller commits the result in one manifest change.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from inkpen.formats.keys import TOMBSTONE, LedgerValue
+from inkpen.formats.sst import SstBuilder
+from inkpen.logs import get_logger
+from inkpen.manifest.paths import new_file_id, sst_key
+
+from .base import InkpenActor, call, handles, send, stop
+from .context import EngineContext
+from .sst_clerk import SstClerk, WriteSst
+from .views import LedgerView, SstHandle
+
+log = get_logger("inkpen.penciller")
+
+GROOMING_SAMPLE = 16
+
+
+@dataclass(frozen=True, slots=True)
+class MergeJob:
+    """Which files merge into which level, and whether that level is the basement."""
+
+    source_level: int
+    target_level: int
+    sources: tuple[SstHandle, ...]
+    targets: tuple[SstHandle, ...]
+    basement: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MergeWork:
+    """Penciller to clerk: here is the ledger now; merge if it needs it."""
+
+    view: LedgerView
+    reply_to: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MergeIdle:
+    """Clerk to Penciller: no merge needed (or the last one failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MergeDone:
+    """Clerk to Penciller: ``job`` produced ``added`` files, or ``moved`` its source down."""
+
+    job: MergeJob
+    added: tuple[SstHandle, ...]
+    moved: tuple[SstHandle, ...] = ()
+
+
+def level_target(level: int, l1_files: int, fanout: int) -> int:
+    """How many files level ``level`` (1-based) holds before it merges down."""
+    return l1_files * fanout ** (level - 1)
+
+
+def choose_job(view: LedgerView, *, l1_files: int, fanout: int, turn: int) -> MergeJob | None:
+    """The next merge the ledger needs, or None."""
+    levels = [list(level.files) for level in view.levels]
+
+    def deepest_below(level: int) -> bool:
+        """True when no level deeper than ``level`` (1-based) holds files."""
+        return all(not files for files in levels[level:])
+
+    if view.l0:
+        sources = tuple(view.l0)
+        lo = min(h.descriptor.first_key for h in sources)
+        hi = max(h.descriptor.last_key for h in sources)
+        l1 = levels[0] if levels else []
+        targets = tuple(
+            h for h in l1 if h.descriptor.first_key <= hi and h.descriptor.last_key >= lo
+        )
+        return MergeJob(0, 1, sources, targets, deepest_below(1))
+    for index in range(len(levels) - 1, -1, -1):
+        level = index + 1
+        files = levels[index]
+        if len(files) <= level_target(level, l1_files, fanout):
+            continue
+        source = _pick_source(files, turn)
+        below = levels[index + 1] if index + 1 < len(levels) else []
+        first, last = source.descriptor.first_key, source.descriptor.last_key
+        targets = tuple(
+            h for h in below if h.descriptor.first_key <= last and h.descriptor.last_key >= first
+        )
+        return MergeJob(level, level + 1, (source,), targets, deepest_below(level + 1))
+    return None
+
+
+def _pick_source(files: Sequence[SstHandle], turn: int) -> SstHandle:
+    if turn % 2 == 0:
+        sample = random.sample(list(files), min(GROOMING_SAMPLE, len(files)))
+        return max(sample, key=lambda h: h.descriptor.tombstone_count)
+    return files[(turn // 2) % len(files)]
+
+
+def merge_entries(
+    sources: Sequence[SstHandle], targets: Sequence[SstHandle], *, basement: bool, now_ms: int
+) -> Iterator[tuple[bytes, LedgerValue]]:
+    """The merged entries of the inputs in key order: newest SQN per key, reaped at basement."""
+
+    def tagged(handles: Sequence[SstHandle]) -> Iterator[tuple[bytes, int, LedgerValue]]:
+        for handle in handles:
+            for key, value in handle.reader.iter_range():
+                yield key, -value[0], value
+
+    streams = [tagged((h,)) for h in sources]
+    if targets:
+        streams.append(tagged(sorted(targets, key=lambda h: h.descriptor.first_key)))
+    previous: bytes | None = None
+    for key, _, value in heapq.merge(*streams):
+        if key == previous:
+            continue
+        previous = key
+        if basement:
+            if value[1] == TOMBSTONE:
+                continue
+            expiry = value[2]
+            if expiry is not None and expiry <= now_ms:
+                continue
+        yield key, value
+
+
+class PencillerClerk(InkpenActor):
+    """Chooses and runs the Penciller's merges. Answers :class:`MergeWork`."""
+
+    def __init__(self, ctx: EngineContext, penciller: pykka.ActorRef[Any]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.penciller = penciller
+        self.turn = 0
+
+    @handles(MergeWork)
+    def _work(self, message: MergeWork) -> None:
+        options = self.ctx.options
+        job = choose_job(
+            message.view,
+            l1_files=options.l1_target_files,
+            fanout=options.level_fanout,
+            turn=self.turn,
+        )
+        self.turn += 1
+        if job is None:
+            send(message.reply_to, MergeIdle())
+            return
+        try:
+            if len(job.sources) == 1 and not job.targets and job.source_level > 0:
+                send(message.reply_to, MergeDone(job, (), job.sources))
+                return
+            added = self._merge(job)
+        except Exception as exc:
+            log.warning("ledger.merge_failed", error=str(exc), exc_info=exc)
+            send(message.reply_to, MergeIdle())
+            return
+        send(message.reply_to, MergeDone(job, added))
+
+    def _merge(self, job: MergeJob) -> tuple[SstHandle, ...]:
+        options = self.ctx.options
+        written: list[SstHandle] = []
+        builder: SstBuilder | None = None
+        try:
+            for key, value in merge_entries(
+                job.sources, job.targets, basement=job.basement, now_ms=self.ctx.now_ms()
+            ):
+                if builder is None:
+                    builder = SstBuilder(
+                        block_size=options.sst_block_bytes,
+                        bloom_bits_per_key=options.bloom_bits_per_key,
+                    )
+                builder.add(key, value)
+                if builder.estimated_size() >= options.sst_target_bytes:
+                    written.append(self._write(builder))
+                    builder = None
+            if builder is not None and builder.entry_count:
+                written.append(self._write(builder))
+        except Exception:
+            for handle in written:
+                stop(handle.clerk)
+            raise
+        return tuple(written)
+
+    def _write(self, builder: SstBuilder) -> SstHandle:
+        data, info = builder.finish()
+        name = sst_key(new_file_id())
+        clerk = SstClerk.start(
+            self.ctx.store,
+            name,
+            self.penciller,
+            self.ctx.scheduler,
+            poll_interval=self.ctx.options.delete_poll_interval,
+            cache=self.ctx.block_cache,
+        )
+        try:
+            return call(clerk, WriteSst(data, info))
+        except Exception:
+            stop(clerk)
+            raise

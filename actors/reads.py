@@ -1,0 +1,330 @@
+"""The read path: point reads and streaming folds over published views.
+
+Everything here runs in the reader's thread over immutable views, never inside an actor: a GET is
+a ledger lookup (the Bookie's cache, then the Penciller's memory, L0 and levels, bloom filters
+first) followed by one journal lookup by SQN. Folds merge every ledger source in key order
+(``heapq.merge``; where sources share a key the most recent source wins) and stream: nothing is
+loaded whole, each SST block is read when the fold reaches it.
+
+A point read that finds a file gone (a merge or a compaction finished and the file was deleted
+after the reader took its views) takes fresh views and tries again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from inkpen.errors import CorruptionError, NotFoundError
+from inkpen.formats.journal import JournalEntry, Kind
+from inkpen.formats.keys import (
+    ACTIVE,
+    LedgerValue,
+    Tag,
+    bucket_prefix,
+    decode_key,
+    index_range,
+    key_range,
+    object_key,
+    prefix_end,
+)
+
+from .views import CacheView, LedgerView
+
+READ_ATTEMPTS = 4
+
+
+class JournalLookup(Protocol):
+    """Anything that finds journal entries by key: a JournalView, or a snapshot's pair of them."""
+
+    def entry(self, sqn: int, kind: Kind, ledger_key: bytes) -> JournalEntry | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """An object's metadata, from the ledger alone."""
+
+    sqn: int
+    size: int
+    content_hash: int
+    last_modified: float
+    """Seconds since the epoch, when the object was written."""
+    expires_at: float | None = None
+    """Seconds since the epoch after which the object is gone (a put with ``ttl``), else None."""
+
+
+def is_live(value: LedgerValue, now_ms: int) -> bool:
+    if value[1] != ACTIVE:
+        return False
+    expiry = value[2]
+    return expiry is None or expiry > now_ms
+
+
+def to_head(value: LedgerValue) -> Head:
+    sqn, _, expiry, digest, size, lm = value
+    return Head(sqn, size, digest, lm / 1000.0, None if expiry is None else expiry / 1000.0)
+
+
+def lookup(cache: CacheView, ledger: LedgerView, key: bytes) -> LedgerValue | None:
+    """The newest ledger value of ``key``: the Bookie's cache first, then the Penciller's view."""
+    value = cache.get(key)
+    if value is None:
+        value = ledger.get(key)
+    return value
+
+
+Views = tuple[CacheView, LedgerView, JournalLookup]
+
+
+class ViewSource(Protocol):
+    """Where a reader gets its views: the live board (fresh each time) or a frozen snapshot."""
+
+    def views(self) -> Views: ...
+
+
+def read_value(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
+    """GET: the live value of ``key`` or None."""
+    missing_sqn = None
+    for _ in range(READ_ATTEMPTS):
+        cache, ledger, journal = source.views()
+        try:
+            value = lookup(cache, ledger, key)
+            if value is None or not is_live(value, now_ms):
+                return None
+            entry = journal.entry(value[0], Kind.OBJECT, key)
+        except NotFoundError:
+            continue
+        if entry is not None:
+            return entry.value
+        missing_sqn = value[0]
+    raise CorruptionError(
+        "journal",
+        f"the ledger names SQN {missing_sqn} for key {key!r} but no journal object holds it",
+    )
+
+
+def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
+    """HEAD: the live metadata of ``key`` from the ledger alone, or None."""
+    for _ in range(READ_ATTEMPTS):
+        cache, ledger, _ = source.views()
+        try:
+            value = lookup(cache, ledger, key)
+        except NotFoundError:
+            continue
+        if value is None or not is_live(value, now_ms):
+            return None
+        return to_head(value)
+    raise CorruptionError("ledger", f"ledger files kept vanishing while reading {key!r}")
+
+
+def ledger_range(
+    cache: CacheView, ledger: LedgerView, lo: bytes | None, hi: bytes | None
+) -> Iterator[tuple[bytes, LedgerValue]]:
+    """Every ledger entry with lo <= key < hi in key order, the most recent source's per key."""
+    streams: list[Iterator[tuple[bytes, int, LedgerValue]]] = []
+    priority = 0
+
+    def tag(
+        it: Iterator[tuple[bytes, LedgerValue]], p: int
+    ) -> Iterator[tuple[bytes, int, LedgerValue]]:
+        for key, value in it:
+            yield key, p, value
+
+    for table in (*cache.tables, *ledger.mem):
+        streams.append(tag(table.iter_range(lo, hi), priority))
+        priority += 1
+    for handle in ledger.l0:
+        d = handle.descriptor
+        if (hi is None or d.first_key < hi) and (lo is None or d.last_key >= lo):
+            streams.append(tag(handle.reader.iter_range(lo, hi), priority))
+        priority += 1
+    for level in ledger.levels:
+        files = level.overlapping(lo, hi)
+        if files:
+            streams.append(tag(_chain(files, lo, hi), priority))
+        priority += 1
+    previous = None
+    for key, _, value in heapq.merge(*streams):
+        if key != previous:
+            previous = key
+            yield key, value
+
+
+def _chain(files: tuple, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, LedgerValue]]:
+    for handle in files:
+        yield from handle.reader.iter_range(lo, hi)
+
+
+def live_range(
+    cache: CacheView, ledger: LedgerView, lo: bytes | None, hi: bytes | None, now_ms: int
+) -> Iterator[tuple[bytes, LedgerValue]]:
+    """:func:`ledger_range` without tombstones and expired entries."""
+    for key, value in ledger_range(cache, ledger, lo, hi):
+        if is_live(value, now_ms):
+            yield key, value
+
+
+def object_bounds(
+    bucket: bytes | None, start: bytes | None, end: bytes | None
+) -> tuple[bytes, bytes]:
+    """Encoded [lo, hi) of the object keys of a bucket between start and end (inclusive)."""
+    if bucket is None:
+        lo = bytes([Tag.OBJECT])
+        return lo, prefix_end(lo)
+    return key_range(Tag.OBJECT, bucket, start, end)
+
+
+def fold_keys(
+    source: ViewSource, bucket: bytes, start: bytes | None, end: bytes | None, now_ms: int
+) -> Iterator[bytes]:
+    cache, ledger, _ = source.views()
+    lo, hi = object_bounds(bucket, start, end)
+    for key, _ in live_range(cache, ledger, lo, hi, now_ms):
+        yield decode_key(key).key
+
+
+def fold_heads(
+    source: ViewSource,
+    bucket: bytes | None,
+    start: bytes | None,
+    end: bytes | None,
+    now_ms: int,
+) -> Iterator[tuple[bytes, bytes, Head]]:
+    cache, ledger, _ = source.views()
+    lo, hi = object_bounds(bucket, start, end)
+    for key, value in live_range(cache, ledger, lo, hi, now_ms):
+        decoded = decode_key(key)
+        yield decoded.bucket, decoded.key, to_head(value)
+
+
+def fold_objects_by_key(
+    source: ViewSource,
+    bucket: bytes | None,
+    start: bytes | None,
+    end: bytes | None,
+    now_ms: int,
+) -> Iterator[tuple[bytes, bytes, bytes]]:
+    cache, ledger, journal = source.views()
+    lo, hi = object_bounds(bucket, start, end)
+    for key, value in live_range(cache, ledger, lo, hi, now_ms):
+        entry = journal.entry(value[0], Kind.OBJECT, key)
+        if entry is None:
+            raise CorruptionError(
+                "journal",
+                f"the ledger names SQN {value[0]} for key {key!r} but no journal holds it",
+            )
+        decoded = decode_key(key)
+        yield decoded.bucket, decoded.key, entry.value or b""
+
+
+def journal_scan(journal: Any) -> Iterator[JournalEntry]:
+    """Every journal entry a view holds, in SQN order (files, then unfolded segments).
+
+    A snapshot's paired journal scans its registered view (whose files are protected) and then
+    whatever the newer view added above it.
+    """
+    registered = getattr(journal, "registered", None)
+    if registered is not None:
+        top = 0
+        for entry in journal_scan(registered):
+            top = entry.sqn
+            yield entry
+        for entry in journal_scan(journal.current):
+            if entry.sqn > top:
+                yield entry
+        return
+    for handle in journal.files:
+        yield from handle.reader.iter_entries()
+    for segment in journal.segments:
+        for sqn in sorted(segment.entries):
+            yield segment.entries[sqn]
+
+
+def fold_objects_by_sqn(
+    source: ViewSource,
+    bucket: bytes | None,
+    start: bytes | None,
+    end: bytes | None,
+    now_ms: int,
+) -> Iterator[tuple[bytes, bytes, bytes]]:
+    """Objects in the order they were written: scan the journal, keep entries still current."""
+    cache, ledger, journal = source.views()
+    lo, hi = object_bounds(bucket, start, end)
+    for entry in journal_scan(journal):
+        if entry.kind != Kind.OBJECT or not (lo <= entry.ledger_key < hi):
+            continue
+        value = lookup(cache, ledger, entry.ledger_key)
+        if value is None or value[0] != entry.sqn or not is_live(value, now_ms):
+            continue
+        decoded = decode_key(entry.ledger_key)
+        yield decoded.bucket, decoded.key, entry.value or b""
+
+
+def fold_index(
+    source: ViewSource,
+    bucket: bytes,
+    field: bytes,
+    start: bytes,
+    end: bytes,
+    now_ms: int,
+    *,
+    regex: str | bytes | re.Pattern | None,
+    return_terms: bool,
+) -> Iterator[bytes | tuple[bytes, bytes]]:
+    """Index entries of ``field`` with start <= term <= end, as object keys or (term, key)."""
+    cache, ledger, _ = source.views()
+    lo, hi = index_range(bucket, field, start, end)
+    matcher = _term_matcher(regex)
+    for key, _ in live_range(cache, ledger, lo, hi, now_ms):
+        decoded = decode_key(key)
+        term = decoded.subkey
+        if matcher is not None and not matcher(term):
+            continue
+        yield (term, decoded.object_key) if return_terms else decoded.object_key
+
+
+def _term_matcher(regex: str | bytes | re.Pattern | None) -> Callable[[bytes], bool] | None:
+    if regex is None:
+        return None
+    pattern = regex if isinstance(regex, re.Pattern) else re.compile(regex)
+    if isinstance(pattern.pattern, bytes):
+        return lambda term: pattern.search(term) is not None
+    return lambda term: pattern.search(term.decode("utf-8", "replace")) is not None
+
+
+def list_buckets(source: ViewSource, now_ms: int, *, first_only: bool = False) -> Iterator[bytes]:
+    """Buckets holding at least one live object, in order; skips from bucket to bucket."""
+    cache, ledger, _ = source.views()
+    lo: bytes = bytes([Tag.OBJECT])
+    hi = prefix_end(lo)
+    while True:
+        found = next(iter(live_range(cache, ledger, lo, hi, now_ms)), None)
+        if found is None:
+            return
+        bucket = decode_key(found[0]).bucket
+        yield bucket
+        if first_only:
+            return
+        lo = prefix_end(bucket_prefix(Tag.OBJECT, bucket))
+
+
+Order = Literal["key", "sqn"]
+
+__all__ = [
+    "Head",
+    "bucket_prefix",
+    "fold_heads",
+    "fold_index",
+    "fold_keys",
+    "fold_objects_by_key",
+    "fold_objects_by_sqn",
+    "is_live",
+    "list_buckets",
+    "lookup",
+    "object_key",
+    "read_head",
+    "read_value",
+]

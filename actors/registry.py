@@ -1,0 +1,123 @@
+"""The snapshot register an owner (Penciller or Inker) keeps, and its delete confirmations.
+
+A clone registers with the owner of the files it reads, naming the manifest id of the view it
+took; the registration lapses after its timeout (short for queries, long for long folds), so a
+clone that dies without releasing holds nothing back for ever. When a file clerk in
+delete_pending asks whether its file may go, the owner says yes only when
+
+- no live registration took its view before the manifest change that dropped the file, and
+- no live checkpoint's manifest names the file (checkpoints protect other processes' readers).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from inkpen.errors import InkpenError
+from inkpen.logs import get_logger
+
+from .file_clerk import ConfirmDelete
+from .keeper import ManifestKeeper
+
+log = get_logger("inkpen.snapshots")
+
+CHECKPOINT_REFRESH_INTERVAL = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One clone's claim: the manifest id its view came from, and when the claim lapses."""
+
+    snapshot_id: str
+    manifest_id: int
+    started: float
+    timeout: float
+
+    def expired(self, now: float) -> bool:
+        return now > self.started + self.timeout
+
+
+class SnapshotRegistry:
+    """Registrations by snapshot id; owned by one actor, so not locked."""
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
+        self._live: dict[str, Registration] = {}
+
+    def register(self, snapshot_id: str, manifest_id: int, timeout: float) -> Registration:
+        registration = Registration(snapshot_id, manifest_id, time.monotonic(), timeout)
+        self._live[snapshot_id] = registration
+        return registration
+
+    def release(self, snapshot_id: str) -> bool:
+        return self._live.pop(snapshot_id, None) is not None
+
+    def expire(self) -> list[str]:
+        """Drop lapsed registrations; return their ids."""
+        now = time.monotonic()
+        lapsed = [sid for sid, r in self._live.items() if r.expired(now)]
+        for sid in lapsed:
+            del self._live[sid]
+            log.warning("snapshot.registration_expired", owner=self._owner, snapshot=sid)
+        return lapsed
+
+    def holds(self, change_id: int) -> bool:
+        """Whether a live registration predates the manifest change ``change_id``."""
+        self.expire()
+        return any(r.manifest_id < change_id for r in self._live.values())
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def oldest_manifest(self) -> int | None:
+        self.expire()
+        return min((r.manifest_id for r in self._live.values()), default=None)
+
+
+class CheckpointGuard:
+    """Answers an owner's delete confirmations: may this dropped file go now?
+
+    Never once the writer is fenced: the newer writer owns the database and its GC decides.
+    Otherwise a file may go when no live registration predates the change that dropped it and
+    no live checkpoint still references it.
+
+    Other processes add checkpoints, so the guard re-reads the latest manifest before answering,
+    at most once per second; manifests named by checkpoints are read once and cached.
+    """
+
+    def __init__(self, keeper: ManifestKeeper, clock: object) -> None:
+        self._keeper = keeper
+        self._clock = clock
+        self._refreshed = 0.0
+        self._names: dict[int, frozenset[str]] = {}
+
+    def may_delete(self, registry: SnapshotRegistry, request: ConfirmDelete) -> bool:
+        if self._keeper.fenced is not None:
+            return False
+        if registry.holds(request.change_id):
+            return False
+        try:
+            return not self.holds(request.name)
+        except InkpenError as exc:
+            log.warning("snapshot.delete_check_failed", name=request.name, error=str(exc))
+            return False
+
+    def holds(self, name: str) -> bool:
+        now_mono = time.monotonic()
+        if now_mono - self._refreshed > CHECKPOINT_REFRESH_INTERVAL:
+            self._keeper.refresh()
+            self._refreshed = now_mono
+        latest = self._keeper.latest
+        now = self._clock()  # type: ignore[operator]
+        for checkpoint in latest.manifest.live_checkpoints(now):
+            if checkpoint.id == self._keeper.writer_checkpoint:
+                continue
+            names = self._names.get(checkpoint.manifest_id)
+            if names is None:
+                manifest = self._keeper.read(checkpoint.manifest_id)
+                names = frozenset(n for root, n in manifest.referenced_objects() if root is None)
+                self._names[checkpoint.manifest_id] = names
+            if name in names:
+                return True
+        return False

@@ -1,0 +1,122 @@
+"""What journal compaction keeps: the per-entry rules, as pure functions.
+
+Journal compaction rewrites journal files without the values the ledger no longer needs. Each
+entry is judged against a ledger snapshot (the ledger's view when compaction began):
+
+===========================  ====================================================================
+entry, as the ledger sees it   decision
+===========================  ====================================================================
+SQN above the snapshot's     keep (the snapshot cannot judge it)
+  highest SQN
+OBJECT, current, live        keep
+OBJECT, current, expired     keep as a TOMBSTONE with the same index specs and expiry: the value
+                             goes, but the entry still shadows any older put of the key when the
+                             ledger is rebuilt from the journal
+TOMBSTONE, current or the    keep: a deletion must outlive every older put of its key, and a
+  key absent (reaped)        tombstone reaped from the ledger may still shadow puts in journal
+                             files not compacted yet
+OBJECT or TOMBSTONE,         ``retain``: keep only its key changes (KEY_CHANGES entry) if one of
+  replaced by a newer SQN    its index specs is still the ledger's current state of that index
+  (or OBJECT absent)         entry, else drop it; ``recovr``: drop it
+KEY_CHANGES                  ``retain``: keep while one of its index specs is still current, else
+                             drop; ``recovr``: drop
+===========================  ====================================================================
+
+Under ``retain`` the ledger rebuilt by replaying the compacted journal in SQN order equals the live
+ledger: every current object and tombstone entry survives, and every current index entry survives
+with the entry that set it. Under ``recovr`` index history is lost with replaced values (Leveled's
+caveat): a rebuilt ledger may miss index entries, and hot backups of such stores should not be
+relied on for indexes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from inkpen.formats.journal import JournalEntry, Kind
+from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, decode_key, index_key
+
+Lookup = Callable[[bytes], LedgerValue | None]
+Strategy = Literal["retain", "recovr"]
+
+
+def entry_weight(entry: JournalEntry) -> int:
+    """Bytes an entry occupies, roughly, for scoring."""
+    value = entry.value
+    return len(entry.ledger_key) + (len(value) if value is not None else 0) + 32
+
+
+def _index_current(entry: JournalEntry, lookup: Lookup) -> bool:
+    if not entry.index_specs:
+        return False
+    decoded = decode_key(entry.ledger_key)
+    for _op, field, term in entry.index_specs:
+        found = lookup(index_key(decoded.bucket, field, term, decoded.key))
+        if found is not None and found.sqn == entry.sqn:
+            return True
+    return False
+
+
+def judge(
+    entry: JournalEntry,
+    lookup: Lookup,
+    *,
+    max_sqn: int,
+    now_ms: int,
+    strategy: Strategy,
+) -> JournalEntry | None:
+    """The entry to write in its place (itself, a reduced form) or None to drop it."""
+    if entry.sqn > max_sqn:
+        return entry
+    kind = entry.kind
+    if kind == Kind.KEY_CHANGES:
+        return entry if strategy == "retain" and _index_current(entry, lookup) else None
+    found = lookup(entry.ledger_key)
+    if found is not None and found.sqn == entry.sqn:
+        if kind == Kind.TOMBSTONE or found.status == TOMBSTONE:
+            return entry
+        expiry = found.expiry_ms
+        if found.status == ACTIVE and (expiry is None or expiry > now_ms):
+            return entry
+        return entry._replace(kind=Kind.TOMBSTONE, value=None)
+    if kind == Kind.TOMBSTONE and (found is None or found.sqn < entry.sqn):
+        return entry
+    if strategy == "retain" and _index_current(entry, lookup):
+        return entry._replace(kind=Kind.KEY_CHANGES, value=None)
+    return None
+
+
+def retained_weight(
+    entry: JournalEntry, lookup: Lookup, *, max_sqn: int, now_ms: int, strategy: Strategy
+) -> tuple[int, int]:
+    """(bytes kept, bytes in all) for one sampled entry: the inputs of a file's score."""
+    kept = judge(entry, lookup, max_sqn=max_sqn, now_ms=now_ms, strategy=strategy)
+    total = entry_weight(entry)
+    return (0 if kept is None else entry_weight(kept)), total
+
+
+def run_target(length: int, *, single: float, max_run: float, max_length: int) -> float:
+    """Leveled's target score for a run: rising from ``single`` (one file) to ``max_run``."""
+    if max_length <= 1:
+        return single
+    return single + (max_run - single) / (max_length - 1) * (length - 1)
+
+
+def best_run(
+    scores: list[float], *, single: float, max_run: float, max_length: int
+) -> tuple[int, int] | None:
+    """The contiguous run of files (start, length) most worth compacting, or None.
+
+    A file's score is the percentage of its bytes that would be kept. A run's score is its
+    target minus the mean of its files' scores; the best positive run wins, ties to the longer.
+    """
+    best: tuple[float, int, int] | None = None
+    for length in range(1, min(max_length, len(scores)) + 1):
+        target = run_target(length, single=single, max_run=max_run, max_length=max_length)
+        for start in range(0, len(scores) - length + 1):
+            window = scores[start : start + length]
+            score = target - sum(window) / length
+            if score > 0 and (best is None or (score, length) > (best[0], best[2])):
+                best = (score, start, length)
+    return None if best is None else (best[1], best[2])

@@ -1,0 +1,162 @@
+"""The SST clerk: one actor per ledger file.
+
+Life cycle (the shared end of life is in :mod:`inkpen.actors.file_clerk`)::
+
+    writing ──▶ reading ──▶ delete_pending ──▶ deleted
+
+- ``writing``: the clerk builds its file (from the Penciller's frozen memory for an L0 flush,
+  :class:`BuildL0`; or from bytes a merge produced, :class:`WriteSst`), stores it with
+  create-if-absent, and opens a reader on the stored object.
+- ``reading``: the clerk's :class:`~inkpen.formats.sst.SstReader` is published in the
+  Penciller's views; readers use it directly (it caches the index and bloom filter; decoded
+  blocks go to the Bookie's shared block cache), so a lookup costs no message to the clerk.
+- A clerk for a file that already exists starts with :class:`OpenSst` and goes straight to
+  ``reading``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from inkpen.errors import InkpenError
+from inkpen.formats.cache import LruCache
+from inkpen.formats.keys import LedgerValue
+from inkpen.formats.sst import SstInfo, SstReader, build_sst
+from inkpen.logs import get_logger
+from inkpen.manifest.model import SstDescriptor
+
+from .base import handles, send
+from .fetch import DirectFetch
+from .file_clerk import FileClerk
+from .views import MemTable, SstHandle
+
+log = get_logger("inkpen.clerk")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenSst:
+    """Ask: open the reader of an existing file; answers its :class:`SstHandle`."""
+
+    descriptor: SstDescriptor
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSst:
+    """Ask: store these SST bytes and open them; answers the :class:`SstHandle`."""
+
+    data: bytes
+    info: SstInfo
+
+
+@dataclass(frozen=True, slots=True)
+class BuildL0:
+    """Tell: build an L0 file from frozen memory tables (newest first) and report back."""
+
+    tables: tuple[MemTable, ...]
+    reply_to: pykka.ActorRef[Any]
+    block_bytes: int
+    bloom_bits: int
+
+
+@dataclass(frozen=True, slots=True)
+class L0Written:
+    """From an SST clerk to the Penciller: the L0 file for ``tables`` is stored and open."""
+
+    tables: tuple[MemTable, ...]
+    handle: SstHandle
+    max_sqn: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class L0Failed:
+    """From an SST clerk to the Penciller: the L0 write failed; the tables stay in memory."""
+
+    tables: tuple[MemTable, ...]
+    error: BaseException
+
+
+def merged_entries(tables: tuple[MemTable, ...]) -> Iterator[tuple[bytes, LedgerValue]]:
+    """Entries of tables given newest first, in key order, the newest value of each key only."""
+    merged = MemTable.merged(tables)
+    entries = merged.entries
+    for key in merged.sorted_keys():
+        yield key, entries[key]
+
+
+def descriptor_for(name: str, info: SstInfo) -> SstDescriptor:
+    """The manifest descriptor of a file this process wrote."""
+    return SstDescriptor(
+        name=name,
+        first_key=info.first_key,
+        last_key=info.last_key,
+        min_sqn=info.min_sqn,
+        max_sqn=info.max_sqn,
+        size=info.size,
+        entry_count=info.entry_count,
+        tombstone_count=info.tombstone_count,
+    )
+
+
+class SstClerk(FileClerk):
+    """Owns one SST object: writes it, opens its reader, and later deletes it.
+
+    Answers :class:`OpenSst`, :class:`WriteSst` (asks) and :class:`BuildL0` (tell), plus the
+    delete_pending messages of :class:`~inkpen.actors.file_clerk.FileClerk`.
+    """
+
+    kind = "sst"
+
+    def __init__(self, *args: Any, cache: LruCache | None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cache = cache
+        self.handle: SstHandle | None = None
+
+    def _open(self, descriptor: SstDescriptor) -> SstHandle:
+        reader = SstReader.open(
+            self.name,
+            descriptor.size,
+            DirectFetch(self.store, self.name),
+            cache=self._cache,
+            sqn_base=descriptor.sqn_base,
+        )
+        self.handle = SstHandle(descriptor, reader, self.actor_ref)
+        self.state = "reading"
+        return self.handle
+
+    @handles(OpenSst)
+    def _open_existing(self, message: OpenSst) -> SstHandle:
+        return self._open(message.descriptor)
+
+    @handles(WriteSst)
+    def _write(self, message: WriteSst) -> SstHandle:
+        if self.state != "writing":
+            raise InkpenError(f"SST clerk for {self.name} is {self.state}, not writing")
+        self.store.put_if_absent(self.name, message.data)
+        return self._open(descriptor_for(self.name, message.info))
+
+    @handles(BuildL0)
+    def _build_l0(self, message: BuildL0) -> None:
+        started = time.monotonic()
+        try:
+            data, info = build_sst(
+                merged_entries(message.tables),
+                block_size=message.block_bytes,
+                bloom_bits_per_key=message.bloom_bits,
+            )
+            self.store.put_if_absent(self.name, data)
+            handle = self._open(descriptor_for(self.name, info))
+        except Exception as exc:  # reported to the Penciller, which keeps the tables
+            log.warning("penciller.l0_write_failed", name=self.name, error=str(exc))
+            send(message.reply_to, L0Failed(message.tables, exc))
+            self.stop()
+            return
+        send(
+            message.reply_to,
+            L0Written(message.tables, handle, info.max_sqn, time.monotonic() - started),
+        )

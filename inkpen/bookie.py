@@ -1,0 +1,198 @@
+"""Bookie: the handle an application embeds to use an inkpen database.
+
+``inkpen.open(url, **options)`` claims the database for writing (fencing any older writer),
+recovers it, and returns a :class:`Bookie`. Every method is thread-safe: many application threads
+may call one Bookie at once, and their puts share journal segments (group commit).
+
+Durability: ``put`` and ``delete`` return only once the change is in a journal object on the
+store; a crash at any later moment loses nothing they acknowledged. Visibility: once ``put``
+returns, every read from any thread sees the new value.
+
+Limits (checked on every call, a rejected call changes nothing): a bucket, key, index field or
+index term is at most ``max_key_bytes`` (64 KiB) and buckets and keys are not empty; a value is
+at most ``max_value_bytes`` (64 MiB by default); a put carries at most ``max_indexes`` index specs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterable
+from typing import Any
+
+from inkpen.actors.base import call, send
+from inkpen.actors.bookie import CloseSnapshot, CompactJournal, TakeSnapshot
+from inkpen.actors.changes import ChangeMaker
+from inkpen.actors.engine import Engine
+from inkpen.actors.inker_clerk import CompactionReport
+from inkpen.actors.reads import Views, ViewSource
+from inkpen.objectstore import ObjectStore, open_store
+
+from .errors import UsageError
+from .options import Options
+from .reading import ReadAPI
+from .snapshot import PartsSource, Snapshot
+
+IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
+
+
+class _LiveSource(ViewSource):
+    __slots__ = ("_board",)
+
+    def __init__(self, board: Any) -> None:
+        self._board = board
+
+    def views(self) -> Views:
+        return self._board.take()
+
+
+class Bookie(ReadAPI):
+    """An open, writable inkpen database. Use ``inkpen.open`` to get one; close it when done."""
+
+    def __init__(self, engine: Engine, options: Options) -> None:
+        self._engine = engine
+        self._options = options
+        self._changes = ChangeMaker(options)
+        self._intake = engine.intake
+        self._throttle = engine.ctx.throttle
+        self._live = _LiveSource(engine.ctx.board)
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """The URL of the store this Bookie writes to."""
+        return self._engine.ctx.store.url
+
+    @property
+    def options(self) -> Options:
+        return self._options
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def put(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        value: bytes,
+        *,
+        indexes: IndexSpecs = (),
+        ttl: float | None = None,
+    ) -> None:
+        """Store ``value`` under (bucket, key); returns once it is durable in the journal.
+
+        ``indexes``: ``("add" | "remove", field, term)`` specs; the application says which index
+        entries to add and which to remove (as in Leveled). ``ttl``: seconds until the object
+        expires (Leveled's tempput); expired objects read as absent.
+        """
+        self._check_open()
+        change = self._changes.put(bucket, key, value, indexes, ttl)
+        self._throttle.wait()
+        self._intake.submit(change).wait()
+
+    def delete(self, bucket: str | bytes, key: str | bytes, *, indexes: IndexSpecs = ()) -> None:
+        """Delete (bucket, key): a durable tombstone. ``indexes`` names index entries to remove."""
+        self._check_open()
+        change = self._changes.delete(bucket, key, indexes)
+        self._throttle.wait()
+        self._intake.submit(change).wait()
+
+    # -- reads (the ReadAPI hooks) --------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("this Bookie is closed; open the database again with inkpen.open")
+
+    def _now_ms(self) -> int:
+        return int(self._options.clock() * 1000)
+
+    def _point_source(self) -> ViewSource:
+        return self._live
+
+    def _fold_source(self, *, long_running: bool) -> PartsSource:
+        parts = call(self._engine.bookie, TakeSnapshot(long_running, ledger_only=False))
+        bookie = self._engine.bookie
+        return PartsSource(parts, lambda: send(bookie, CloseSnapshot(parts.snapshot_id)))
+
+    # -- snapshots and maintenance ------------------------------------------------------------
+
+    def snapshot(self, *, long_running: bool = False, ledger_only: bool = False) -> Snapshot:
+        """An isolated read-only view of the database as it is now (see :class:`Snapshot`)."""
+        self._check_open()
+        parts = call(self._engine.bookie, TakeSnapshot(long_running, ledger_only))
+        bookie = self._engine.bookie
+        return Snapshot(
+            parts,
+            now_ms=self._now_ms,
+            owner_open=lambda: not self._closed,
+            release=lambda sid: send(bookie, CloseSnapshot(sid)),
+        )
+
+    def compact_journal(
+        self, *, wait: bool = True
+    ) -> CompactionReport | concurrent.futures.Future[CompactionReport]:
+        """Run one journal compaction (Leveled's ``book_compactjournal``).
+
+        Scores the journal files against a ledger snapshot, rewrites the most rewarding run
+        without the values nothing needs, and commits. Returns the report, or with
+        ``wait=False`` a future of it.
+        """
+        self._check_open()
+        result: concurrent.futures.Future[CompactionReport] = concurrent.futures.Future()
+        call(self._engine.bookie, CompactJournal(result))
+        return result.result() if wait else result
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: cache and memory sizes, files per level, journal size, SQNs, epoch."""
+        self._check_open()
+        return self._engine.stats()
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Persist what memory holds and stop. Idempotent; later calls raise UsageError."""
+        if self._closed:
+            return
+        self._closed = True
+        self._engine.close()
+
+    def __enter__(self) -> Bookie:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<inkpen.Bookie {self.url} {state}>"
+
+
+def open(
+    url: str | ObjectStore,
+    options: Options | None = None,
+    /,
+    **overrides: Any,
+) -> Bookie:
+    """Open (creating if empty) the database at ``url`` for reading and writing.
+
+    ``url``: a directory path, ``file:///abs/path``, ``s3://bucket/prefix?endpoint=...`` or
+    ``memory://name`` (or an :class:`~inkpen.objectstore.ObjectStore`). ``options`` and keyword
+    overrides: see :class:`~inkpen.Options`. Opening fences any earlier writer of the database.
+    """
+    opts = Options.build(options, **overrides)
+    if isinstance(url, str):
+        store = open_store(url)
+        owns = True
+    elif isinstance(url, ObjectStore):
+        store, owns = url, False
+    else:
+        raise UsageError(f"url must be a store URL or an ObjectStore, got {type(url).__name__}")
+    try:
+        engine = Engine.start(store, opts, owns_store=owns)
+    except BaseException:
+        if owns:
+            store.close()
+        raise
+    return Bookie(engine, opts)

@@ -1,0 +1,204 @@
+"""Options: every tunable of a Bookie, with its default and its valid range.
+
+``inkpen.open(url, **options)`` builds an :class:`Options` from keyword arguments (or takes one
+whole); every field is checked when the value is built, so a bad option fails at once with a
+message saying what to change, before anything touches the store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, Literal
+
+from .errors import UsageError
+
+FlushPolicy = Literal["idle", "interval"]
+ReloadStrategy = Literal["retain", "recovr"]
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The settings of one open Bookie. All sizes are bytes, all times seconds.
+
+    Group commit (the Inker)
+        ``flush_policy``: ``"idle"`` writes a journal segment as soon as the journal writer is
+        idle, so concurrent puts share the segment that is written while they arrive;
+        ``"interval"`` waits ``flush_interval`` after a batch's first put before writing it.
+        Either way a batch is written at once when it reaches ``max_batch_bytes``.
+
+    Ledger (the Bookie and the Penciller)
+        ``ledger_cache_entries``: ledger changes the Bookie gathers before pushing them to the
+        Penciller. ``l0_cache_entries``: entries the Penciller keeps in memory before writing an
+        L0 SST. ``max_l0_files``: once this many L0 SSTs wait to be merged, pushes are refused
+        and writers are first slowed, then blocked (backpressure). ``sst_target_bytes``: merges
+        split their output at about this size. ``l1_target_files`` and ``level_fanout``: level n
+        holds about ``l1_target_files * level_fanout ** (n - 1)`` files before it merges down.
+
+    Journal (the Inker and its clerk)
+        ``fold_bytes`` / ``fold_segments``: unfolded segments are folded into one journal file
+        when their bytes or their count reach these. ``journal_file_target_bytes``: compaction
+        splits its output at about this size. ``max_run_length``,
+        ``single_file_compaction_pct``, ``max_run_compaction_pct``: Leveled's run-selection
+        thresholds. ``reload_strategy``: per tag, ``"retain"`` keeps the key changes of replaced
+        values so the ledger can always be rebuilt from the journal; ``"recovr"`` drops them.
+        ``compaction_interval``: run journal compaction on this schedule (None: only on request).
+
+    Snapshots, checkpoints and GC
+        ``snapshot_timeout_short`` / ``snapshot_timeout_long``: how long a snapshot's registration
+        holds files back if it is never closed. ``delete_poll_interval``: first wait of a file
+        clerk in delete_pending before it asks its owner again (then doubling, up to 60 s).
+        ``checkpoint_lifetime``: lifetime of a reader's own checkpoint (refreshed at half-life).
+        ``gc_min_age``: GC never deletes an object younger than this. ``gc_interval``: how often
+        the writer runs GC when files were dropped.
+
+    Caches and limits
+        ``block_cache_bytes``: decoded SST blocks; ``journal_cache_bytes``: journal file chunks.
+        ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
+
+    ``clock``: the wall clock in seconds (TTL expiry and last-modified times); tests inject one.
+    """
+
+    flush_policy: FlushPolicy = "idle"
+    flush_interval: float = 0.010
+    max_batch_bytes: int = 4 * MiB
+
+    ledger_cache_entries: int = 2500
+    l0_cache_entries: int = 28000
+    max_l0_files: int = 4
+    sst_target_bytes: int = 4 * MiB
+    sst_block_bytes: int = 4 * KiB
+    bloom_bits_per_key: int = 10
+    l1_target_files: int = 4
+    level_fanout: int = 8
+    merge_poll_interval: float = 0.2
+
+    fold_bytes: int = 32 * MiB
+    fold_segments: int = 1024
+    fold_on_close: bool = True
+    journal_file_target_bytes: int = 64 * MiB
+    max_run_length: int = 8
+    single_file_compaction_pct: float = 30.0
+    max_run_compaction_pct: float = 70.0
+    compaction_sample_size: int = 192
+    reload_strategy: Mapping[str, ReloadStrategy] = field(
+        default_factory=lambda: MappingProxyType({"o": "retain", "h": "retain"})
+    )
+    compaction_interval: float | None = None
+
+    snapshot_timeout_short: float = 900.0
+    snapshot_timeout_long: float = 43200.0
+    checkpoint_lifetime: float = 600.0
+    gc_min_age: float = 300.0
+    gc_interval: float = 600.0
+    manifest_update_timeout: float = 60.0
+    delete_poll_interval: float = 1.0
+
+    block_cache_bytes: int = 64 * MiB
+    journal_cache_bytes: int = 64 * MiB
+    journal_chunk_bytes: int = 256 * KiB
+
+    max_key_bytes: int = 64 * KiB
+    max_value_bytes: int = 64 * MiB
+    max_indexes: int = 1024
+
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        _check_choice("flush_policy", self.flush_policy, ("idle", "interval"))
+        for name in ("flush_interval", "merge_poll_interval"):
+            _check_range(name, getattr(self, name), 0.0, 60.0)
+        for name in (
+            "snapshot_timeout_short",
+            "snapshot_timeout_long",
+            "checkpoint_lifetime",
+            "gc_interval",
+            "manifest_update_timeout",
+            "delete_poll_interval",
+        ):
+            _check_range(name, getattr(self, name), 0.001, 10 * 365 * 86400.0)
+        _check_range("gc_min_age", self.gc_min_age, 0.0, 10 * 365 * 86400.0)
+        if self.compaction_interval is not None:
+            _check_range("compaction_interval", self.compaction_interval, 0.01, 365 * 86400.0)
+        int_limits: dict[str, tuple[int, int]] = {
+            "max_batch_bytes": (1 * KiB, 1024 * MiB),
+            "ledger_cache_entries": (1, 10_000_000),
+            "l0_cache_entries": (1, 10_000_000),
+            "max_l0_files": (1, 1000),
+            "sst_target_bytes": (1 * KiB, 4096 * MiB),
+            "sst_block_bytes": (64, 16 * MiB),
+            "bloom_bits_per_key": (1, 64),
+            "l1_target_files": (1, 10_000),
+            "level_fanout": (2, 1000),
+            "fold_bytes": (1, 16384 * MiB),
+            "fold_segments": (1, 10_000_000),
+            "journal_file_target_bytes": (1 * KiB, 16384 * MiB),
+            "max_run_length": (1, 1000),
+            "compaction_sample_size": (1, 1_000_000),
+            "block_cache_bytes": (0, 1 << 40),
+            "journal_cache_bytes": (0, 1 << 40),
+            "journal_chunk_bytes": (4 * KiB, 64 * MiB),
+            "max_key_bytes": (1, 64 * KiB),
+            "max_value_bytes": (0, 1024 * MiB),
+            "max_indexes": (0, 1_000_000),
+        }
+        for name, (lo, hi) in int_limits.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise UsageError(f"option {name} must be an int, got {value!r}")
+            _check_range(name, value, lo, hi)
+        _check_range("single_file_compaction_pct", self.single_file_compaction_pct, 0.0, 100.0)
+        _check_range("max_run_compaction_pct", self.max_run_compaction_pct, 0.0, 100.0)
+        if self.single_file_compaction_pct > self.max_run_compaction_pct:
+            raise UsageError(
+                "option single_file_compaction_pct must not exceed max_run_compaction_pct "
+                f"({self.single_file_compaction_pct} > {self.max_run_compaction_pct})"
+            )
+        if not isinstance(self.reload_strategy, Mapping):
+            raise UsageError("option reload_strategy must map tags ('o', 'h') to a strategy")
+        for tag, strategy in self.reload_strategy.items():
+            if tag not in ("o", "h"):
+                raise UsageError(f"option reload_strategy has unknown tag {tag!r}; use 'o' or 'h'")
+            _check_choice(f"reload_strategy[{tag!r}]", strategy, ("retain", "recovr"))
+        object.__setattr__(self, "reload_strategy", MappingProxyType(dict(self.reload_strategy)))
+        if not callable(self.clock):
+            raise UsageError("option clock must be a callable returning seconds since the epoch")
+
+    @classmethod
+    def build(cls, options: Options | None = None, **overrides: Any) -> Options:
+        """An Options from an optional base plus keyword overrides; unknown names are refused."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise UsageError(
+                f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(known))}"
+            )
+        base = options if options is not None else cls()
+        if not isinstance(base, Options):
+            raise UsageError(f"options must be an inkpen.Options, got {type(base).__name__}")
+        if not overrides:
+            return base
+        values = {f.name: getattr(base, f.name) for f in fields(cls)}
+        values.update(overrides)
+        return cls(**values)
+
+    def strategy_for(self, tag: str) -> ReloadStrategy:
+        """The reload strategy of a tag ('o' objects, 'h' head-only objects)."""
+        return self.reload_strategy.get(tag, "retain")
+
+
+def _check_range(name: str, value: Any, lo: float, hi: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"option {name} must be a number, got {value!r}")
+    if not lo <= value <= hi:
+        raise UsageError(f"option {name}={value!r} is out of range; use a value in [{lo}, {hi}]")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UsageError(f"option {name}={value!r} is invalid; choose one of {', '.join(choices)}")

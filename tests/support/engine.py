@@ -1,0 +1,47 @@
+"""Helpers for engine tests: tiny file sizes, a clock tests can move, a model comparison."""
+
+from __future__ import annotations
+
+import threading
+
+import inkpen
+
+TINY = {
+    "ledger_cache_entries": 8,
+    "l0_cache_entries": 24,
+    "max_l0_files": 2,
+    "sst_target_bytes": 2048,
+    "sst_block_bytes": 256,
+    "l1_target_files": 2,
+    "level_fanout": 2,
+    "fold_segments": 6,
+    "fold_bytes": 64 * 1024,
+    "journal_file_target_bytes": 4096,
+    "delete_poll_interval": 0.05,
+    "gc_min_age": 0.0,
+    "block_cache_bytes": 64 * 1024,
+    "journal_cache_bytes": 64 * 1024,
+    "journal_chunk_bytes": 4096,
+}
+"""Options that make every few puts flush, merge and fold."""
+
+
+class FakeClock:
+    """A wall clock that only moves when told to; thread-safe."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+
+def contents(book: inkpen.Bookie | inkpen.Snapshot, bucket: str) -> dict[bytes, bytes]:
+    """Every live object of a bucket, by key."""
+    return {key: value for _, key, value in book.objects(bucket)}

@@ -1,0 +1,71 @@
+"""Fencing: a second writer opening the database stops the first from writing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import inkpen
+from support.engine import TINY
+
+
+def test_second_open_fences_the_first(store_url: str) -> None:
+    first = inkpen.open(store_url, **TINY)
+    for i in range(30):
+        first.put("b", f"k{i}", b"first")
+    second = inkpen.open(store_url, **TINY)
+    with pytest.raises(inkpen.FencedError):
+        first.put("b", "after-fence", b"first")
+    with pytest.raises(inkpen.FencedError):
+        first.delete("b", "k0")
+    # A fenced Bookie still reads what it has.
+    assert first.get("b", "k3") == b"first"
+    second.put("b", "k3", b"second")
+    assert second.get("b", "k0") == b"first"
+    first.close()
+    second.close()
+    with inkpen.open(store_url, **TINY) as third:
+        assert third.get("b", "after-fence") is None
+        assert third.get("b", "k0") == b"first"
+        assert third.get("b", "k3") == b"second"
+        assert third.stats()["writer_epoch"] == 3
+
+
+def test_writes_racing_a_fence_either_land_or_fail(store_url: str) -> None:
+    first = inkpen.open(store_url, **TINY)
+    acknowledged: list[str] = []
+    refused: list[str] = []
+    lock = threading.Lock()
+    started = threading.Barrier(5)
+
+    def writer(index: int) -> None:
+        started.wait()
+        for n in range(10_000):
+            key = f"w{index}-{n}"
+            try:
+                first.put("race", key, key.encode())
+            except inkpen.FencedError:
+                with lock:
+                    refused.append(key)
+                return
+            with lock:
+                acknowledged.append(key)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    second = inkpen.open(store_url, **TINY)
+    for thread in threads:
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+    assert len(refused) == 4, "every writer thread of the fenced Bookie must end with FencedError"
+    second.put("race", "second", b"2")
+    first.close()
+    second.close()
+    with inkpen.open(store_url, **TINY) as book:
+        stored = {key.decode() for key in book.keys("race")}
+    assert set(acknowledged) <= stored
+    assert not set(refused) & stored
+    assert stored - set(acknowledged) == {"second"}
