@@ -27,15 +27,14 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 
-import structlog
-
 from inkpen.errors import InkpenError, NotFoundError, UsageError
+from inkpen.logs import get_logger
 
 from .fencing import list_segments
 from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, VersionedManifest
 from .store import ManifestStore, require_live
 
-log = structlog.get_logger("inkpen.manifest")
+log = get_logger("inkpen.manifest")
 
 
 def _check_lifetime(lifetime: object, *, optional: bool) -> float | None:

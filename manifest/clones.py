@@ -32,9 +32,8 @@ import time
 import uuid
 from dataclasses import replace
 
-import structlog
-
 from inkpen.errors import AlreadyExistsError, CorruptionError, NotFoundError, UsageError
+from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore, open_store
 
 from .checkpoints import ensure_checkpoint
@@ -50,7 +49,7 @@ from .model import (
 from .paths import segment_key
 from .store import ManifestStore, RootState, as_store, require_live
 
-log = structlog.get_logger("inkpen.manifest")
+log = get_logger("inkpen.manifest")
 
 
 def rooted_journal(journal: JournalState, root: str) -> JournalState:

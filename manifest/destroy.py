@@ -27,9 +27,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-import structlog
-
 from inkpen.errors import NotFoundError, UsageError
+from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 
 from .clones import StoreResolver, release_parent_pin
@@ -38,7 +37,7 @@ from .model import KIND_WRITER, Manifest, VersionedManifest
 from .paths import manifest_key, parse_manifest_key
 from .store import ManifestStore, RootState, as_store
 
-log = structlog.get_logger("inkpen.manifest")
+log = get_logger("inkpen.manifest")
 
 _DELETE_PASSES = 3
 

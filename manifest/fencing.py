@@ -47,8 +47,6 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-import structlog
-
 from inkpen.errors import (
     AlreadyExistsError,
     CorruptionError,
@@ -59,13 +57,14 @@ from inkpen.errors import (
     UsageError,
 )
 from inkpen.formats.journal import HEADER_SIZE, build_journal, read_header
+from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 
 from .model import CHECKPOINT_KIND, KIND_WRITER, Checkpoint, Manifest, VersionedManifest
 from .paths import JOURNAL_PREFIX, parse_segment_key, segment_key
 from .store import ManifestStore, require_live
 
-log = structlog.get_logger("inkpen.manifest")
+log = get_logger("inkpen.manifest")
 
 EPOCH_METADATA = "writer-epoch"
 """User-metadata key under which a segment records its writer's epoch."""

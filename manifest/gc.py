@@ -41,10 +41,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-import structlog
-
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE
+from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectInfo, ObjectStore
 
 from .checkpoints import drop_expired
@@ -59,7 +58,7 @@ from .paths import (
 )
 from .store import ManifestStore, as_store
 
-log = structlog.get_logger("inkpen.manifest")
+log = get_logger("inkpen.manifest")
 
 REASON_MANIFEST = "manifest is superseded and pinned by no live checkpoint"
 REASON_SEGMENT = "segment is folded and outside every live checkpoint's segment range"

@@ -32,8 +32,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import structlog
-
 from inkpen.errors import (
     AlreadyExistsError,
     FencedError,
@@ -42,12 +40,13 @@ from inkpen.errors import (
     StoreError,
     UsageError,
 )
+from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore, open_store
 
 from .model import Manifest, VersionedManifest, decode, encode
 from .paths import MANIFEST_PREFIX, manifest_key, parse_manifest_key
 
-log = structlog.get_logger("inkpen.manifest")
+log = get_logger("inkpen.manifest")
 
 MAX_PROBES = 4
 """Probes past the cached id before the store lists ``manifest/`` instead."""
