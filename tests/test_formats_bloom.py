@@ -10,6 +10,7 @@ import sys
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from inkpen.formats.bloom import DEFAULT_BITS_PER_KEY, BloomFilter, bloom_hash
 
 

@@ -6,6 +6,7 @@ import random
 import threading
 
 import pytest
+
 from inkpen.formats.cache import BlockCache, LruCache
 
 

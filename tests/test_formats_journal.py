@@ -11,6 +11,8 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from inkpen.errors import CorruptionError
 from inkpen.formats.journal import (
     EMPTY_JOURNAL_SIZE,
     HEADER_SIZE,
@@ -26,8 +28,6 @@ from inkpen.formats.journal import (
 from inkpen.formats.keys import MAX_KEY_BYTES, index_key, object_key
 from inkpen.formats.manifest_codec import encode_manifest
 from inkpen.formats.sst import build_sst
-
-from inkpen.errors import CorruptionError
 
 NAME = "journal/00000000000000000187.jnl"
 U64 = st.integers(0, 2**64 - 1)

@@ -7,6 +7,7 @@ import hashlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from inkpen.formats.keys import (
     ACTIVE,
     MAX_KEY_BYTES,

@@ -8,11 +8,11 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from inkpen.errors import CorruptionError
 from inkpen.formats.journal import JournalEntry, Kind, build_journal
 from inkpen.formats.manifest_codec import FORMAT_VERSION, MAGIC, decode_manifest, encode_manifest
 from inkpen.formats.sst import build_sst
-
-from inkpen.errors import CorruptionError
 
 NAME = "manifest/00000000000000000042.manifest"
 

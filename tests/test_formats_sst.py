@@ -11,6 +11,8 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from inkpen.errors import CorruptionError
 from inkpen.formats.cache import LruCache
 from inkpen.formats.journal import JournalEntry, Kind, build_journal
 from inkpen.formats.keys import ACTIVE, MAX_KEY_BYTES, TOMBSTONE, LedgerValue, object_key
@@ -22,8 +24,6 @@ from inkpen.formats.sst import (
     SstReader,
     build_sst,
 )
-
-from inkpen.errors import CorruptionError
 
 NAME = "ledger/0000000000001-abc.sst"
 U64 = st.integers(0, 2**64 - 1)
