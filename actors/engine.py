@@ -47,7 +47,14 @@ from .intake import WriteIntake
 from .journal_clerk import JournalClerk, OpenJournal
 from .keeper import ManifestKeeper
 from .messages import Fenced
-from .penciller import AttachPenciller, FlushMem, LoadLevels, Penciller, ShutdownPenciller
+from .penciller import (
+    AttachPenciller,
+    CompactLedger,
+    FlushMem,
+    LoadLevels,
+    Penciller,
+    ShutdownPenciller,
+)
 from .penciller_clerk import PencillerClerk
 from .scheduler import Scheduler
 from .sst_clerk import OpenSst, SstClerk
@@ -222,23 +229,36 @@ class Engine:
             "bookie.close", url=self.ctx.store.url, ms=round((time.monotonic() - started) * 1000, 2)
         )
 
+    def flush(self) -> None:
+        """Write the open batch, then the Bookie's cache and the Penciller's memory to L0."""
+        call(self.inker, Sync())
+        call(self.bookie, PushAll())
+        self._wait_ledger(FlushMem(), "write its memory to L0")
+
+    def compact_ledger(self) -> None:
+        """Run merges until no level is over its target and L0 is empty."""
+        self._wait_ledger(CompactLedger(), "finish its merges")
+
+    def _wait_ledger(self, message: Any, what: str) -> None:
+        keeper = self.ctx.keeper
+        deadline = time.monotonic() + CLOSE_WAIT
+        room = self.ctx.ledger_room
+        while keeper.fenced is None:
+            room.clear()
+            if call(self.penciller, message):
+                return
+            if time.monotonic() > deadline:
+                raise InkpenError(f"the ledger did not {what} in time")
+            room.wait(timeout=1.0)
+
     def _persist(self) -> None:
         keeper = self.ctx.keeper
         if keeper.fenced is not None:
             return
         call(self.inker, Sync())
         self.intake.shut(UsageError("this Bookie is closed"))
-        call(self.inker, Sync())
-        call(self.bookie, PushAll())
+        self.flush()
         deadline = time.monotonic() + CLOSE_WAIT
-        room = self.ctx.ledger_room
-        while keeper.fenced is None:
-            room.clear()
-            if call(self.penciller, FlushMem()):
-                break
-            if time.monotonic() > deadline:
-                raise InkpenError("the ledger did not finish writing its memory to L0 in time")
-            room.wait(timeout=1.0)
         if self.ctx.options.fold_on_close:
             while keeper.fenced is None and not call(self.inker, FoldNow()):
                 if time.monotonic() > deadline:

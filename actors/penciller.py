@@ -45,7 +45,7 @@ from .base import InkpenActor, handles, send, stop
 from .context import EngineContext
 from .file_clerk import ConfirmDelete, DeleteConfirmed, DeleteDeferred, FileDeleted, SetForDelete
 from .messages import LedgerRoom, PushMem
-from .penciller_clerk import MergeDone, MergeIdle, MergeWork
+from .penciller_clerk import MergeDone, MergeIdle, MergeWork, choose_job
 from .registry import CheckpointGuard, SnapshotRegistry
 from .sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
 from .views import LedgerView, Level, MemTable, SstHandle
@@ -72,6 +72,11 @@ class LoadLevels:
 @dataclass(frozen=True, slots=True)
 class FlushMem:
     """Ask: write memory to L0 now (close); answers True once memory is empty and no write runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactLedger:
+    """Ask: answers True once no merge is running or needed; otherwise starts one, False."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +272,25 @@ class Penciller(InkpenActor):
     @handles(MergeIdle)
     def _merge_idle(self, _: MergeIdle) -> None:
         self.merging = False
+        self._room()
+
+    @handles(CompactLedger)
+    def _compact(self, _: CompactLedger) -> bool:
+        if self.stopped:
+            return True
+        if self.merging:
+            return False
+        options = self.ctx.options
+        job = choose_job(
+            self.ctx.board.ledger,
+            l1_files=options.l1_target_files,
+            fanout=options.level_fanout,
+            turn=0,
+        )
+        if job is None and self.writing is None:
+            return True
+        self._maybe_merge()
+        return False
 
     @handles(MergeDone)
     def _merge_done(self, message: MergeDone) -> None:
