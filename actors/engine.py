@@ -189,14 +189,19 @@ class Engine:
 
     # -- close --------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Persist what memory holds, then stop every actor. Idempotent."""
+    def close(self, *, persist: bool = True) -> None:
+        """Persist what memory holds, then stop every actor. Idempotent.
+
+        With ``persist=False`` nothing more is written: the store is left exactly as a process
+        killed at this moment would leave it (every acknowledged write is already durable).
+        """
         if self.closed:
             return
         self.closed = True
         started = time.monotonic()
         try:
-            self._persist()
+            if persist:
+                self._persist()
         except FencedError:
             log.info("bookie.close_fenced", url=self.ctx.store.url)
         finally:
