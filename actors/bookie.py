@@ -85,6 +85,11 @@ class CompactJournal:
 
 
 @dataclass(frozen=True, slots=True)
+class _CompactionDue:
+    """From the timer: time for a scheduled journal compaction (``compaction_interval``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class BookieStats:
     """Ask: the counters of ``Bookie.stats()``, gathered from the three owners."""
 
@@ -129,6 +134,20 @@ class Bookie(InkpenActor):
         self.inker = message.inker
         self.penciller = message.penciller
         self.inker_clerk = message.inker_clerk
+        self._schedule_compaction()
+
+    def _schedule_compaction(self) -> None:
+        interval = self.ctx.options.compaction_interval
+        if interval is not None:
+            self.ctx.scheduler.after(interval, self.actor_ref, _CompactionDue())
+
+    @handles(_CompactionDue)
+    def _compaction_due(self, _: _CompactionDue) -> None:
+        try:
+            if self.fenced is None and self.inker_clerk is not None:
+                self._compact(CompactJournal(Future()))
+        finally:
+            self._schedule_compaction()
 
     # -- the cache --------------------------------------------------------------------------
 

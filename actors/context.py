@@ -10,6 +10,7 @@ from inkpen.manifest.clones import StoreResolver
 from inkpen.objectstore.base import ObjectStore
 from inkpen.options import Options
 
+from .in_flight import InFlight
 from .keeper import ManifestKeeper
 from .scheduler import Scheduler
 from .throttle import Throttle
@@ -29,6 +30,8 @@ class EngineContext:
     throttle: Throttle
     block_cache: LruCache | None
     journal_cache: LruCache | None
+    in_flight: InFlight = field(default_factory=InFlight)
+    """Names of files written and not yet committed: the writer's GC leaves them alone."""
     ledger_room: threading.Event = field(default_factory=threading.Event)
     """Set by the Penciller whenever an L0 write or a merge frees room for pushes."""
 

@@ -41,6 +41,7 @@ from inkpen.options import Options
 from .base import call, call_async, send, stop
 from .bookie import AttachBookie, Bookie, BookieStats, PushAll, ShutdownBookie
 from .context import EngineContext
+from .gc import GarbageCollector
 from .inker import Attach, FoldNow, Inker, LoadJournal, Replay, Shutdown, Sync
 from .inker_clerk import InkerClerk
 from .intake import WriteIntake
@@ -80,6 +81,7 @@ class Engine:
         penciller: pykka.ActorRef[Any],
         inker_clerk: pykka.ActorRef[Any],
         penciller_clerk: pykka.ActorRef[Any],
+        collector: pykka.ActorRef[Any],
         owns_store: bool,
     ) -> None:
         self.ctx = ctx
@@ -89,6 +91,7 @@ class Engine:
         self.penciller = penciller
         self.inker_clerk = inker_clerk
         self.penciller_clerk = penciller_clerk
+        self.collector = collector
         self._owns_store = owns_store
         self.closed = False
 
@@ -99,14 +102,13 @@ class Engine:
         started = time.monotonic()
         manifests = ManifestStore(store)
         manifests.open_database(create_if_missing=True)
-        claim = claim_writer(manifests, now=options.clock())
+        claim = claim_writer(manifests)
         keeper = ManifestKeeper(
             manifests,
             epoch=claim.epoch,
             writer_checkpoint=_writer_checkpoint(claim),
             latest=claim.versioned,
             timeout=options.manifest_update_timeout,
-            clock=options.clock,
         )
         ctx = EngineContext(
             store=store,
@@ -158,6 +160,8 @@ class Engine:
 
             keeper.on_fenced = fenced
             replayed = call(inker, Replay(manifest.ledger.persisted_sqn))
+            collector = GarbageCollector.start(ctx)
+            started_refs.append(collector)
         except BaseException:
             for ref in reversed(started_refs):
                 stop(ref)
@@ -184,6 +188,7 @@ class Engine:
             penciller=penciller,
             inker_clerk=inker_clerk,
             penciller_clerk=penciller_clerk,
+            collector=collector,
             owns_store=owns_store,
         )
 
@@ -199,6 +204,7 @@ class Engine:
             return
         self.closed = True
         started = time.monotonic()
+        stop(self.collector)
         try:
             if persist:
                 self._persist()
@@ -240,6 +246,18 @@ class Engine:
         call(self.bookie, PushAll())
         self._wait_ledger(FlushMem(), "write its memory to L0")
 
+    def roll(self) -> None:
+        """Write the open batch and fold every unfolded segment into a journal file."""
+        keeper = self.ctx.keeper
+        call(self.inker, Sync())
+        deadline = time.monotonic() + CLOSE_WAIT
+        while keeper.fenced is None and not call(self.inker, FoldNow()):
+            if time.monotonic() > deadline:
+                raise InkpenError("the journal fold in progress did not finish in time")
+            time.sleep(0.01)
+        if keeper.fenced is not None:
+            raise keeper.fenced
+
     def compact_ledger(self) -> None:
         """Run merges until no level is over its target and L0 is empty."""
         self._wait_ledger(CompactLedger(), "finish its merges")
@@ -263,12 +281,8 @@ class Engine:
         call(self.inker, Sync())
         self.intake.shut(UsageError("this Bookie is closed"))
         self.flush()
-        deadline = time.monotonic() + CLOSE_WAIT
         if self.ctx.options.fold_on_close:
-            while keeper.fenced is None and not call(self.inker, FoldNow()):
-                if time.monotonic() > deadline:
-                    raise InkpenError("the journal fold in progress did not finish in time")
-                time.sleep(0.01)
+            self.roll()
         call(self.penciller, ShutdownPenciller())
         if keeper.fenced is None:
             keeper.drop_writer_checkpoint()

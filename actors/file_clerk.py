@@ -30,6 +30,7 @@ from inkpen.logs import get_logger
 from inkpen.objectstore.base import ObjectStore
 
 from .base import InkpenActor, handles, send
+from .in_flight import InFlight
 from .scheduler import Scheduler
 
 log = get_logger("inkpen.clerk")
@@ -89,6 +90,7 @@ class FileClerk(InkpenActor):
         *,
         poll_interval: float,
         owned: bool = True,
+        in_flight: InFlight | None = None,
     ) -> None:
         super().__init__()
         self.store = store
@@ -101,6 +103,13 @@ class FileClerk(InkpenActor):
         self._change_id = 0
         self._owned = owned
         """False for files of a parent database (clones): they are never deleted from here."""
+        self._in_flight = in_flight
+
+    def _store_new(self, data: bytes) -> None:
+        """Write this clerk's object (create-if-absent), marked in flight until committed."""
+        if self._in_flight is not None:
+            self._in_flight.add(self.name)
+        self.store.put_if_absent(self.name, data)
 
     @handles(SetForDelete)
     def _set_for_delete(self, message: SetForDelete) -> None:

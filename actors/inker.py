@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,7 @@ from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.fencing import write_segment
-from inkpen.manifest.model import Manifest
+from inkpen.manifest.model import Checkpoint, Manifest
 from inkpen.manifest.paths import segment_key
 
 from .base import ActorGone, InkpenActor, call, handles, send, stop
@@ -66,6 +67,7 @@ from .views import JournalHandle, JournalView, MemTable, SegmentTable
 log = get_logger("inkpen.inker")
 
 SEGMENT_WRITE_ATTEMPTS = 6
+FOLD_RETRY_AFTER = 1.0
 
 
 # -- messages ---------------------------------------------------------------------------------
@@ -135,6 +137,20 @@ class Replay:
 
 
 @dataclass(frozen=True, slots=True)
+class TakeCheckpoint:
+    """Ask: write the open batch, then record a checkpoint of everything durable so far;
+    answers the new :class:`~inkpen.manifest.model.Checkpoint`."""
+
+    lifetime: float | None
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _RetryFold:
+    """From the timer: try the fold that failed again."""
+
+
+@dataclass(frozen=True, slots=True)
 class InkerStats:
     """Ask: counters for ``Bookie.stats()``."""
 
@@ -165,8 +181,8 @@ class Inker(InkpenActor):
         self.clerk: pykka.ActorRef[Any] | None = None
         self.folding = False
         self.stopped: InkpenError | None = None
-        self.registry = SnapshotRegistry("inker")
-        self.guard = CheckpointGuard(ctx.keeper, ctx.options.clock)
+        self.registry = SnapshotRegistry("inker", ctx.keeper)
+        self.guard = CheckpointGuard(ctx.keeper)
         self.pending_deletes: dict[str, int] = {}
         self.segments_written = 0
         self.bytes_written = 0
@@ -406,13 +422,17 @@ class Inker(InkpenActor):
         try:
             self.ctx.keeper.commit(change, reason="journal.fold")
         except FencedError as exc:
+            self.ctx.in_flight.discard(h.name for h in message.handles)
             self._stop_writing(exc)
             return
         except StoreError as exc:
+            self.ctx.in_flight.discard(h.name for h in message.handles)
             log.warning("journal.fold_commit_failed", error=str(exc))
             for handle in message.handles:
                 stop(handle.clerk)
+            self.ctx.scheduler.after(FOLD_RETRY_AFTER, self.actor_ref, _RetryFold())
             return
+        self.ctx.in_flight.discard(h.name for h in message.handles)
         for handle in message.handles:
             self.files[handle.name] = handle
         self.segments = [s for s in self.segments if s.segment_id > last]
@@ -430,6 +450,11 @@ class Inker(InkpenActor):
     def _fold_failed(self, message: FoldFailed) -> None:
         self.folding = False
         log.warning("journal.fold_failed", error=str(message.error))
+        self.ctx.scheduler.after(FOLD_RETRY_AFTER, self.actor_ref, _RetryFold())
+
+    @handles(_RetryFold)
+    def _retry_fold(self, _: _RetryFold) -> None:
+        self._after_write()
 
     # -- compaction -------------------------------------------------------------------------
 
@@ -447,6 +472,7 @@ class Inker(InkpenActor):
         try:
             versioned = self.ctx.keeper.commit(change, reason="journal.compaction")
         except InkpenError as exc:
+            self.ctx.in_flight.discard(h.name for h in message.handles)
             if isinstance(exc, FencedError):
                 self._stop_writing(exc)
             log.warning("journal.compaction_commit_failed", error=str(exc))
@@ -454,6 +480,7 @@ class Inker(InkpenActor):
                 stop(handle.clerk)
             message.result.set_exception(exc)
             return
+        self.ctx.in_flight.discard(h.name for h in message.handles)
         for handle in message.handles:
             self.files[handle.name] = handle
         for name in replaced:
@@ -469,6 +496,42 @@ class Inker(InkpenActor):
             manifest=versioned.id,
         )
         message.result.set_result(dataclasses.replace(message.report, manifest_id=versioned.id))
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    @handles(TakeCheckpoint)
+    def _checkpoint(self, message: TakeCheckpoint) -> Checkpoint:
+        """A checkpoint covers the journal files and every segment written so far: a reader at
+        it replays the segments above the ledger's persisted SQN, so it sees every acknowledged
+        write."""
+        self._sync(Sync())
+        if self.stopped is not None:
+            raise self.stopped
+        now = time.time()
+        expire = None if message.lifetime is None else now + message.lifetime
+        next_segment = self.next_segment
+        made: list[Checkpoint] = []
+
+        def change(m: Manifest, new_id: int) -> Manifest:
+            checkpoint = Checkpoint(
+                id=str(uuid.uuid4()),
+                manifest_id=new_id,
+                create_time=now,
+                expire_time=expire,
+                name=message.name,
+                metadata={"kind": "bookie", "epoch": str(self.epoch)},
+            )
+            made[:] = [checkpoint]
+            journal = dataclasses.replace(
+                m.journal, next_segment=max(m.journal.next_segment, next_segment)
+            )
+            return dataclasses.replace(m, journal=journal).with_checkpoint(checkpoint)
+
+        versioned = self.ctx.keeper.commit_at(change, reason="checkpoint.create")
+        log.info(
+            "checkpoint.created", id=made[0].id, manifest=versioned.id, lifetime=message.lifetime
+        )
+        return made[0]
 
     # -- snapshots and deletes --------------------------------------------------------------
 

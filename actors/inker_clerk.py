@@ -164,6 +164,7 @@ def _write_file(
         owner,
         ctx.scheduler,
         poll_interval=ctx.options.delete_poll_interval,
+        in_flight=ctx.in_flight,
         cache=ctx.journal_cache,
         chunk_bytes=ctx.options.journal_chunk_bytes,
     )

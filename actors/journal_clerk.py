@@ -80,5 +80,5 @@ class JournalClerk(FileClerk):
     def _write(self, message: WriteJournal) -> JournalHandle:
         if self.state != "writing":
             raise InkpenError(f"journal clerk for {self.name} is {self.state}, not writing")
-        self.store.put_if_absent(self.name, message.data)
+        self._store_new(message.data)
         return self._open(message.descriptor)

@@ -39,19 +39,18 @@ class ManifestKeeper:
         writer_checkpoint: str | None,
         latest: VersionedManifest,
         timeout: float,
-        clock: Callable[[], float],
     ) -> None:
         self.manifests = manifests
         self.epoch = epoch
         self.writer_checkpoint = writer_checkpoint
         self._latest = latest
         self._timeout = timeout
-        self._clock = clock
         self._lock = threading.Lock()
         self._fenced: FencedError | None = None
         self._cache: dict[int, Manifest] = {latest.id: latest.manifest}
         self.on_fenced: Callable[[FencedError], None] | None = None
         self.commits = 0
+        self._floors: dict[str, int] = {}
 
     @property
     def latest(self) -> VersionedManifest:
@@ -63,13 +62,20 @@ class ManifestKeeper:
 
     def commit(self, change: Change, *, reason: str) -> VersionedManifest:
         """Apply ``change`` to the latest manifest and write it at the next id."""
+        return self.commit_at(lambda manifest, _: change(manifest), reason=reason)
+
+    def commit_at(
+        self, change: Callable[[Manifest, int], Manifest], *, reason: str
+    ) -> VersionedManifest:
+        """As :meth:`commit`, for a change that must know the id it is written at."""
         with self._lock:
             if self._fenced is not None:
                 raise self._fenced
             started = time.monotonic()
 
             def apply(current: VersionedManifest) -> Manifest:
-                return self._with_writer_checkpoint(change(current.manifest), current.id + 1)
+                new_id = current.id + 1
+                return self._with_writer_checkpoint(change(current.manifest, new_id), new_id)
 
             try:
                 versioned = self.manifests.update(
@@ -123,9 +129,23 @@ class ManifestKeeper:
                     self._cache[latest.id] = latest.manifest
         return self._latest
 
+    def set_floor(self, owner: str, manifest_id: int | None) -> None:
+        """The oldest manifest ``owner``'s live snapshots read (None: none).
+
+        The writer checkpoint points at the oldest floor (or the newest manifest when there is
+        none), so GC of any process keeps every file an open snapshot of this writer may read.
+        It moves at the next commit.
+        """
+        with self._lock:
+            if manifest_id is None:
+                self._floors.pop(owner, None)
+            else:
+                self._floors[owner] = manifest_id
+
     def _with_writer_checkpoint(self, manifest: Manifest, new_id: int) -> Manifest:
         if self.writer_checkpoint is None:
             return manifest
+        new_id = min([new_id, *self._floors.values()])
         checkpoints = tuple(
             dataclasses.replace(c, manifest_id=new_id) if c.id == self.writer_checkpoint else c
             for c in manifest.checkpoints

@@ -52,6 +52,9 @@ from .views import LedgerView, Level, MemTable, SstHandle
 
 log = get_logger("inkpen.penciller")
 
+RETRY_AFTER = 1.0
+"""Seconds before a failed L0 write or merge is tried again."""
+
 
 @dataclass(frozen=True, slots=True)
 class AttachPenciller:
@@ -93,6 +96,16 @@ class ReleaseLedger:
 
 
 @dataclass(frozen=True, slots=True)
+class _RetryFlush:
+    """From the timer: try the L0 write that failed again."""
+
+
+@dataclass(frozen=True, slots=True)
+class _RetryMerge:
+    """From the timer: try the merge that failed again."""
+
+
+@dataclass(frozen=True, slots=True)
 class PencillerStats:
     """Ask: counters for ``Bookie.stats()``."""
 
@@ -116,9 +129,10 @@ class Penciller(InkpenActor):
         self.bookie: pykka.ActorRef[Any] | None = None
         self.clerk: pykka.ActorRef[Any] | None = None
         self.merging = False
+        self._offered: LedgerView | None = None
         self.stopped = False
-        self.registry = SnapshotRegistry("penciller")
-        self.guard = CheckpointGuard(ctx.keeper, ctx.options.clock)
+        self.registry = SnapshotRegistry("penciller", ctx.keeper)
+        self.guard = CheckpointGuard(ctx.keeper)
         self.pending_deletes: dict[str, int] = {}
         self.l0_writes = 0
         self.merges = 0
@@ -195,6 +209,7 @@ class Penciller(InkpenActor):
             self.actor_ref,
             self.ctx.scheduler,
             poll_interval=self.ctx.options.delete_poll_interval,
+            in_flight=self.ctx.in_flight,
             cache=self.ctx.block_cache,
         )
 
@@ -218,6 +233,7 @@ class Penciller(InkpenActor):
         try:
             self.ctx.keeper.commit(change, reason="ledger.l0_flush")
         except InkpenError as exc:
+            self.ctx.in_flight.discard([descriptor.name])
             self.writing = None
             stop(message.handle.clerk)
             log.warning("ledger.l0_commit_failed", error=str(exc))
@@ -225,6 +241,7 @@ class Penciller(InkpenActor):
                 self.stopped = True
             self._room()
             return
+        self.ctx.in_flight.discard([descriptor.name])
         written = {id(t) for t in message.tables}
         self.mem = [t for t in self.mem if id(t) not in written]
         self.writing = None
@@ -248,6 +265,11 @@ class Penciller(InkpenActor):
     def _l0_failed(self, message: L0Failed) -> None:
         self.writing = None
         self._room()
+        self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryFlush())
+
+    @handles(_RetryFlush)
+    def _retry_flush(self, _: _RetryFlush) -> None:
+        self._maybe_flush()
 
     @handles(FlushMem)
     def _flush_mem(self, _: FlushMem) -> bool:
@@ -267,12 +289,22 @@ class Penciller(InkpenActor):
         if self.merging or self.clerk is None or self.stopped:
             return
         self.merging = True
-        send(self.clerk, MergeWork(self.ctx.board.ledger, self.actor_ref))
+        self._offered = self.ctx.board.ledger
+        send(self.clerk, MergeWork(self._offered, self.actor_ref))
 
     @handles(MergeIdle)
-    def _merge_idle(self, _: MergeIdle) -> None:
+    def _merge_idle(self, message: MergeIdle) -> None:
         self.merging = False
         self._room()
+        if message.failed:
+            self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryMerge())
+        elif self.ctx.board.ledger is not self._offered:
+            # The ledger changed while the clerk looked at an older view: offer the new one.
+            self._maybe_merge()
+
+    @handles(_RetryMerge)
+    def _retry_merge(self, _: _RetryMerge) -> None:
+        self._maybe_merge()
 
     @handles(CompactLedger)
     def _compact(self, _: CompactLedger) -> bool:
@@ -296,6 +328,7 @@ class Penciller(InkpenActor):
     def _merge_done(self, message: MergeDone) -> None:
         self.merging = False
         if self.stopped:
+            self.ctx.in_flight.discard(h.name for h in message.added)
             for handle in message.added:
                 stop(handle.clerk)
             return
@@ -323,12 +356,14 @@ class Penciller(InkpenActor):
         try:
             versioned = self.ctx.keeper.commit(change, reason="ledger.merge")
         except InkpenError as exc:
+            self.ctx.in_flight.discard(h.name for h in message.added)
             log.warning("ledger.merge_commit_failed", error=str(exc))
             for handle in message.added:
                 stop(handle.clerk)
             if isinstance(exc, FencedError):
                 self.stopped = True
             return
+        self.ctx.in_flight.discard(h.name for h in message.added)
         self.l0 = [h for h in self.l0 if h.name not in removed]
         while len(self.levels) < target:
             self.levels.append([])

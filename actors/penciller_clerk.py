@@ -64,7 +64,9 @@ class MergeWork:
 
 @dataclass(frozen=True, slots=True)
 class MergeIdle:
-    """Clerk to Penciller: no merge needed (or the last one failed)."""
+    """Clerk to Penciller: no merge needed, or (``failed``) the merge could not be done."""
+
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +178,7 @@ class PencillerClerk(InkpenActor):
             added = self._merge(job)
         except Exception as exc:
             log.warning("ledger.merge_failed", error=str(exc), exc_info=exc)
-            send(message.reply_to, MergeIdle())
+            send(message.reply_to, MergeIdle(failed=True))
             return
         send(message.reply_to, MergeDone(job, added))
 
@@ -214,6 +216,7 @@ class PencillerClerk(InkpenActor):
             self.penciller,
             self.ctx.scheduler,
             poll_interval=self.ctx.options.delete_poll_interval,
+            in_flight=self.ctx.in_flight,
             cache=self.ctx.block_cache,
         )
         try:

@@ -39,19 +39,27 @@ class Registration:
 
 
 class SnapshotRegistry:
-    """Registrations by snapshot id; owned by one actor, so not locked."""
+    """Registrations by snapshot id; owned by one actor, so not locked.
 
-    def __init__(self, owner: str) -> None:
+    After every change it tells the keeper the oldest manifest a live registration reads, so the
+    writer checkpoint protects those files from GC in any process.
+    """
+
+    def __init__(self, owner: str, keeper: ManifestKeeper) -> None:
         self._owner = owner
+        self._keeper = keeper
         self._live: dict[str, Registration] = {}
 
     def register(self, snapshot_id: str, manifest_id: int, timeout: float) -> Registration:
         registration = Registration(snapshot_id, manifest_id, time.monotonic(), timeout)
         self._live[snapshot_id] = registration
+        self._report()
         return registration
 
     def release(self, snapshot_id: str) -> bool:
-        return self._live.pop(snapshot_id, None) is not None
+        released = self._live.pop(snapshot_id, None) is not None
+        self._report()
+        return released
 
     def expire(self) -> list[str]:
         """Drop lapsed registrations; return their ids."""
@@ -60,7 +68,13 @@ class SnapshotRegistry:
         for sid in lapsed:
             del self._live[sid]
             log.warning("snapshot.registration_expired", owner=self._owner, snapshot=sid)
+        if lapsed:
+            self._report()
         return lapsed
+
+    def _report(self) -> None:
+        oldest = min((r.manifest_id for r in self._live.values()), default=None)
+        self._keeper.set_floor(self._owner, oldest)
 
     def holds(self, change_id: int) -> bool:
         """Whether a live registration predates the manifest change ``change_id``."""
@@ -86,9 +100,8 @@ class CheckpointGuard:
     at most once per second; manifests named by checkpoints are read once and cached.
     """
 
-    def __init__(self, keeper: ManifestKeeper, clock: object) -> None:
+    def __init__(self, keeper: ManifestKeeper) -> None:
         self._keeper = keeper
-        self._clock = clock
         self._refreshed = 0.0
         self._names: dict[int, frozenset[str]] = {}
 
@@ -109,7 +122,7 @@ class CheckpointGuard:
             self._keeper.refresh()
             self._refreshed = now_mono
         latest = self._keeper.latest
-        now = self._clock()  # type: ignore[operator]
+        now = time.time()
         for checkpoint in latest.manifest.live_checkpoints(now):
             if checkpoint.id == self._keeper.writer_checkpoint:
                 continue

@@ -137,7 +137,7 @@ class SstClerk(FileClerk):
     def _write(self, message: WriteSst) -> SstHandle:
         if self.state != "writing":
             raise InkpenError(f"SST clerk for {self.name} is {self.state}, not writing")
-        self.store.put_if_absent(self.name, message.data)
+        self._store_new(message.data)
         return self._open(descriptor_for(self.name, message.info))
 
     @handles(BuildL0)
@@ -149,7 +149,7 @@ class SstClerk(FileClerk):
                 block_size=message.block_bytes,
                 bloom_bits_per_key=message.bloom_bits,
             )
-            self.store.put_if_absent(self.name, data)
+            self._store_new(data)
             handle = self._open(descriptor_for(self.name, info))
         except Exception as exc:  # reported to the Penciller, which keeps the tables
             log.warning("penciller.l0_write_failed", name=self.name, error=str(exc))

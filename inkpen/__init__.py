@@ -1,13 +1,17 @@
 """inkpen: an embeddable object store on object storage, built as an actor system.
 
 ``inkpen.open(url)`` gives a :class:`Bookie`, the handle applications embed: put, get, head,
-delete, index queries, folds, snapshots, journal compaction. See README.md and DESIGN.md.
+delete, index queries, folds, snapshots, checkpoints, hot backups, journal compaction.
+``inkpen.open_reader(url)`` gives a read-only :class:`Reader` on a checkpoint, from any process.
+See README.md and DESIGN.md.
 """
 
 from __future__ import annotations
 
+from inkpen.actors.backup import BackupReport, HotBackup
 from inkpen.actors.inker_clerk import CompactionReport
 from inkpen.actors.reads import Head
+from inkpen.manifest.gc import GcReport
 
 from ._version import __version__
 from .bookie import Bookie, open
@@ -21,21 +25,27 @@ from .errors import (
     UsageError,
 )
 from .options import Options
+from .reader import Reader, open_reader
 from .snapshot import Snapshot
 
 __all__ = [
     "AlreadyExistsError",
+    "BackupReport",
     "Bookie",
     "CompactionReport",
     "CorruptionError",
     "FencedError",
+    "GcReport",
     "Head",
+    "HotBackup",
     "InkpenError",
     "NotFoundError",
     "Options",
+    "Reader",
     "Snapshot",
     "StoreError",
     "UsageError",
     "__version__",
     "open",
+    "open_reader",
 ]

@@ -19,12 +19,16 @@ import concurrent.futures
 from collections.abc import Iterable
 from typing import Any
 
+from inkpen.actors.backup import HotBackup
 from inkpen.actors.base import call, send
 from inkpen.actors.bookie import CloseSnapshot, CompactJournal, TakeSnapshot
 from inkpen.actors.changes import ChangeMaker
 from inkpen.actors.engine import Engine
+from inkpen.actors.gc import RunGc
+from inkpen.actors.inker import TakeCheckpoint
 from inkpen.actors.inker_clerk import CompactionReport
 from inkpen.actors.reads import Views, ViewSource
+from inkpen.manifest.gc import GcReport
 from inkpen.objectstore import ObjectStore, open_store
 
 from .errors import UsageError
@@ -143,6 +147,61 @@ class Bookie(ReadAPI):
         result: concurrent.futures.Future[CompactionReport] = concurrent.futures.Future()
         call(self._engine.bookie, CompactJournal(result))
         return result.result() if wait else result
+
+    def checkpoint(self, lifetime: float | None = None, *, name: str | None = None) -> str:
+        """Record a checkpoint of everything acknowledged so far; returns its id.
+
+        A checkpoint is a durable, cross-process snapshot: ``inkpen.open_reader(url,
+        checkpoint=id)`` reads exactly this state from any process, and no file it needs is
+        deleted while the checkpoint lives (``lifetime`` seconds; None: until deleted, e.g. with
+        ``inkpen checkpoint delete``).
+        """
+        self._check_open()
+        if lifetime is not None and (
+            isinstance(lifetime, bool) or not isinstance(lifetime, int | float) or lifetime <= 0
+        ):
+            raise UsageError(
+                f"lifetime must be a positive number of seconds or None, got {lifetime!r}"
+            )
+        if name is not None and not isinstance(name, str):
+            raise UsageError(f"checkpoint name must be a str, got {type(name).__name__}")
+        made = call(self._engine.inker, TakeCheckpoint(lifetime, name))
+        return made.id
+
+    def hot_backup(self) -> HotBackup:
+        """Prepare a hot backup (Leveled's ``book_hotbackup``): returns ``backup``, a function.
+
+        ``backup(dest_url)`` copies the journal as it is now to ``dest_url`` (hard links on one
+        local filesystem, server-side copies on S3) and writes its manifest there; repeating the
+        pair into the same destination copies only new files. ``inkpen.open(dest_url)`` opens the
+        backup as a database, rebuilding its ledger from the journal. Writes may go on meanwhile.
+        """
+        self._check_open()
+        self._engine.roll()
+        parts = call(self._engine.bookie, TakeSnapshot(long_running=True, ledger_only=False))
+        assert parts.journal is not None
+        bookie = self._engine.bookie
+        return HotBackup(
+            parts.journal.registered,
+            self._engine.ctx.resolver,
+            self._engine.ctx.keeper.epoch,
+            lambda: send(bookie, CloseSnapshot(parts.snapshot_id)),
+        )
+
+    def run_gc(self, *, min_age: float | None = None, dry_run: bool = False) -> GcReport:
+        """Run this writer's GC now (it also runs at open and on a schedule); returns its report.
+
+        ``min_age`` defaults to the ``gc_min_age`` option; objects this writer is still writing
+        are never deleted whatever their age.
+        """
+        self._check_open()
+        if min_age is not None and (
+            isinstance(min_age, bool) or not isinstance(min_age, int | float) or min_age < 0
+        ):
+            raise UsageError(f"min_age must be a number of seconds >= 0, got {min_age!r}")
+        result: concurrent.futures.Future[GcReport] = concurrent.futures.Future()
+        send(self._engine.collector, RunGc(result, min_age, dry_run))
+        return result.result()
 
     def flush(self) -> None:
         """Persist the ledger now: write recent changes from memory to an L0 file.

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -264,9 +264,14 @@ def run_gc(
     options: GcOptions | None = None,
     now: float | None = None,
     dry_run: bool = False,
+    keep: Collection[str] = frozenset(),
 ) -> GcReport:
     """Run one GC pass over the database at ``store``: drop expired checkpoints from the
-    manifest, plan, and delete (nothing is written or deleted when ``dry_run``)."""
+    manifest, plan, and delete (nothing is written or deleted when ``dry_run``).
+
+    ``keep`` names objects a live writer is writing and has not committed yet; they are never
+    deleted, whatever their age (the writer's own GC passes them, so it may run with any
+    ``min_age``)."""
     opts = GcOptions() if options is None else options
     if not isinstance(opts, GcOptions):
         raise UsageError("options must be a GcOptions")
@@ -293,6 +298,13 @@ def run_gc(
 
     pinned = _read_pinned(manifest_store, latest, when)
     plan = plan_gc(latest, pinned, listing, now=when, options=opts)
+    if keep and not plan.destroy:
+        kept = frozenset(keep)
+        plan = replace(
+            plan,
+            deletes=tuple(k for k in plan.deletes if k not in kept),
+            reasons=MappingProxyType({k: v for k, v in plan.reasons.items() if k not in kept}),
+        )
     log.info(
         "gc.planned",
         url=target.url,

@@ -1,0 +1,87 @@
+"""The garbage collector actor: the writer's own GC runs, at start-up and then on a schedule.
+
+Files a manifest change drops are normally deleted by their clerks (delete_pending); GC removes
+what no clerk owns: journal segments once folded, manifests no live checkpoint names, and the
+orphans a crash leaves (files written but never committed). It runs the manifest layer's planner
+(:func:`inkpen.manifest.gc.run_gc`), never touching an object younger than ``gc_min_age`` nor one
+this writer is still writing (:mod:`inkpen.actors.in_flight`). Open snapshots are safe because the
+writer checkpoint points at the oldest manifest they read.
+
+It runs once when the Bookie opens, then every ``gc_interval`` — but only if the manifest changed
+since the last run, so an idle Bookie makes no requests for GC. A fenced writer never collects:
+the newer writer owns the database.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from inkpen.logs import get_logger
+from inkpen.manifest.gc import GcOptions, GcReport, run_gc
+
+from .base import InkpenActor, handles
+from .context import EngineContext
+
+log = get_logger("inkpen.gc")
+
+
+@dataclass(frozen=True, slots=True)
+class RunGc:
+    """Run a GC pass now; the report (or the error) goes to ``result``."""
+
+    result: Future[GcReport]
+    min_age: float | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    pass
+
+
+class GarbageCollector(InkpenActor):
+    """Owns the writer's GC schedule. Answers :class:`RunGc`."""
+
+    def __init__(self, ctx: EngineContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self._seen_commits = -1
+        self.runs = 0
+
+    def on_start(self) -> None:
+        self.ctx.scheduler.after(0.0, self.actor_ref, _Tick())
+
+    @handles(_Tick)
+    def _tick(self, _: _Tick) -> None:
+        try:
+            if self.ctx.keeper.commits != self._seen_commits:
+                self._collect(self.ctx.options.gc_min_age, dry_run=False)
+        except Exception as exc:
+            log.warning("gc.failed", error=str(exc))
+        finally:
+            self.ctx.scheduler.after(self.ctx.options.gc_interval, self.actor_ref, _Tick())
+
+    @handles(RunGc)
+    def _run(self, message: RunGc) -> None:
+        try:
+            min_age = self.ctx.options.gc_min_age if message.min_age is None else message.min_age
+            message.result.set_result(self._collect(min_age, dry_run=message.dry_run))
+        except Exception as exc:
+            message.result.set_exception(exc)
+
+    def _collect(self, min_age: float, *, dry_run: bool) -> GcReport:
+        keeper = self.ctx.keeper
+        if keeper.fenced is not None:
+            raise keeper.fenced
+        commits = keeper.commits
+        report = run_gc(
+            self.ctx.store,
+            options=GcOptions(min_age=min_age),
+            dry_run=dry_run,
+            keep=self.ctx.in_flight.names(),
+        )
+        if not dry_run:
+            self._seen_commits = commits
+        self.runs += 1
+        return report

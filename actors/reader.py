@@ -1,0 +1,151 @@
+"""Views of one manifest for read-only clients (Readers, Spark tasks), built without actors.
+
+A read-only client writes nothing and owns nothing, so it needs no actor system: it builds the same
+immutable views a writer publishes (:mod:`inkpen.actors.views`) straight from one manifest —
+typically a checkpoint's — and reads through the ordinary read path. Building them is what a
+writer's start-up does, minus the claim:
+
+1. open an SST reader per ledger file and a journal reader per journal file, in parallel, each
+   through the store that holds it (a clone reads inherited files from its parent's root);
+2. read the manifest's unfolded segments ``(last_folded_segment, next_segment)``, keeping only
+   those the reader rule accepts (no segment an older epoch wrote after a newer one);
+3. replay every journal entry above the ledger's persisted SQN into one memory table.
+
+The checkpoint the client holds keeps every one of those objects from GC while it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from inkpen.formats.cache import LruCache
+from inkpen.formats.journal import JournalEntry, JournalReader, decode_journal
+from inkpen.formats.keys import LedgerValue
+from inkpen.formats.sst import SstReader
+from inkpen.manifest.clones import StoreResolver
+from inkpen.manifest.fencing import SegmentRef, accepted_segments, list_segments
+from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
+from inkpen.manifest.paths import segment_key
+from inkpen.options import Options
+
+from .changes import replayed_entries
+from .fetch import ChunkedFetch, DirectFetch
+from .views import (
+    CacheView,
+    JournalHandle,
+    JournalView,
+    LedgerView,
+    Level,
+    MemTable,
+    SegmentTable,
+    SstHandle,
+)
+
+OPENERS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestViews:
+    """The three views of one manifest, ready for :mod:`inkpen.actors.reads`."""
+
+    cache: CacheView
+    ledger: LedgerView
+    journal: JournalView
+
+    def views(self) -> tuple[CacheView, LedgerView, JournalView]:
+        return self.cache, self.ledger, self.journal
+
+
+def load_views(
+    resolver: StoreResolver, manifest: Manifest, manifest_id: int, options: Options
+) -> ManifestViews:
+    """Open every file ``manifest`` names and replay its journal tail (see module docstring)."""
+    block_cache = LruCache(options.block_cache_bytes) if options.block_cache_bytes else None
+    journal_cache = LruCache(options.journal_cache_bytes) if options.journal_cache_bytes else None
+
+    def open_sst(descriptor: SstDescriptor) -> SstReader:
+        store = resolver.store_for(descriptor.root)
+        return SstReader.open(
+            descriptor.name,
+            descriptor.size,
+            DirectFetch(store, descriptor.name),
+            cache=block_cache,
+            sqn_base=descriptor.sqn_base,
+        )
+
+    def open_journal(descriptor: JournalFileDescriptor) -> JournalHandle:
+        store = resolver.store_for(descriptor.root)
+        fetch = (
+            ChunkedFetch(
+                store, descriptor.name, descriptor.size, journal_cache, options.journal_chunk_bytes
+            )
+            if journal_cache is not None
+            else DirectFetch(store, descriptor.name)
+        )
+        reader = JournalReader.open(
+            descriptor.name, descriptor.size, fetch, sqn_base=descriptor.sqn_base
+        )
+        return JournalHandle(descriptor, reader)
+
+    with ThreadPoolExecutor(max_workers=OPENERS) as pool:
+        levels = [
+            [SstHandle(d, r) for d, r in zip(level, pool.map(open_sst, level), strict=True)]
+            for level in manifest.ledger.levels
+        ]
+        files = list(pool.map(open_journal, manifest.journal.files))
+        segments = _read_segments(resolver, manifest, pool)
+    persisted = manifest.ledger.persisted_sqn
+    tail = MemTable.of(list(_replay(files, segments, persisted)))
+    ledger = LedgerView(
+        manifest_id=manifest_id,
+        mem=(tail,) if len(tail) else (),
+        l0=tuple(levels[0]) if levels else (),
+        levels=tuple(Level.of(level) for level in levels[1:]),
+        persisted_sqn=persisted,
+    )
+    journal = JournalView.of(files, segments, manifest_id)
+    return ManifestViews(CacheView(), ledger, journal)
+
+
+def _read_segments(
+    resolver: StoreResolver, manifest: Manifest, pool: ThreadPoolExecutor
+) -> list[SegmentTable]:
+    store = resolver.own_store
+    state = manifest.journal
+    refs = [r for r in list_segments(store, state.last_folded_segment) if r.id < state.next_segment]
+
+    def read(ref: SegmentRef) -> tuple[SegmentRef, list[JournalEntry], int]:
+        key = segment_key(ref.id)
+        data = store.get(key)
+        header, entries = decode_journal(data, key)
+        return SegmentRef(ref.id, ref.size, header.writer_epoch), entries, len(data)
+
+    read_back = list(pool.map(read, refs))
+    accepted = {ref.id for ref in accepted_segments(r for r, _, _ in read_back)}
+    tables = []
+    for ref, entries, size in read_back:
+        if ref.id in accepted and entries:
+            tables.append(
+                SegmentTable(
+                    ref.id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, size
+                )
+            )
+    return tables
+
+
+def _replay(
+    files: Iterable[JournalHandle], segments: Iterable[SegmentTable], persisted: int
+) -> Iterator[tuple[bytes, LedgerValue]]:
+    for handle in sorted(files, key=lambda h: h.descriptor.min_sqn):
+        descriptor = handle.descriptor
+        if descriptor.in_ledger or descriptor.max_sqn <= persisted:
+            continue
+        for entry in handle.reader.iter_entries():
+            if entry.sqn > persisted:
+                yield from replayed_entries(entry)
+    for segment in segments:
+        for sqn in sorted(segment.entries):
+            if sqn > persisted:
+                yield from replayed_entries(segment.entries[sqn])
