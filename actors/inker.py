@@ -544,7 +544,10 @@ class Inker(InkpenActor):
             if message.long_running
             else options.snapshot_timeout_short
         )
-        self.registry.register(message.snapshot_id, view.manifest_id, timeout)
+        # The latest manifest, not the view's: the owner's half of it is exactly the view (the
+        # owner publishes after each of its commits), and unlike an older one it cannot have
+        # been collected already, so the writer checkpoint may safely pin it.
+        self.registry.register(message.snapshot_id, self.ctx.keeper.latest.id, timeout)
         return view
 
     @handles(ReleaseJournal)

@@ -15,16 +15,24 @@ OBJECT, current, expired     keep as a TOMBSTONE with the same index specs and e
 TOMBSTONE, current or the    keep: a deletion must outlive every older put of its key, and a
   key absent (reaped)        tombstone reaped from the ledger may still shadow puts in journal
                              files not compacted yet
-OBJECT or TOMBSTONE,         ``retain``: keep only its key changes (KEY_CHANGES entry) if one of
-  replaced by a newer SQN    its index specs is still the ledger's current state of that index
-  (or OBJECT absent)         entry, else drop it; ``recovr``: drop it
-KEY_CHANGES                  ``retain``: keep while one of its index specs is still current, else
+OBJECT or TOMBSTONE,         ``retain``: keep only its key changes (KEY_CHANGES entry) while one
+  replaced by a newer SQN    of its index specs is still needed (below), else drop it;
+  (or OBJECT absent)         ``recovr``: drop it
+KEY_CHANGES                  ``retain``: keep while one of its index specs is still needed, else
                              drop; ``recovr``: drop
 ===========================  ====================================================================
 
+An index spec is still needed when the ledger's entry for that index key has this entry's SQN (it
+is the current state), or when the spec is a *remove* and the ledger no longer has the index key
+at all: the ledger reaps index tombstones at the basement, but an older *add* of the same entry
+may still sit in a journal file not compacted yet, and replaying it without the remove would
+bring the index entry back.
+
 Under ``retain`` the ledger rebuilt by replaying the compacted journal in SQN order equals the live
-ledger: every current object and tombstone entry survives, and every current index entry survives
-with the entry that set it. Under ``recovr`` index history is lost with replaced values (Leveled's
+ledger: every current object and tombstone entry survives, every current index entry survives
+with the entry that set it, and every removal survives as long as an older add might.
+
+Under ``recovr`` index history is lost with replaced values (Leveled's
 caveat): a rebuilt ledger may miss index entries, and hot backups of such stores should not be
 relied on for indexes.
 """
@@ -37,6 +45,8 @@ from typing import Literal
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, decode_key, index_key
 
+from .changes import INDEX_REMOVE
+
 Lookup = Callable[[bytes], LedgerValue | None]
 Strategy = Literal["retain", "recovr"]
 
@@ -47,13 +57,17 @@ def entry_weight(entry: JournalEntry) -> int:
     return len(entry.ledger_key) + (len(value) if value is not None else 0) + 32
 
 
-def _index_current(entry: JournalEntry, lookup: Lookup) -> bool:
+def _index_needed(entry: JournalEntry, lookup: Lookup) -> bool:
+    """Whether one of the entry's index specs must survive (see the module docstring)."""
     if not entry.index_specs:
         return False
     decoded = decode_key(entry.ledger_key)
-    for _op, field, term in entry.index_specs:
+    for op, field, term in entry.index_specs:
         found = lookup(index_key(decoded.bucket, field, term, decoded.key))
-        if found is not None and found.sqn == entry.sqn:
+        if found is None:
+            if op == INDEX_REMOVE:
+                return True
+        elif found.sqn == entry.sqn:
             return True
     return False
 
@@ -71,7 +85,7 @@ def judge(
         return entry
     kind = entry.kind
     if kind == Kind.KEY_CHANGES:
-        return entry if strategy == "retain" and _index_current(entry, lookup) else None
+        return entry if strategy == "retain" and _index_needed(entry, lookup) else None
     found = lookup(entry.ledger_key)
     if found is not None and found.sqn == entry.sqn:
         if kind == Kind.TOMBSTONE or found.status == TOMBSTONE:
@@ -82,7 +96,7 @@ def judge(
         return entry._replace(kind=Kind.TOMBSTONE, value=None)
     if kind == Kind.TOMBSTONE and (found is None or found.sqn < entry.sqn):
         return entry
-    if strategy == "retain" and _index_current(entry, lookup):
+    if strategy == "retain" and _index_needed(entry, lookup):
         return entry._replace(kind=Kind.KEY_CHANGES, value=None)
     return None
 

@@ -1,7 +1,11 @@
 """Garbage collection: a pure planner that decides what may be deleted, and its executor.
 
 The **active manifests** are the latest one and every manifest a live checkpoint of the latest one
-pins. An object is kept while an active manifest may need it:
+pins: a checkpoint pins its own manifest, except a *writer* checkpoint, which pins its manifest
+and every later one. A live writer's open snapshots may read files that were created after the
+manifest they started from and dropped again since; only the manifests in between name those
+files, so the writer points its checkpoint at the oldest manifest a snapshot of it still reads
+and GC keeps the whole range. An object is kept while an active manifest may need it:
 
 ================================  ===============================================================
 object                            deleted when
@@ -48,7 +52,7 @@ from inkpen.objectstore import ObjectInfo, ObjectStore
 
 from .checkpoints import drop_expired
 from .clones import StoreResolver, release_parent_pin
-from .model import Manifest, VersionedManifest
+from .model import KIND_WRITER, Manifest, VersionedManifest
 from .paths import (
     is_journal_file_key,
     is_sst_key,
@@ -105,20 +109,41 @@ class GcPlan:
     """True when the plan removes the whole (destroyed) database."""
 
 
+def pinned_ids(
+    latest: VersionedManifest, stored_ids: Iterable[int], now: float
+) -> tuple[frozenset[int], frozenset[int]]:
+    """Manifest ids the live checkpoints pin, as (required, ranged).
+
+    ``required`` ids are pinned by name and must exist; ``ranged`` ids are stored manifests a
+    writer checkpoint's range covers (one may vanish between listing and reading: it is then
+    simply not needed by anyone, because the latest covers everything after it).
+    """
+    stored = sorted(set(stored_ids))
+    required: set[int] = set()
+    ranged: set[int] = set()
+    for cp in latest.manifest.live_checkpoints(now):
+        if cp.kind == KIND_WRITER:
+            ranged.update(i for i in stored if cp.manifest_id <= i < latest.id)
+        elif cp.manifest_id != latest.id:
+            required.add(cp.manifest_id)
+    return frozenset(required), frozenset(ranged - required)
+
+
 def _active_manifests(
-    latest: VersionedManifest, checkpoint_manifests: Mapping[int, Manifest], now: float
+    latest: VersionedManifest,
+    checkpoint_manifests: Mapping[int, Manifest],
+    required: frozenset[int],
 ) -> list[Manifest]:
     active = [latest.manifest]
-    for cp in latest.manifest.live_checkpoints(now):
-        if cp.manifest_id == latest.id:
-            continue
-        pinned = checkpoint_manifests.get(cp.manifest_id)
+    for manifest_id in sorted(required):
+        pinned = checkpoint_manifests.get(manifest_id)
         if pinned is None:
             raise UsageError(
-                f"live checkpoint {cp.id} pins manifest {cp.manifest_id}, which is missing "
-                "from checkpoint_manifests; GC cannot plan without it"
+                f"a live checkpoint pins manifest {manifest_id}, which is missing from "
+                "checkpoint_manifests; GC cannot plan without it"
             )
         active.append(pinned)
+    active.extend(m for i, m in sorted(checkpoint_manifests.items()) if i not in required)
     return active
 
 
@@ -154,8 +179,10 @@ def plan_gc(
         reasons = dict.fromkeys(ordered, REASON_DESTROYED)
         return GcPlan(tuple(ordered), MappingProxyType(reasons), expired, True)
 
-    active = _active_manifests(latest, checkpoint_manifests, now)
-    active_ids = {latest.id, *(cp.manifest_id for cp in live)}
+    stored_ids = [i for i in (parse_manifest_key(info.key) for info in objects) if i is not None]
+    required, ranged = pinned_ids(latest, stored_ids, now)
+    active = _active_manifests(latest, checkpoint_manifests, required)
+    active_ids = {latest.id, *required, *ranged}
     pinned_segments: set[int] = set()
     referenced: set[str] = set()
     for m in active:
@@ -242,19 +269,23 @@ def _kind(key: str) -> str:
 
 
 def _read_pinned(
-    manifest_store: ManifestStore, latest: VersionedManifest, now: float
+    manifest_store: ManifestStore,
+    latest: VersionedManifest,
+    now: float,
+    listing: Iterable[ObjectInfo],
 ) -> dict[int, Manifest]:
+    stored = (parse_manifest_key(info.key) for info in listing)
+    required, ranged = pinned_ids(latest, (i for i in stored if i is not None), now)
     pinned: dict[int, Manifest] = {}
-    for cp in latest.manifest.live_checkpoints(now):
-        if cp.manifest_id == latest.id or cp.manifest_id in pinned:
-            continue
+    for manifest_id in sorted(required | ranged):
         try:
-            pinned[cp.manifest_id] = manifest_store.read(cp.manifest_id)
+            pinned[manifest_id] = manifest_store.read(manifest_id)
         except NotFoundError:
-            raise CorruptionError(
-                manifest_key(cp.manifest_id),
-                f"manifest pinned by live checkpoint {cp.id} is missing; GC stops here",
-            ) from None
+            if manifest_id in required:
+                raise CorruptionError(
+                    manifest_key(manifest_id),
+                    "manifest pinned by a live checkpoint is missing; GC stops here",
+                ) from None
     return pinned
 
 
@@ -296,7 +327,7 @@ def run_gc(
         latest = manifest_store.update(drop)
         dropped = tuple(sorted(before - {cp.id for cp in latest.manifest.checkpoints}))
 
-    pinned = _read_pinned(manifest_store, latest, when)
+    pinned = _read_pinned(manifest_store, latest, when, listing)
     plan = plan_gc(latest, pinned, listing, now=when, options=opts)
     if keep and not plan.destroy:
         kept = frozenset(keep)

@@ -48,8 +48,6 @@ from .paths import MANIFEST_PREFIX, manifest_key, parse_manifest_key
 
 log = get_logger("inkpen.manifest")
 
-MAX_PROBES = 4
-"""Probes past the cached id before the store lists ``manifest/`` instead."""
 _BACKOFF_FIRST = 0.002
 _BACKOFF_CAP = 0.25
 _RELIST_ATTEMPTS = 5
@@ -156,18 +154,38 @@ class ManifestStore:
             return self._cached
 
     def latest(self) -> VersionedManifest | None:
-        """The current manifest version, or None when the root holds no manifest."""
+        """The current manifest version, or None when the root holds no manifest.
+
+        From a cached version, one listing of the ids above it answers; the next id being
+        absent proves nothing, because GC deletes superseded versions and so leaves gaps below
+        the latest (probing alone would take a gap for the end, and an update would then write
+        into it, below the latest: a lost update). An update therefore always starts from a
+        listed latest; a gap can only open under it again if two newer versions are written and
+        the first collected within one update, which GC's ``min_age`` rules out.
+        """
         with self._lock:
             cached = self._cached
-        if cached is not None:
-            current = cached
-            for _ in range(MAX_PROBES):
-                following = self._read_optional(current.id + 1)
-                if following is None:
-                    return self._remember(current)
-                current = following
-            self._remember(current)
-        return self._latest_by_listing()
+        if cached is None:
+            return self._latest_by_listing()
+        newer = self._ids_above(cached.id)
+        if not newer:
+            return cached
+        current = self._read_optional(newer[-1])
+        if current is None:
+            return self._latest_by_listing()
+        while (following := self._read_optional(current.id + 1)) is not None:
+            current = following
+        return self._remember(current)
+
+    def _ids_above(self, manifest_id: int) -> list[int]:
+        """Ids of the manifests stored above ``manifest_id``, ascending (one listing)."""
+        found: list[int] = []
+        token: str | None = manifest_key(manifest_id)
+        while token is not None:
+            page = self._store.list_page(MANIFEST_PREFIX, token=token)
+            found.extend(i for i in map(parse_manifest_key, (o.key for o in page.objects)) if i)
+            token = page.next_token
+        return sorted(i for i in found if i > manifest_id)
 
     def _latest_by_listing(self) -> VersionedManifest | None:
         for _ in range(_RELIST_ATTEMPTS):

@@ -219,6 +219,36 @@ def test_plan_needs_every_pinned_manifest() -> None:
         plan_gc(VersionedManifest(3, manifest), {}, [], now=1.0, options=GcOptions())
 
 
+def test_writer_checkpoint_pins_every_manifest_from_its_target() -> None:
+    """A live writer's snapshots may read files created after their manifest and dropped since;
+    only the manifests in between name them, so a writer checkpoint pins the whole range."""
+
+    def sst(name: str) -> SstDescriptor:
+        return SstDescriptor(sst_key(name), b"a", b"z", 1, 1, 10, 1, 0)
+
+    made, dropped = sst(new_file_id()), sst(new_file_id())
+    writer = Checkpoint("w", 5, 0.0, metadata={"kind": "writer", "epoch": "1"})
+    versions = {
+        4: Manifest(ledger=LedgerState(((made,),))),
+        5: Manifest(ledger=LedgerState(((made,),))),
+        6: Manifest(ledger=LedgerState(((made, dropped),))),
+        7: Manifest(ledger=LedgerState(((made,),)), checkpoints=(writer,)),
+    }
+    listing = [ObjectInfo(manifest_key(i), 100, 0.0) for i in versions] + [
+        ObjectInfo(made.name, 10, 0.0),
+        ObjectInfo(dropped.name, 10, 0.0),
+    ]
+    latest = VersionedManifest(7, versions[7])
+    pinned = {i: versions[i] for i in (5, 6)}
+    plan = plan_gc(latest, pinned, listing, now=1000.0, options=GcOptions(min_age=0))
+    assert dropped.name not in plan.deletes
+    assert set(plan.deletes) == {manifest_key(4)}
+    # With the writer gone (no checkpoint), the dropped file and the old manifests may go.
+    latest = VersionedManifest(7, Manifest(ledger=LedgerState(((made,),))))
+    plan = plan_gc(latest, {}, listing, now=1000.0, options=GcOptions(min_age=0))
+    assert set(plan.deletes) == {manifest_key(i) for i in (4, 5, 6)} | {dropped.name}
+
+
 @pytest.mark.parametrize(
     "options",
     [

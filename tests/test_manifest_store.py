@@ -227,3 +227,20 @@ def test_encoded_manifest_is_what_is_stored(store: ObjectStore) -> None:
 def test_manifest_store_needs_an_object_store() -> None:
     with pytest.raises(UsageError, match="needs an ObjectStore"):
         ManifestStore("memory://x")  # type: ignore[arg-type]
+
+
+def test_update_from_a_stale_cache_lands_above_a_gc_gap(store: ObjectStore) -> None:
+    """GC deletes superseded versions, leaving gaps below the latest; an updater whose cached
+    latest sits below a gap must still write above the real latest, never into the gap."""
+    writer = ManifestStore(store)
+    writer.create(Manifest())
+    assert writer.latest() is not None  # caches version 1
+    other = ManifestStore(store)
+    other.update(bump)
+    other.update(bump)
+    store.delete(manifest_key(2))  # as GC does with a superseded, unpinned version
+    made = writer.update(bump)
+    assert made.id == 4
+    latest = ManifestStore(store).latest()
+    assert latest is not None and latest.id == 4
+    assert latest.manifest.compactor_epoch == 3
