@@ -52,15 +52,22 @@ class Change(NamedTuple):
 
     def entry(self, sqn: int) -> JournalEntry:
         """The journal entry of this change at ``sqn``."""
-        return JournalEntry(
-            sqn,
-            self.kind,
-            self.ledger_key,
-            self.value,
-            self.index_specs,
-            self.expiry_ms,
-            self.last_modified_ms,
+        return _new_tuple(
+            JournalEntry,
+            (
+                sqn,
+                self.kind,
+                self.ledger_key,
+                self.value,
+                self.index_specs,
+                self.expiry_ms,
+                self.last_modified_ms,
+            ),
         )
+
+
+_new_tuple = tuple.__new__
+"""Builds a NamedTuple from a tuple of its fields without a Python-level ``__new__`` call."""
 
 
 def as_bytes(name: str, value: Any, limit: int, *, allow_empty: bool = False) -> bytes:
@@ -100,8 +107,13 @@ class ChangeMaker:
         tag: Tag = Tag.OBJECT,
     ) -> Change:
         options = self._options
-        b = as_bytes("bucket", bucket, options.max_key_bytes)
-        k = as_bytes("key", key, options.max_key_bytes)
+        limit = options.max_key_bytes
+        b = bucket if type(bucket) is bytes and 0 < len(bucket) <= limit else None
+        if b is None:
+            b = as_bytes("bucket", bucket, limit)
+        k = key if type(key) is bytes and 0 < len(key) <= limit else None
+        if k is None:
+            k = as_bytes("key", key, limit)
         if not isinstance(value, bytes):
             if isinstance(value, bytearray | memoryview):
                 value = bytes(value)
@@ -112,7 +124,7 @@ class ChangeMaker:
                 f"value is {len(value)} bytes; the limit is {options.max_value_bytes} bytes "
                 "(option max_value_bytes)"
             )
-        specs = self._index_specs(indexes)
+        specs = () if type(indexes) is tuple and not indexes else self._index_specs(indexes)
         now_ms = int(self._clock() * 1000)
         expiry_ms = None
         if ttl is not None:
@@ -120,9 +132,12 @@ class ChangeMaker:
                 raise UsageError(f"ttl must be a positive number of seconds, got {ttl!r}")
             expiry_ms = now_ms + int(ttl * 1000)
         lk = object_key(b, k, tag=tag)
-        weight = len(lk) + len(value) + 64 + sum(len(f) + len(t) for _, f, t in specs)
-        return Change(
-            Kind.OBJECT, b, k, lk, value, specs, expiry_ms, now_ms, content_hash(value), weight
+        weight = len(lk) + len(value) + 64
+        if specs:
+            weight += sum(len(f) + len(t) for _, f, t in specs)
+        return _new_tuple(
+            Change,
+            (Kind.OBJECT, b, k, lk, value, specs, expiry_ms, now_ms, content_hash(value), weight),
         )
 
     def delete(
@@ -176,17 +191,17 @@ def ledger_entries(
     a TOMBSTONE gives a tombstone; a KEY_CHANGES entry (a value replaced, kept by ``retain``
     compaction) gives no object entry. Every index spec gives an index entry with the same SQN.
     """
-    sqn, kind = entry.sqn, entry.kind
-    lm = entry.last_modified_ms
+    sqn, kind = entry[0], entry[1]
+    lm = entry[6]
     out: list[tuple[bytes, LedgerValue]] = []
     if kind == Kind.OBJECT:
-        value = entry.value if entry.value is not None else b""
+        value = entry[3] if entry[3] is not None else b""
         digest = hash_ if hash_ is not None else content_hash(value)
         out.append(
-            (entry.ledger_key, LedgerValue(sqn, ACTIVE, entry.expiry_ms, digest, len(value), lm))
+            (entry[2], _new_tuple(LedgerValue, (sqn, ACTIVE, entry[5], digest, len(value), lm)))
         )
     elif kind == Kind.TOMBSTONE:
-        out.append((entry.ledger_key, LedgerValue(sqn, TOMBSTONE, None, 0, 0, lm)))
+        out.append((entry[2], _new_tuple(LedgerValue, (sqn, TOMBSTONE, None, 0, 0, lm))))
     for op, field, term in entry.index_specs:
         status = ACTIVE if op == INDEX_ADD else TOMBSTONE
         expiry = entry.expiry_ms if status == ACTIVE else None

@@ -41,20 +41,30 @@ class ChunkedFetch:
         self._id = (store.url, key)
 
     def _piece(self, index: int) -> bytes:
-        cache_key = (self._id, index)
-        piece = self._cache.get(cache_key)
+        piece = self._cache.get((self._id, index))
         if piece is None:
-            start = index * self._chunk
-            piece = self.store.get_range(self.key, start, min(self._size, start + self._chunk))
-            self._cache.put(cache_key, piece, len(piece))
+            piece = self._load(index)
         return piece  # type: ignore[return-value]
+
+    def _load(self, index: int) -> bytes:
+        start = index * self._chunk
+        piece = self.store.get_range(self.key, start, min(self._size, start + self._chunk))
+        self._cache.put((self._id, index), piece, len(piece))
+        return piece
 
     def __call__(self, start: int, end: int) -> bytes:
         chunk = self._chunk
+        index = start // chunk
+        if 0 <= start < end <= self._size and (end - 1) // chunk == index:
+            piece = self._cache.get((self._id, index))  # the common case: one cached chunk
+            if piece is None:
+                piece = self._load(index)
+            offset = start - index * chunk
+            return piece[offset : offset + end - start]  # type: ignore[index]
         end = min(end, self._size)
         if end <= start:
             return b""
-        first, last = start // chunk, (end - 1) // chunk
+        first, last = index, (end - 1) // chunk
         if first == last:
             offset = start - first * chunk
             return self._piece(first)[offset : offset + end - start]

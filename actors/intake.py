@@ -25,33 +25,55 @@ from .changes import Change
 
 
 class Batch:
-    """Changes bound for one journal segment, and the event their callers wait on."""
+    """Changes bound for one journal segment, and the callers waiting for it to be settled.
 
-    __slots__ = ("_done", "changes", "error", "opened_at", "weight")
+    A whole batch is released at once, so waking its callers is on every put's path: each
+    waiting caller parks on a lock of its own, and settling the batch releases those locks in
+    one pass (no condition variable for the woken callers to queue on again).
+    """
+
+    __slots__ = ("_guard", "_settled", "_waiters", "changes", "error", "opened_at", "weight")
 
     def __init__(self) -> None:
         self.changes: list[Change] = []
         self.weight = 0
         self.opened_at = time.monotonic()
         self.error: BaseException | None = None
-        self._done = threading.Event()
+        self._settled = False
+        self._waiters: list[threading.Lock] = []
+        self._guard = threading.Lock()
 
     def wait(self) -> None:
         """Block until the batch is durable and visible, or raise why it is not."""
-        self._done.wait()
+        if not self._settled:
+            gate = threading.Lock()
+            gate.acquire()
+            with self._guard:
+                parked = not self._settled
+                if parked:
+                    self._waiters.append(gate)
+            if parked:
+                gate.acquire()
         if self.error is not None:
             raise self.error
 
     def complete(self) -> None:
-        self._done.set()
+        self._settle()
 
     def fail(self, error: BaseException) -> None:
         self.error = error
-        self._done.set()
+        self._settle()
+
+    def _settle(self) -> None:
+        with self._guard:
+            self._settled = True
+            waiters, self._waiters = self._waiters, []
+        for gate in waiters:
+            gate.release()
 
     @property
     def done(self) -> bool:
-        return self._done.is_set()
+        return self._settled
 
 
 class WriteIntake:

@@ -16,6 +16,7 @@ import heapq
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Literal, Protocol
 
 from inkpen.errors import CorruptionError, NotFoundError
@@ -29,6 +30,7 @@ from inkpen.formats.keys import (
     index_range,
     key_range,
     object_key,
+    object_parts,
     prefix_end,
 )
 
@@ -94,11 +96,11 @@ def read_value(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
             value = lookup(cache, ledger, key)
             if value is None or not is_live(value, now_ms):
                 return None
-            entry = journal.entry(value[0], Kind.OBJECT, key)
+            body = values_of(journal)(value[0], Kind.OBJECT, key)
         except NotFoundError:
             continue
-        if entry is not None:
-            return entry.value
+        if body is not None:
+            return body
         missing_sqn = value[0]
     raise CorruptionError(
         "journal",
@@ -123,34 +125,37 @@ def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
 def ledger_range(
     cache: CacheView, ledger: LedgerView, lo: bytes | None, hi: bytes | None
 ) -> Iterator[tuple[bytes, LedgerValue]]:
-    """Every ledger entry with lo <= key < hi in key order, the most recent source's per key."""
-    streams: list[Iterator[tuple[bytes, int, LedgerValue]]] = []
-    priority = 0
+    """Every ledger entry with lo <= key < hi in key order, the most recent source's per key.
 
-    def tag(
-        it: Iterator[tuple[bytes, LedgerValue]], p: int
-    ) -> Iterator[tuple[bytes, int, LedgerValue]]:
-        for key, value in it:
-            yield key, p, value
-
-    for table in (*cache.tables, *ledger.mem):
-        streams.append(tag(table.iter_range(lo, hi), priority))
-        priority += 1
+    Sources are merged with ``heapq.merge`` on the key alone: it is stable, so among equal keys
+    the source listed first (the most recent) comes first and the rest are skipped. A range
+    that only one source covers is streamed from it directly.
+    """
+    streams: list[Iterator[tuple[bytes, LedgerValue]]] = [
+        table.iter_range(lo, hi) for table in (*cache.tables, *ledger.mem) if len(table)
+    ]
     for handle in ledger.l0:
         d = handle.descriptor
         if (hi is None or d.first_key < hi) and (lo is None or d.last_key >= lo):
-            streams.append(tag(handle.reader.iter_range(lo, hi), priority))
-        priority += 1
+            streams.append(handle.reader.iter_range(lo, hi))
     for level in ledger.levels:
         files = level.overlapping(lo, hi)
-        if files:
-            streams.append(tag(_chain(files, lo, hi), priority))
-        priority += 1
+        if len(files) == 1:
+            streams.append(files[0].reader.iter_range(lo, hi))
+        elif files:
+            streams.append(_chain(files, lo, hi))
+    if len(streams) == 1:
+        yield from streams[0]
+        return
     previous = None
-    for key, _, value in heapq.merge(*streams):
+    for item in heapq.merge(*streams, key=_first):
+        key = item[0]
         if key != previous:
             previous = key
-            yield key, value
+            yield item
+
+
+_first = itemgetter(0)
 
 
 def _chain(files: tuple, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, LedgerValue]]:
@@ -207,17 +212,69 @@ def fold_objects_by_key(
     end: bytes | None,
     now_ms: int,
 ) -> Iterator[tuple[bytes, bytes, bytes]]:
+    """Live objects in key order, each value read from the journal by its SQN.
+
+    The loop is written out (liveness test, journal lookup, key split) because a full fold
+    runs it once per object.
+    """
     cache, ledger, journal = source.views()
     lo, hi = object_bounds(bucket, start, end)
-    for key, value in live_range(cache, ledger, lo, hi, now_ms):
-        entry = journal.entry(value[0], Kind.OBJECT, key)
-        if entry is None:
+    value_of = values_of(journal)
+    kind = Kind.OBJECT
+    # Keys of one bucket with an empty subkey and no NUL anywhere are the bucket prefix, the
+    # key, then two terminators: the key is a slice. Anything else is split in full.
+    prefix = None if bucket is None else bucket_prefix(Tag.OBJECT, bucket)
+    skip = 0 if prefix is None else len(prefix)
+    for key, value in ledger_range(cache, ledger, lo, hi):
+        if value[1] != ACTIVE:
+            continue
+        expiry = value[2]
+        if expiry is not None and expiry <= now_ms:
+            continue
+        body = value_of(value[0], kind, key)
+        if body is None:
             raise CorruptionError(
                 "journal",
                 f"the ledger names SQN {value[0]} for key {key!r} but no journal holds it",
             )
-        decoded = decode_key(key)
-        yield decoded.bucket, decoded.key, entry.value or b""
+        found_key = key[skip:-4]
+        if prefix is None or _NUL in found_key or key[-4:] != _TWO_TERMINATORS:
+            yield (*object_parts(key), body)
+        else:
+            yield bucket, found_key, body  # type: ignore[misc]
+
+
+_NUL = b"\x00"
+_TWO_TERMINATORS = b"\x00\x00\x00\x00"
+
+
+def values_of(journal: JournalLookup) -> Callable[[int, Kind, bytes], bytes | None]:
+    """``value(sqn, kind, ledger_key)`` of a journal lookup: the object body, or None.
+
+    Views answer it directly (without decoding whole entries); a snapshot's pair of views asks
+    its newer view, then its registered one (as :func:`journal_scan` walks them); anything else
+    goes through ``entry``.
+    """
+    direct = getattr(journal, "value", None)
+    if direct is not None:
+        return direct  # type: ignore[no-any-return]
+    current = getattr(journal, "current", None)
+    registered = getattr(journal, "registered", None)
+    if current is not None and registered is not None:
+        newer, older = values_of(current), values_of(registered)
+
+        def paired(sqn: int, kind: Kind, ledger_key: bytes) -> bytes | None:
+            found = newer(sqn, kind, ledger_key)
+            return found if found is not None else older(sqn, kind, ledger_key)
+
+        return paired
+    entry_of = journal.entry
+
+    def via_entry(sqn: int, kind: Kind, ledger_key: bytes) -> bytes | None:
+        entry = entry_of(sqn, kind, ledger_key)
+        return None if entry is None else entry.value or b""
+
+    return via_entry
 
 
 def journal_scan(journal: Any) -> Iterator[JournalEntry]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import pykka
 
+from inkpen.formats.bloom import bloom_hash
 from inkpen.formats.journal import JournalEntry, JournalReader, Kind
 from inkpen.formats.keys import LedgerValue
 from inkpen.formats.sst import SstReader
@@ -145,19 +146,31 @@ class LedgerView:
     persisted_sqn: int = 0
 
     def get(self, key: bytes) -> LedgerValue | None:
-        """The newest ledger value of ``key`` (possibly a tombstone), or None."""
+        """The newest ledger value of ``key`` (possibly a tombstone), or None.
+
+        The key's bloom hash is computed once, when the first file is consulted, and shared by
+        every file after it.
+        """
         for table in self.mem:
             value = table.entries.get(key)
             if value is not None:
                 return value
+        key_hash = None
         for handle in self.l0:
-            value = handle.reader.get(key)
-            if value is not None:
-                return value
+            reader = handle.reader
+            info = reader.info
+            if info.first_key <= key <= info.last_key:
+                if key_hash is None:
+                    key_hash = bloom_hash(key)
+                value = reader.get(key, key_hash=key_hash)
+                if value is not None:
+                    return value
         for level in self.levels:
             handle = level.find(key)
             if handle is not None:
-                value = handle.reader.get(key)
+                if key_hash is None:
+                    key_hash = bloom_hash(key)
+                value = handle.reader.get(key, key_hash=key_hash)
                 if value is not None:
                     return value
         return None
@@ -246,6 +259,21 @@ class JournalView:
             handle = self.files[i]
             if sqn <= handle.descriptor.max_sqn:
                 return handle.reader.get(sqn, kind, ledger_key)
+        return None
+
+    def value(self, sqn: int, kind: Kind, ledger_key: bytes) -> bytes | None:
+        """:meth:`entry`'s object body alone (``b""`` for an entry without one), or None."""
+        i = bisect.bisect_right(self._segment_mins, sqn) - 1
+        if i >= 0 and sqn <= self.segments[i].last_sqn:
+            found = self.segments[i].entries.get(sqn)
+            if found is not None and found.ledger_key == ledger_key and found.kind == kind:
+                return found.value or b""
+            return None
+        i = bisect.bisect_right(self._file_mins, sqn) - 1
+        if i >= 0:
+            handle = self.files[i]
+            if sqn <= handle.descriptor.max_sqn:
+                return handle.reader.value(sqn, kind, ledger_key)
         return None
 
     def max_sqn(self) -> int:

@@ -29,11 +29,42 @@ _HEADER = struct.Struct(">BBQ")
 _HALVES = struct.Struct(">II")
 _MIN_BITS = 64
 _MAX_PROBES = 64
+_USUAL_PROBES = 7
 
 
 def bloom_hash(key: bytes) -> int:
     """The 64-bit hash a filter probes with; compute once to probe several filters."""
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
+def _set_seven(bits: bytearray, hashes: list[int], nbits: int) -> None:
+    """Set the probe bits of every hash for k = 7 (the default): the general loop unrolled.
+
+    Building filters runs for every key of every SST written, so this is worth the repetition:
+    the positions are exactly those of the loop in :meth:`BloomFilter.from_hashes`.
+    """
+    for value in hashes:
+        x = (value >> 32) % nbits
+        y = (value & 0xFFFFFFFF) % nbits
+        bits[x >> 3] |= 1 << (x & 7)
+        x = (x + y) % nbits
+        y = (y + 1) % nbits
+        bits[x >> 3] |= 1 << (x & 7)
+        x = (x + y) % nbits
+        y = (y + 2) % nbits
+        bits[x >> 3] |= 1 << (x & 7)
+        x = (x + y) % nbits
+        y = (y + 3) % nbits
+        bits[x >> 3] |= 1 << (x & 7)
+        x = (x + y) % nbits
+        y = (y + 4) % nbits
+        bits[x >> 3] |= 1 << (x & 7)
+        x = (x + y) % nbits
+        y = (y + 5) % nbits
+        bits[x >> 3] |= 1 << (x & 7)
+        x = (x + y) % nbits
+        y = (y + 6) % nbits
+        bits[x >> 3] |= 1 << (x & 7)
 
 
 def _probe_count(bits_per_key: int) -> int:
@@ -71,6 +102,9 @@ class BloomFilter:
         nbits = max(_MIN_BITS, -(-len(hashes) * bits_per_key // 8) * 8)
         probes = _probe_count(bits_per_key)
         bits = bytearray(nbits // 8)
+        if probes == _USUAL_PROBES:
+            _set_seven(bits, hashes, nbits)
+            return cls(bytes(bits), probes)
         for value in hashes:
             x = (value >> 32) % nbits
             y = (value & 0xFFFFFFFF) % nbits

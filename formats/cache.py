@@ -41,8 +41,8 @@ class CacheStats:
 class LruCache:
     """A least-recently-used cache bounded by the total weight (bytes) of what it holds.
 
-    Every operation is O(1) and takes one lock, so one cache may be shared by many threads. A
-    value heavier than the whole capacity is not cached.
+    Every operation is O(1); changes take one lock and lookups none, so one cache may be shared
+    by many threads. A value heavier than the whole capacity is not cached.
     """
 
     __slots__ = ("_capacity", "_entries", "_hits", "_lock", "_misses", "_weight")
@@ -58,15 +58,23 @@ class LruCache:
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> object | None:
-        """The value cached under ``key`` (now the most recently used), or None."""
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                self._misses += 1
-                return None
+        """The value cached under ``key`` (now the most recently used), or None.
+
+        Every read of every reader comes here, so a lookup takes no lock: a dict lookup and a
+        move to the recent end are each atomic under the interpreter lock, and an entry evicted
+        between the two is simply a hit on a value that is leaving. The hit and miss counters
+        may undercount slightly while threads race; weights and evictions stay exact.
+        """
+        found = self._entries.get(key)
+        if found is None:
+            self._misses += 1
+            return None
+        try:
             self._entries.move_to_end(key)
-            self._hits += 1
-            return found[0]
+        except KeyError:
+            return found[0]  # evicted by another thread since the lookup: still a hit
+        self._hits += 1
+        return found[0]
 
     def put(self, key: Hashable, value: object, weight: int) -> None:
         """Cache ``value`` under ``key``, evicting the least recently used to stay in capacity."""

@@ -20,10 +20,15 @@ def fetch_exact(fetch: Fetch, start: int, end: int, name: str) -> bytes:
     """Read bytes ``[start, end)`` through ``fetch``; raise :class:`CorruptionError` if short."""
     data = fetch(start, end)
     if len(data) != end - start:
-        raise CorruptionError(
-            name,
-            f"asked for bytes [{start}, {end}) but the object returned {len(data)} bytes; "
-            "it is shorter than its own layout says (truncated)",
-            offset=start,
-        )
+        raise short_read(name, start, end, len(data))
     return data
+
+
+def short_read(name: str, start: int, end: int, got: int) -> CorruptionError:
+    """The error for a ranged read of ``[start, end)`` that returned only ``got`` bytes."""
+    return CorruptionError(
+        name,
+        f"asked for bytes [{start}, {end}) but the object returned {got} bytes; "
+        "it is shorter than its own layout says (truncated)",
+        offset=start,
+    )

@@ -62,7 +62,7 @@ import snappy
 
 from inkpen.errors import CorruptionError
 
-from .fetching import Fetch, fetch_exact
+from .fetching import Fetch, fetch_exact, short_read
 
 MAGIC = b"INKJNL"
 FORMAT_VERSION = 1
@@ -76,6 +76,8 @@ EMPTY_JOURNAL_SIZE = HEADER_SIZE
 
 _LENGTHS = struct.Struct(">II")
 _KEY_HEAD = struct.Struct(">QB")
+_RECORD_HEAD = struct.Struct(">IIQB")
+"""A record's lengths and the fixed start of its key (SQN, kind), read or written in one go."""
 _VALUE_HEAD = struct.Struct(">BQQI")
 _SLOT = struct.Struct(">IQI")
 _TABLE = struct.Struct(">II")
@@ -90,6 +92,8 @@ _COMPRESSED = 2
 _HAS_EXPIRY = 4
 _KNOWN_FLAGS = _HAS_VALUE | _COMPRESSED | _HAS_EXPIRY
 _COMPRESS_MIN = 256
+_COPY_TO_CHECK = 64 * 1024
+"""Records up to this size are copied to be checksummed (cheaper than a memoryview)."""
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 
@@ -106,6 +110,7 @@ class Kind(IntEnum):
 
 
 _KINDS = {kind.value: kind for kind in Kind}
+_new_entry = tuple.__new__
 
 
 class JournalEntry(NamedTuple):
@@ -165,12 +170,14 @@ def _check_uint(value: object, bits: int, what: str) -> int:
 # Building
 
 
-def _encode_record(entry: JournalEntry) -> tuple[list[bytes], bytes, int]:
-    """Encode one entry; return its parts, its key and its total length."""
+def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
+    """Encode one entry: the record without its CRC, the CRC, and the hash of the record key."""
     sqn, kind, ledger_key, value, index_specs, expiry_ms, last_modified_ms = entry
-    if kind not in _KINDS:
-        raise ValueError(f"journal entry kind {kind!r} is not one of {[k.name for k in Kind]}")
-    kind = _KINDS[kind]
+    kind = _KINDS.get(kind)
+    if kind is None:
+        raise ValueError(
+            f"journal entry kind {entry[1]!r} is not one of {[k.name for k in Kind]}"
+        )
     if type(ledger_key) is not bytes:
         raise TypeError(f"ledger_key must be bytes, not {type(ledger_key).__name__}")
     flags = 0
@@ -180,7 +187,7 @@ def _encode_record(entry: JournalEntry) -> tuple[list[bytes], bytes, int]:
             raise TypeError(
                 f"an OBJECT entry's value must be bytes, not {type(value).__name__} (sqn {sqn})"
             )
-        flags |= _HAS_VALUE
+        flags = _HAS_VALUE
         body = value
         if len(body) >= _COMPRESS_MIN:
             packed = snappy.compress(body)
@@ -194,7 +201,9 @@ def _encode_record(entry: JournalEntry) -> tuple[list[bytes], bytes, int]:
     else:
         expiry = _check_uint(expiry_ms, 64, "expiry_ms")
         flags |= _HAS_EXPIRY
-    last_modified = _check_uint(last_modified_ms, 64, "last_modified_ms")
+    last_modified = last_modified_ms
+    if type(last_modified) is not int or not 0 <= last_modified < _U64:
+        last_modified = _check_uint(last_modified_ms, 64, "last_modified_ms")
     specs = b""
     if index_specs:
         for spec in index_specs:
@@ -203,19 +212,16 @@ def _encode_record(entry: JournalEntry) -> tuple[list[bytes], bytes, int]:
             if type(spec[1]) is not bytes or type(spec[2]) is not bytes:
                 raise TypeError(f"index spec {spec!r}: field and term must be bytes")
         specs = msgpack.packb([tuple(spec) for spec in index_specs], use_bin_type=True)
-    key = _KEY_HEAD.pack(sqn, kind) + ledger_key
-    value_head = _VALUE_HEAD.pack(flags, last_modified, expiry, len(specs))
-    value_length = len(value_head) + len(specs) + len(body)
-    if len(key) >= _U32 or value_length >= _U32:
+    key_length = _KEY_HEAD.size + len(ledger_key)
+    value_length = _VALUE_HEAD.size + len(specs) + len(body)
+    if key_length >= _U32 or value_length >= _U32:
         raise ValueError(f"entry sqn {sqn} is too large for a journal record (4 GiB at most)")
-    lengths = _LENGTHS.pack(len(key), value_length)
-    crc = zlib.crc32(lengths)
-    crc = zlib.crc32(key, crc)
-    crc = zlib.crc32(value_head, crc)
-    crc = zlib.crc32(specs, crc)
-    crc = zlib.crc32(body, crc)
-    parts = [lengths, key, value_head, specs, body, _CRC.pack(crc)]
-    return parts, key, _LENGTHS.size + len(key) + value_length + _CRC.size
+    head = _RECORD_HEAD.pack(key_length, value_length, sqn, kind)
+    record = b"".join(
+        (head, ledger_key, _VALUE_HEAD.pack(flags, last_modified, expiry, len(specs)), specs, body)
+    )
+    key_hash = zlib.crc32(ledger_key, zlib.crc32(head[_LENGTHS.size :]))
+    return record, _CRC.pack(zlib.crc32(record)), key_hash
 
 
 def _encode_hash_region(slots: list[tuple[int, int, int]]) -> bytes:
@@ -256,7 +262,9 @@ def build_journal(entries: Iterable[JournalEntry], *, writer_epoch: int) -> byte
     for entry in entries:
         if len(entry) != len(JournalEntry._fields):
             raise ValueError(f"a journal entry has {len(JournalEntry._fields)} fields: {entry!r}")
-        sqn = _check_uint(entry[0], 64, "sqn")
+        sqn = entry[0]
+        if type(sqn) is not int or not 0 <= sqn < _U64:
+            sqn = _check_uint(sqn, 64, "sqn")
         if sqn <= previous:
             raise ValueError(
                 f"journal entries must be in strictly increasing SQN order: {sqn} after {previous}"
@@ -264,9 +272,11 @@ def build_journal(entries: Iterable[JournalEntry], *, writer_epoch: int) -> byte
         if previous < 0:
             min_sqn = sqn
         previous = max_sqn = sqn
-        record_parts, key, length = _encode_record(entry)
-        parts.extend(record_parts)
-        slots.append((zlib.crc32(key), offset, length))
+        record, crc, key_hash = _encode_record(entry)
+        parts.append(record)
+        parts.append(crc)
+        length = len(record) + _CRC.size
+        slots.append((key_hash, offset, length))
         offset += length
     region = _encode_hash_region(slots) if slots else b""
     head = _HEADER.pack(MAGIC, FORMAT_VERSION, epoch, len(slots), min_sqn, max_sqn, offset,
@@ -389,53 +399,97 @@ def _parse_record(
     Returns the record's raw key, its entry (SQN shifted by ``sqn_base``) and the position just
     past it. ``limit`` bounds the record within ``buf``.
     """
-    where = base + pos
     if limit - pos < _MIN_RECORD:
-        raise CorruptionError(name, "journal record is truncated", offset=where)
-    key_length, value_length = _LENGTHS.unpack_from(buf, pos)
-    end = pos + _LENGTHS.size + key_length + value_length + _CRC.size
-    if key_length < _KEY_HEAD.size or value_length < _VALUE_HEAD.size or end > limit:
-        raise CorruptionError(name, "journal record lengths are damaged", offset=where)
-    crc_at = end - _CRC.size
-    (stored_crc,) = _CRC.unpack_from(buf, crc_at)
-    if zlib.crc32(memoryview(buf)[pos:crc_at]) != stored_crc:
-        raise CorruptionError(name, "journal record checksum mismatch", offset=where)
+        raise CorruptionError(name, "journal record is truncated", offset=base + pos)
+    key_length, value_length, sqn, kind_code = _RECORD_HEAD.unpack_from(buf, pos)
     key_at = pos + _LENGTHS.size
     value_at = key_at + key_length
-    key = bytes(buf[key_at:value_at])
-    sqn, kind_code = _KEY_HEAD.unpack_from(key, 0)
+    crc_at = value_at + value_length
+    if key_length < _KEY_HEAD.size or value_length < _VALUE_HEAD.size or crc_at + 4 > limit:
+        raise CorruptionError(name, "journal record lengths are damaged", offset=base + pos)
+    (stored_crc,) = _CRC.unpack_from(buf, crc_at)
+    checked = buf[pos:crc_at] if crc_at - pos <= _COPY_TO_CHECK else memoryview(buf)[pos:crc_at]
+    if zlib.crc32(checked) != stored_crc:
+        raise CorruptionError(name, "journal record checksum mismatch", offset=base + pos)
     flags, last_modified, expiry, specs_length = _VALUE_HEAD.unpack_from(buf, value_at)
     kind = _KINDS.get(kind_code)
     specs_at = value_at + _VALUE_HEAD.size
     body_at = specs_at + specs_length
     if kind is None or flags & ~_KNOWN_FLAGS or body_at > crc_at:
-        raise CorruptionError(name, "journal record fields are invalid", offset=where)
-    has_value = bool(flags & _HAS_VALUE)
-    if has_value != (kind is Kind.OBJECT) or (not has_value and body_at != crc_at):
-        raise CorruptionError(name, "journal record value does not match its kind", offset=where)
+        raise CorruptionError(name, "journal record fields are invalid", offset=base + pos)
+    has_value = flags & _HAS_VALUE
+    if (kind is Kind.OBJECT) != bool(has_value) or (not has_value and body_at != crc_at):
+        raise CorruptionError(
+            name, "journal record value does not match its kind", offset=base + pos
+        )
     index_specs: tuple[tuple[int, bytes, bytes], ...] = ()
+    value: bytes | None = None
     try:
         if specs_length:
             index_specs = msgpack.unpackb(buf[specs_at:body_at], use_list=False, raw=False)
-        value: bytes | None = None
         if has_value:
-            value = bytes(buf[body_at:crc_at])
+            value = buf[body_at:crc_at]
+            if type(value) is not bytes:
+                value = bytes(value)
             if flags & _COMPRESSED:
                 value = snappy.decompress(value)
     except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
         raise CorruptionError(
-            name, f"journal record payload does not decode: {exc}", offset=where
+            name, f"journal record payload does not decode: {exc}", offset=base + pos
         ) from exc
-    entry = JournalEntry(
-        sqn + sqn_base,
-        kind,
-        key[_KEY_HEAD.size :],
-        value,
-        index_specs,
-        expiry if flags & _HAS_EXPIRY else None,
-        last_modified,
+    key = buf[key_at:value_at]
+    if type(key) is not bytes:
+        key = bytes(key)
+    entry = _new_entry(
+        JournalEntry,
+        (
+            sqn + sqn_base,
+            kind,
+            key[_KEY_HEAD.size :],
+            value,
+            index_specs,
+            expiry if flags & _HAS_EXPIRY else None,
+            last_modified,
+        ),
     )
-    return key, entry, end
+    return key, entry, crc_at + _CRC.size
+
+
+def _record_body(data: bytes, key: bytes, name: str, offset: int) -> bytes | None:
+    """Check the whole record ``data`` (read from ``offset``); its body if its key is ``key``,
+    None if it is another record whose key hashes alike."""
+    length = len(data)
+    if length < _MIN_RECORD:
+        raise CorruptionError(name, "journal record is truncated", offset=offset)
+    key_length, value_length = _LENGTHS.unpack_from(data, 0)
+    value_at = _LENGTHS.size + key_length
+    crc_at = value_at + value_length
+    if key_length < _KEY_HEAD.size or value_length < _VALUE_HEAD.size or crc_at + 4 != length:
+        raise CorruptionError(
+            name, "journal record length disagrees with its hash slot", offset=offset
+        )
+    checked = data[:crc_at] if crc_at <= _COPY_TO_CHECK else memoryview(data)[:crc_at]
+    if zlib.crc32(checked) != _CRC.unpack_from(data, crc_at)[0]:
+        raise CorruptionError(name, "journal record checksum mismatch", offset=offset)
+    if data[_LENGTHS.size : value_at] != key:
+        return None
+    flags, _, _, specs_length = _VALUE_HEAD.unpack_from(data, value_at)
+    kind = _KINDS.get(data[_LENGTHS.size + 8])
+    body_at = value_at + _VALUE_HEAD.size + specs_length
+    if kind is None or flags & ~_KNOWN_FLAGS or body_at > crc_at:
+        raise CorruptionError(name, "journal record fields are invalid", offset=offset)
+    has_value = flags & _HAS_VALUE
+    if (kind is Kind.OBJECT) != bool(has_value) or (not has_value and body_at != crc_at):
+        raise CorruptionError(name, "journal record value does not match its kind", offset=offset)
+    body = data[body_at:crc_at]
+    if flags & _COMPRESSED:
+        try:
+            body = snappy.decompress(body)
+        except Exception as exc:  # snappy raises assorted types on damaged input
+            raise CorruptionError(
+                name, f"journal record payload does not decode: {exc}", offset=offset
+            ) from exc
+    return body if type(body) is bytes else bytes(body)
 
 
 class _SequenceCheck:
@@ -561,16 +615,83 @@ class JournalReader:
         return self.header.max_sqn + self.sqn_base
 
     def get(self, sqn: int, kind: Kind, ledger_key: bytes) -> JournalEntry | None:
-        """The entry with this key, or None; costs one ranged read when the key is present."""
+        """The entry with this key, or None; costs one ranged read when the key is present.
+
+        Every point read ends here, so the hash-table probe is written out in place rather
+        than through :meth:`_HashIndex.candidates`.
+        """
         index = self._index
         stored_sqn = sqn - self.sqn_base
         if index is None or not 0 <= stored_sqn < _U64:
             return None
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
-        for offset, length in index.candidates(zlib.crc32(key)):
-            record_key, entry = self._read_record(offset, length)
-            if record_key == key:
-                return entry
+        key_hash = zlib.crc32(key)
+        first, count = index.tables[key_hash & 255]
+        if not count:
+            return None
+        region = index.region
+        unpack = _SLOT.unpack_from
+        position = (key_hash >> 8) % count
+        for _ in range(count):
+            slot_hash, offset, length = unpack(
+                region, _DIRECTORY_SIZE + (first + position) * _SLOT.size
+            )
+            if not length:
+                return None
+            if slot_hash == key_hash:
+                data = self._fetch(offset, offset + length)
+                if len(data) != length:
+                    raise short_read(self.name, offset, offset + length, len(data))
+                record_key, entry, end = _parse_record(
+                    data, 0, length, self.name, offset, self.sqn_base
+                )
+                if end != length:
+                    raise CorruptionError(
+                        self.name, "journal record length disagrees with its hash slot",
+                        offset=offset,
+                    )
+                if record_key == key:
+                    return entry
+            position += 1
+            if position == count:
+                position = 0
+        return None
+
+    def value(self, sqn: int, kind: Kind, ledger_key: bytes) -> bytes | None:
+        """The object body of the entry with this key (``b""`` if it has none), or None when the
+        file does not hold the key: :meth:`get` for readers that want only the value.
+
+        The record is checked exactly as :meth:`get` checks it (lengths, CRC, kind and flags)
+        but not decoded into a :class:`JournalEntry`; folds call this once per object.
+        """
+        index = self._index
+        stored_sqn = sqn - self.sqn_base
+        if index is None or not 0 <= stored_sqn < _U64:
+            return None
+        key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
+        key_hash = zlib.crc32(key)
+        first, count = index.tables[key_hash & 255]
+        if not count:
+            return None
+        region = index.region
+        unpack = _SLOT.unpack_from
+        position = (key_hash >> 8) % count
+        for _ in range(count):
+            slot_hash, offset, length = unpack(
+                region, _DIRECTORY_SIZE + (first + position) * _SLOT.size
+            )
+            if not length:
+                return None
+            if slot_hash == key_hash:
+                data = self._fetch(offset, offset + length)
+                if len(data) != length:
+                    raise short_read(self.name, offset, offset + length, len(data))
+                body = _record_body(data, key, self.name, offset)
+                if body is not None:
+                    return body
+            position += 1
+            if position == count:
+                position = 0
         return None
 
     def locations(self) -> list[tuple[int, int]]:

@@ -52,6 +52,8 @@ class Tag(IntEnum):
 
 _TAGS = {tag.value: tag for tag in Tag}
 _TAG_BYTES = {tag: bytes([tag]) for tag in Tag}
+_OBJECT_TAG_VALUES = frozenset((Tag.OBJECT.value, Tag.HEAD.value))
+_OBJECT_TAG_BYTES = {Tag.OBJECT: _TAG_BYTES[Tag.OBJECT], Tag.HEAD: _TAG_BYTES[Tag.HEAD]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,26 @@ def _object_tag_byte(tag: Tag) -> bytes:
 
 def object_key(bucket: bytes, key: bytes, subkey: bytes = b"", *, tag: Tag = Tag.OBJECT) -> bytes:
     """Encode the ledger key of an object (or, with ``tag=Tag.HEAD``, a head-only object)."""
+    if (
+        type(bucket) is bytes
+        and type(key) is bytes
+        and type(subkey) is bytes
+        and len(bucket) <= MAX_KEY_BYTES
+        and len(key) <= MAX_KEY_BYTES
+        and len(subkey) <= MAX_KEY_BYTES
+        and tag in _OBJECT_TAG_BYTES
+    ):  # every put and get comes here: the checks of _escape, made once
+        return b"".join(
+            (
+                _OBJECT_TAG_BYTES[tag],
+                bucket.replace(_ESCAPE_FROM, _ESCAPE_TO),
+                _TERMINATOR,
+                key.replace(_ESCAPE_FROM, _ESCAPE_TO),
+                _TERMINATOR,
+                subkey.replace(_ESCAPE_FROM, _ESCAPE_TO),
+                _TERMINATOR,
+            )
+        )
     return b"".join(
         (
             _object_tag_byte(tag),
@@ -163,6 +185,20 @@ def decode_key(encoded: bytes) -> LedgerKey:
         return LedgerKey(tag, bucket, field, term, target)
     bucket, key, subkey = _components(encoded, 3)
     return LedgerKey(tag, bucket, key, subkey)
+
+
+def object_parts(encoded: bytes) -> tuple[bytes, bytes]:
+    """``(bucket, key)`` of an encoded OBJECT or HEAD key: :func:`decode_key` for folds, which
+    need only those two; ``ValueError`` if ``encoded`` is not such a key."""
+    if not encoded or encoded[0] not in _OBJECT_TAG_VALUES:
+        raise ValueError(f"not an object ledger key: {encoded[:64]!r}")
+    parts = encoded[1:].split(_TERMINATOR)
+    if len(parts) == 4 and not parts[3] and _ESCAPE_FROM not in parts[0]:
+        key = parts[1]
+        if _ESCAPE_FROM not in key and _ESCAPE_FROM not in parts[2]:
+            return parts[0], key  # no NUL anywhere: nothing to unescape or check
+    bucket, key, _ = _components(encoded, 3)
+    return bucket, key
 
 
 def prefix_end(prefix: bytes) -> bytes:

@@ -37,6 +37,8 @@ import zlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import msgpack
@@ -47,11 +49,13 @@ from inkpen.errors import CorruptionError
 from .bloom import DEFAULT_BITS_PER_KEY, BloomFilter, bloom_hash
 from .cache import BlockCache
 from .fetching import Fetch, fetch_exact
-from .keys import TOMBSTONE, LedgerValue
+from .keys import LedgerValue
 
 MAGIC = b"INKSST"
 FORMAT_VERSION = 1
 DEFAULT_BLOCK_SIZE = 4096
+DEFAULT_READAHEAD = 256 * 1024
+"""Bytes a reader with a cache reads at once when a block is missing (see SstReader.open)."""
 
 _FOOTER_BODY = struct.Struct(">6sHQIQIQI")
 _CRC = struct.Struct(">I")
@@ -66,6 +70,10 @@ _U64 = 1 << 64
 _MIN_BLOCK_SIZE = 64
 _MAX_BLOCK_SIZE = 64 * 1024 * 1024
 _MAKE_VALUE = LedgerValue._make
+_new_tuple = tuple.__new__
+_VALUE_LENGTHS = {len(LedgerValue._fields)}
+_SQN_OF = itemgetter(0)
+_STATUS_OF = itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +122,7 @@ class SstBuilder:
         "_finished",
         "_first_key",
         "_hashes",
+        "_index_key_bytes",
         "_index_keys",
         "_index_lengths",
         "_index_offsets",
@@ -151,6 +160,7 @@ class SstBuilder:
         self._block_bytes = 0
         self._hashes: list[int] = []
         self._index_keys: list[bytes] = []
+        self._index_key_bytes = 0
         self._index_offsets: list[int] = []
         self._index_lengths: list[int] = []
         self._first_key: bytes | None = None
@@ -163,7 +173,11 @@ class SstBuilder:
         """Entries added so far."""
 
     def add(self, key: bytes, value: LedgerValue) -> None:
-        """Append an entry; ``key`` must sort after every key added before."""
+        """Append an entry; ``key`` must sort after every key added before.
+
+        Every key of every SST written passes here, so only the checks that must refuse bad
+        input at once run per entry; bloom hashes and SQN statistics are taken a block at a time.
+        """
         if self._finished:
             raise ValueError("this SstBuilder has finished; start a new one")
         if type(key) is not bytes:
@@ -173,21 +187,25 @@ class SstBuilder:
             raise ValueError(
                 f"SST keys must be strictly increasing: {key[:64]!r} after {last[:64]!r}"
             )
-        value = _checked_value(value)
+        if type(value) is LedgerValue:
+            sqn, status, expiry, content_hash, size, last_modified = value
+            if not (
+                0 <= sqn < _U64
+                and (status == 0 or status == 1)
+                and (expiry is None or 0 <= expiry < _U64)
+                and 0 <= content_hash < _U64
+                and 0 <= size < _U64
+                and 0 <= last_modified < _U64
+            ):
+                raise ValueError(f"ledger value fields out of range: {value!r}")
+        else:
+            value = _checked_value(value)
         if last is None:
             self._first_key = key
         self._last_key = key
         self._keys.append(key)
         self._values.append(value)
-        self._hashes.append(bloom_hash(key))
         self.entry_count += 1
-        sqn = value[0]
-        if sqn < self._min_sqn:
-            self._min_sqn = sqn
-        if sqn > self._max_sqn:
-            self._max_sqn = sqn
-        if value[1] == TOMBSTONE:
-            self._tombstones += 1
         self._block_bytes += len(key) + _ENTRY_OVERHEAD
         if self._block_bytes >= self._block_size:
             self._flush_block()
@@ -196,9 +214,19 @@ class SstBuilder:
         keys = self._keys
         if not keys:
             return
-        stored = snappy.compress(msgpack.packb([keys, self._values], use_bin_type=True))
+        values = self._values
+        self._hashes.extend(map(bloom_hash, keys))
+        sqns = list(map(_SQN_OF, values))
+        low, high = min(sqns), max(sqns)
+        if low < self._min_sqn:
+            self._min_sqn = low
+        if high > self._max_sqn:
+            self._max_sqn = high
+        self._tombstones += sum(map(_STATUS_OF, values))  # TOMBSTONE is 1, ACTIVE 0
+        stored = snappy.compress(msgpack.packb([keys, values], use_bin_type=True))
         block = _framed(stored)
         self._index_keys.append(keys[0])
+        self._index_key_bytes += len(keys[0])
         self._index_offsets.append(self._offset)
         self._index_lengths.append(len(block))
         self._chunks.append(block)
@@ -209,7 +237,7 @@ class SstBuilder:
 
     def estimated_size(self) -> int:
         """About how many bytes :meth:`finish` would produce now (to roll files at a size)."""
-        index = sum(map(len, self._index_keys)) + 24 * (len(self._index_keys) + 1)
+        index = self._index_key_bytes + 24 * (len(self._index_keys) + 1)
         bloom = self.entry_count * self._bloom_bits // 8 + 16
         meta = 2 * len(self._last_key or b"") + 160
         return self._offset + self._block_bytes + index + bloom + meta + FOOTER_SIZE
@@ -429,6 +457,7 @@ class SstReader:
         "_cache",
         "_fetch",
         "_first_keys",
+        "_readahead",
         "info",
         "name",
         "size",
@@ -443,8 +472,10 @@ class SstReader:
         cache: BlockCache | None,
         sqn_base: int,
         tail: _Tail,
+        readahead: int = 0,
     ) -> None:
         self.name = name
+        self._readahead = readahead
         self.size = size
         self.sqn_base = sqn_base
         self._fetch = fetch
@@ -464,8 +495,15 @@ class SstReader:
         *,
         cache: BlockCache | None = None,
         sqn_base: int = 0,
+        readahead: int = DEFAULT_READAHEAD,
     ) -> SstReader:
-        """Open SST object ``name`` of ``size`` bytes, read through ``fetch(start, end)``."""
+        """Open SST object ``name`` of ``size`` bytes, read through ``fetch(start, end)``.
+
+        ``readahead``: with a ``cache``, a block that is not cached is read together with the
+        blocks after it, up to this many bytes in all, in one ranged read; the others wait in the
+        cache still encoded. On an object store every read is a round trip, so this turns a
+        lookup workload's hundreds of block reads per file into a few (0: one block per read).
+        """
         if size < FOOTER_SIZE:
             raise CorruptionError(
                 name, f"{size} bytes is too short to be an SST (the footer alone is {FOOTER_SIZE})"
@@ -473,7 +511,7 @@ class SstReader:
         layout = _Layout(fetch_exact(fetch, size - FOOTER_SIZE, size, name), size, name)
         tail_bytes = fetch_exact(fetch, layout.index_offset, size - FOOTER_SIZE, name)
         tail = _Tail(tail_bytes, layout, size, name, sqn_base)
-        return cls(name, size, fetch, cache, sqn_base, tail)
+        return cls(name, size, fetch, cache, sqn_base, tail, readahead)
 
     @property
     def block_count(self) -> int:
@@ -524,20 +562,46 @@ class SstReader:
     def _block(self, block: int) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
         cache = self._cache
         if cache is None:
-            return self._read_block(block)[0]
+            name = self.name
+            offset = self._block_offsets[block]
+            length = self._block_lengths[block]
+            return self._decode(block, fetch_exact(self._fetch, offset, offset + length, name))[0]
         cache_key = (self.name, block, self.sqn_base)
         found = cache.get(cache_key)
-        if found is not None:
+        if found is not None and type(found) is not bytes:
             return found  # type: ignore[return-value]
-        decoded, weight = self._read_block(block)
+        stored = found if found is not None else self._read_run(block, cache)
+        decoded, weight = self._decode(block, stored)  # type: ignore[arg-type]
         cache.put(cache_key, decoded, weight)
         return decoded
 
-    def _read_block(self, block: int) -> tuple[tuple[tuple[bytes, ...], list[LedgerValue]], int]:
+    def _read_run(self, block: int, cache: BlockCache) -> bytes:
+        """Read ``block`` and the blocks after it up to ``readahead`` bytes in one ranged read;
+        leave the others in the cache still encoded (decoded only if they are asked for)."""
+        offsets = self._block_offsets
+        lengths = self._block_lengths
+        start = offsets[block]
+        last = block
+        limit = start + self._readahead
+        while last + 1 < len(offsets) and offsets[last + 1] + lengths[last + 1] <= limit:
+            last += 1
+        end = offsets[last] + lengths[last]
+        data = fetch_exact(self._fetch, start, end, self.name)
+        for other in range(block + 1, last + 1):
+            key = (self.name, other, self.sqn_base)
+            if cache.get(key) is None:
+                at = offsets[other] - start
+                cache.put(key, data[at : at + lengths[other]], lengths[other])
+        return data[: lengths[block]] if last > block else data
+
+    def _decode(
+        self, block: int, data: bytes
+    ) -> tuple[tuple[tuple[bytes, ...], list[LedgerValue]], int]:
+        """Check and decode the stored bytes of ``block`` (with their CRC); answer the decoded
+        block and its weight for the cache."""
         name = self.name
         offset = self._block_offsets[block]
         length = self._block_lengths[block]
-        data = fetch_exact(self._fetch, offset, offset + length, name)
         stored = _unframe(data, 0, length, name, offset, f"data block {block}")
         try:
             raw = snappy.decompress(stored)
@@ -546,7 +610,9 @@ class SstReader:
             if base:
                 values = [LedgerValue(v[0] + base, *v[1:]) for v in raw_values]
             else:
-                values = list(map(_MAKE_VALUE, raw_values))
+                values = list(map(_new_tuple, repeat(LedgerValue), raw_values))
+                if values and set(map(len, values)) != _VALUE_LENGTHS:
+                    raise ValueError(f"a ledger value has {len(LedgerValue._fields)} fields")
         except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
             raise CorruptionError(
                 name, f"SST data block {block} does not decode: {exc}", offset=offset

@@ -36,30 +36,42 @@ T = TypeVar("T")
 
 
 class FoldIterator(Iterator[T]):
-    """A streaming fold; releases its snapshot when exhausted, closed or collected."""
+    """A streaming fold; releases its snapshot when exhausted, closed or collected.
+
+    Iterating it (``for row in fold``) runs a generator that passes the fold's items straight
+    through and releases the snapshot when they end or fail, so a long fold pays no Python call
+    of this class per item; ``next(fold)`` takes the same path.
+    """
 
     def __init__(self, items: Iterator[T], release: Callable[[], None]) -> None:
         self._items = items
         self._release: Callable[[], None] | None = release
+        self._stream = self._pass_through(items)
 
-    def __iter__(self) -> FoldIterator[T]:
-        return self
-
-    def __next__(self) -> T:
+    def _pass_through(self, items: Iterator[T]) -> Iterator[T]:
         try:
-            return next(self._items)
-        except BaseException:
-            self.close()
-            raise
+            yield from items
+        finally:
+            self._let_go()
 
-    def close(self) -> None:
-        """Stop the fold and release what it holds."""
+    def _let_go(self) -> None:
         release, self._release = self._release, None
         if release is not None:
             closer = getattr(self._items, "close", None)
             if closer is not None:
                 closer()
             release()
+
+    def __iter__(self) -> Iterator[T]:
+        return self._stream
+
+    def __next__(self) -> T:
+        return next(self._stream)
+
+    def close(self) -> None:
+        """Stop the fold and release what it holds."""
+        self._stream.close()
+        self._let_go()
 
     def __enter__(self) -> FoldIterator[T]:
         return self

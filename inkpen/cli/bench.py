@@ -1,0 +1,335 @@
+"""``inkpen bench``: inkpen's own benchmark, printing JSON lines in the peer harness's shape.
+
+Runs the load / get / scan workloads of :mod:`inkpen.cli.workloads` against a fresh database on a
+local directory (``--store file``) or an S3-compatible server (``--store s3``) and prints one JSON
+object per workload, with the fields the SlateDB peer harness prints (``system``, ``workload``,
+``ops``, ``seconds``, ``ops_per_s``, ``p50_ms``, ``p99_ms``, ``store``, ...) plus what inkpen
+alone can say: the object-store requests made while the workload ran (``puts``, ``gets``,
+``heads``, ``lists``, ``deletes``, ``copies``, ``bytes_written``, ``bytes_read``) and the
+process's peak resident memory (``peak_rss_mb``).
+
+The load runs on a new Bookie; the Bookie is then closed cleanly and opened again, so get and
+scan read from the store, not from the write path's memory.
+
+``--idle SECONDS`` measures something else: a Bookie that has written a little and then sits
+idle should make no store requests at all (only checkpoint refreshes, which a writer does not
+need); it prints the requests counted while idle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+import inkpen
+from inkpen.objectstore import CountingStore, ObjectStore, open_store
+
+from .workloads import (
+    BenchmarkFailed,
+    Timing,
+    bench_keys,
+    get_sample,
+    run_gets,
+    run_load,
+    run_scan,
+)
+
+BUCKET = b"bench"
+WORKLOADS = ("load", "get", "scan")
+IDLE_WRITES = 100
+DUMMY_AWS = {
+    "AWS_ACCESS_KEY_ID": "inkpen-bench",
+    "AWS_SECRET_ACCESS_KEY": "inkpen-bench",
+    "AWS_REGION": "us-east-1",
+}
+
+
+def flush_options(flush_ms: int) -> dict[str, Any]:
+    """inkpen's group-commit options for the protocol's flush interval in milliseconds.
+
+    ``N > 0``: ``flush_policy="interval"``, ``flush_interval=N ms``: a batch of puts is written
+    as one journal segment N ms after its first put joined it (at once when it reaches
+    ``max_batch_bytes``), as SlateDB's ``flush_interval`` does for its WAL. ``0``:
+    ``flush_policy="idle"``: a batch is written as soon as the Inker is free, so puts that arrive
+    while a segment is being written share the next one.
+    """
+    if flush_ms < 0:
+        raise click.BadParameter("must be 0 (write when idle) or a positive number of ms")
+    if flush_ms == 0:
+        return {"flush_policy": "idle"}
+    return {"flush_policy": "interval", "flush_interval": flush_ms / 1000.0}
+
+
+def peak_rss_mb() -> float:
+    """The peak resident memory of this process so far, in MiB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+
+
+def _emit(record: dict[str, Any]) -> None:
+    click.echo(json.dumps(record), nl=True)
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {name: after[name] - before[name] for name in after}
+
+
+@contextlib.contextmanager
+def bench_store(kind: str, root: str | None, endpoint: str, bucket: str) -> Iterator[ObjectStore]:
+    """A fresh, empty database root for the benchmark; a temp directory is removed after."""
+    if kind == "file":
+        made = root is None
+        base = tempfile.mkdtemp(prefix="inkpen-bench-") if root is None else root
+        directory = os.path.join(base, f"inkpen-{uuid.uuid4().hex[:8]}")
+        store = open_store(directory)
+        try:
+            yield store
+        finally:
+            store.close()
+            if made:
+                shutil.rmtree(base, ignore_errors=True)
+        return
+    for name, value in DUMMY_AWS.items():
+        os.environ.setdefault(name, value)
+    _ensure_bucket(endpoint, bucket)
+    prefix = f"inkpen-bench-{uuid.uuid4().hex[:8]}"
+    store = open_store(f"s3://{bucket}/{prefix}?endpoint={endpoint}")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _ensure_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` on the server at ``endpoint`` unless it is there already."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = boto3.session.Session().client("s3", endpoint_url=endpoint)
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError:
+        try:
+            client.create_bucket(Bucket=bucket)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code not in ("BucketAlreadyExists", "BucketAlreadyOwnedByYou"):
+                raise click.ClickException(
+                    f"cannot create bucket {bucket!r} at {endpoint}: {exc}; create it yourself "
+                    "or name another with --bucket"
+                ) from exc
+    except BotoCoreError as exc:
+        raise click.ClickException(
+            f"cannot reach the S3 endpoint {endpoint}: {exc}; start the server or fix --endpoint"
+        ) from exc
+    finally:
+        client.close()
+
+
+@click.command()
+@click.option(
+    "--store",
+    "store_kind",
+    type=click.Choice(["file", "s3"]),
+    default="file",
+    show_default=True,
+    help="Where the database lives.",
+)
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="--store file: make the database in a new directory under ROOT (kept) "
+    "instead of a temp directory (removed).",
+)
+@click.option(
+    "--endpoint",
+    default="http://127.0.0.1:8333",
+    show_default=True,
+    help="--store s3: the S3 endpoint.",
+)
+@click.option(
+    "--bucket",
+    default="inkpen-bench",
+    show_default=True,
+    help="--store s3: the bucket (created if missing); each run uses a new prefix.",
+)
+@click.option(
+    "--n",
+    "count",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="Objects to load.",
+)
+@click.option(
+    "--value-size",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="Bytes per value.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Client threads of the load.",
+)
+@click.option(
+    "--flush-ms",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Group commit: write a batch of puts this many ms after its first put "
+    "(flush_policy=interval); 0 writes as soon as the journal writer is free "
+    "(flush_policy=idle).",
+)
+@click.option(
+    "--gets",
+    type=click.IntRange(min=1),
+    default=20_000,
+    show_default=True,
+    help="Keys the get workload reads.",
+)
+@click.option(
+    "--workloads",
+    default="load,get,scan",
+    show_default=True,
+    help="Comma-separated workloads to report: load, get, scan.",
+)
+@click.option(
+    "--idle",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="Instead of the workloads: write a little, stay idle this many seconds, and "
+    "print the store requests made while idle.",
+)
+def bench(
+    store_kind: str,
+    root: str | None,
+    endpoint: str,
+    bucket: str,
+    count: int,
+    value_size: int,
+    concurrency: int,
+    flush_ms: int,
+    gets: int,
+    workloads: str,
+    idle: float | None,
+) -> None:
+    """Benchmark inkpen: load, get and scan, one JSON line per workload."""
+    chosen = [w.strip() for w in workloads.split(",") if w.strip()]
+    unknown = sorted(set(chosen) - set(WORKLOADS))
+    if unknown or not chosen:
+        raise click.BadParameter(
+            f"unknown workload(s) {', '.join(unknown) or '(none)'}; choose from "
+            f"{', '.join(WORKLOADS)}",
+            param_hint="--workloads",
+        )
+    options = flush_options(flush_ms)
+    common = {"system": "inkpen", "store": store_kind}
+    with bench_store(store_kind, root, endpoint, bucket) as inner:
+        store = CountingStore(inner)
+        try:
+            if idle is not None:
+                _run_idle(store, options, idle, value_size, common)
+            else:
+                _run_workloads(
+                    store,
+                    options,
+                    set(chosen),
+                    count,
+                    value_size,
+                    concurrency,
+                    gets,
+                    {**common, "flush_ms": flush_ms},
+                )
+        except BenchmarkFailed as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def _run_workloads(
+    store: CountingStore,
+    options: dict[str, Any],
+    chosen: set[str],
+    count: int,
+    value_size: int,
+    concurrency: int,
+    gets: int,
+    common: dict[str, Any],
+) -> None:
+    keys = bench_keys(count)
+    value = os.urandom(value_size)
+
+    def report(workload: str, timing: Timing, before: dict[str, int], **extra: Any) -> None:
+        _emit(
+            {
+                "system": common["system"],
+                "workload": workload,
+                **timing.figures(),
+                **extra,
+                "store": common["store"],
+                **_delta(store.snapshot(), before),
+                "peak_rss_mb": peak_rss_mb(),
+            }
+        )
+
+    with inkpen.open(store, **options) as book:
+        before = store.snapshot()
+        timing = run_load(book, BUCKET, keys, value, concurrency)
+        if "load" in chosen:
+            report(
+                "load",
+                timing,
+                before,
+                concurrency=concurrency,
+                value_size=value_size,
+                flush_ms=common["flush_ms"],
+            )
+    with inkpen.open(store, **options) as book:
+        if "get" in chosen:
+            before = store.snapshot()
+            timing = run_gets(book, BUCKET, get_sample(keys, gets), value)
+            report("get", timing, before)
+        if "scan" in chosen:
+            before = store.snapshot()
+            timing = run_scan(book, BUCKET, value, count)
+            report("scan", timing, before)
+
+
+def _run_idle(
+    store: CountingStore,
+    options: dict[str, Any],
+    seconds: float,
+    value_size: int,
+    common: dict[str, Any],
+) -> None:
+    value = os.urandom(value_size)
+    with inkpen.open(store, **options) as book:
+        for i in range(IDLE_WRITES):
+            book.put(BUCKET, b"idle%06d" % i, value)
+        before = store.snapshot()
+        time.sleep(seconds)
+        counts = _delta(store.snapshot(), before)
+    _emit(
+        {
+            "system": common["system"],
+            "workload": "idle",
+            "seconds": seconds,
+            "writes_before": IDLE_WRITES,
+            "store": common["store"],
+            **counts,
+            "requests": sum(v for k, v in counts.items() if not k.startswith("bytes_")),
+            "peak_rss_mb": peak_rss_mb(),
+        }
+    )

