@@ -281,6 +281,7 @@ class Engine:
         call(self.inker, Sync())
         self.intake.shut(UsageError("this Bookie is closed"))
         self.flush()
+        self.compact_ledger()  # leave L0 merged: the next open starts with no merge to run
         if self.ctx.options.fold_on_close:
             self.roll()
         call(self.penciller, ShutdownPenciller())

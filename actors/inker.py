@@ -8,8 +8,10 @@ manifest. Its pieces:
   next contiguous id, stamped with the writer epoch). A put's caller is released only after its
   segment is durably written and the Bookie has cached its ledger entries. ``flush_policy``
   decides when a batch is written: ``idle`` as soon as the Inker is free (a batch fills while the
-  previous segment is being written: group commit), ``interval`` ``flush_interval`` after the
-  batch opened; a batch of ``max_batch_bytes`` is written at once either way.
+  previous segment is being written: group commit), ``interval`` at most one segment per
+  ``flush_interval`` (a batch that opens sooner after the last write waits for the rest of the
+  interval; one that opens later is written at once); a batch of ``max_batch_bytes`` is written
+  at once either way.
 - the **active journal**: written segments stay in memory (published in the Inker's view, so
   gets find their values without a store read) until the Inker's clerk **folds** them into a
   journal file and the manifest records the fold (``last_folded_segment``).
@@ -186,6 +188,7 @@ class Inker(InkpenActor):
         self.pending_deletes: dict[str, int] = {}
         self.segments_written = 0
         self.bytes_written = 0
+        self.last_write_started = float("-inf")
         ref = self.actor_ref
         self.intake = intake
         intake.connect(lambda b: ref.tell(BatchOpened(b)), lambda b: ref.tell(BatchFull(b)))
@@ -226,7 +229,7 @@ class Inker(InkpenActor):
             if batch is not None:
                 self._write(batch)
             return
-        wait = options.flush_interval - (time.monotonic() - message.batch.opened_at)
+        wait = self.last_write_started + options.flush_interval - time.monotonic()
         if wait <= 0:
             batch = self.intake.take(message.batch)
             if batch is not None:
@@ -255,7 +258,7 @@ class Inker(InkpenActor):
         if self.stopped is not None:
             batch.fail(self.stopped)
             return
-        started = time.monotonic()
+        started = self.last_write_started = time.monotonic()
         first = self.sqn + 1
         entries = tuple(change.entry(first + i) for i, change in enumerate(batch.changes))
         data = build_journal(entries, writer_epoch=self.epoch)

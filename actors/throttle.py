@@ -52,12 +52,10 @@ class Throttle:
             self._cond.notify_all()
 
     def wait(self) -> None:
-        level = self._level
-        if level == NONE:
+        if self._level == NONE:
             return
-        if level == SLOW:
+        if self._level == SLOW:
             time.sleep(SLOW_DELAY)
-            return
         with self._cond:
             while self._level >= STOP and not self._released:
                 self._cond.wait()

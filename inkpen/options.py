@@ -29,8 +29,10 @@ class Options:
     Group commit (the Inker)
         ``flush_policy``: ``"idle"`` writes a journal segment as soon as the journal writer is
         idle, so concurrent puts share the segment that is written while they arrive;
-        ``"interval"`` waits ``flush_interval`` after a batch's first put before writing it.
-        Either way a batch is written at once when it reaches ``max_batch_bytes``.
+        ``"interval"`` writes at most one segment per ``flush_interval``: a batch waits until
+        ``flush_interval`` has passed since the previous segment write began (at once if it
+        has), so a put waits at most ``flush_interval`` plus one write. Either way a batch is
+        written at once when it reaches ``max_batch_bytes``.
 
     Ledger (the Bookie and the Penciller)
         ``ledger_cache_entries``: ledger changes the Bookie gathers before pushing them to the
