@@ -45,3 +45,16 @@ class FakeClock:
 def contents(book: inkpen.Bookie | inkpen.Snapshot, bucket: str) -> dict[bytes, bytes]:
     """Every live object of a bucket, by key."""
     return {key: value for _, key, value in book.objects(bucket)}
+
+SMALL = {
+    **TINY,
+    "ledger_cache_entries": 100,
+    "l0_cache_entries": 400,
+    "sst_target_bytes": 16 * 1024,
+    "sst_block_bytes": 1024,
+    "fold_segments": 32,
+    "fold_bytes": 256 * 1024,
+    "journal_file_target_bytes": 48 * 1024,
+}
+"""Small enough that thousands of writes still flush, merge and fold many times, large enough
+that they make hundreds of objects rather than thousands (object stores pay per request)."""
