@@ -5,14 +5,16 @@ Leveled backs up the journal alone, because the ledger can be rebuilt from it; s
 journal file), takes a snapshot whose journal clone keeps every file of that moment from being
 deleted, and returns ``backup``; ``backup(dest)`` then:
 
-1. copies every journal file of the snapshot that the destination does not have yet (a hard
+1. marks an empty destination as an unfinished backup (a manifest with ``initialized`` false),
+   so that a backup failing part-way can be taken again into the same root;
+2. copies every journal file of the snapshot that the destination does not have yet (a hard
    link on a local directory when both roots share a filesystem, a server-side copy on S3, a read
    and a write otherwise);
-2. writes the segments the snapshot holds in memory (written after the roll) as one more file;
-3. writes the destination's manifest: exactly those journal files, an empty ledger (rebuilt from
+3. writes the segments the snapshot holds in memory (written after the roll) as one more file;
+4. writes the destination's manifest: exactly those journal files, an empty ledger (rebuilt from
    the journal when the backup is opened) and a bumped writer epoch, so a Bookie open on the
    destination is fenced;
-4. lets GC remove what the destination no longer needs: journal files the snapshot does not
+5. lets GC remove what the destination no longer needs: journal files the snapshot does not
    have, SSTs of an older ledger, old manifests (checkpoints on the destination are honoured).
 
 Every copy lands before the manifest names it and nothing is deleted before the manifest stops
@@ -22,12 +24,13 @@ one. Repeating a backup into the same destination copies only the files that are
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inkpen.errors import UsageError
+from inkpen.errors import AlreadyExistsError, UsageError
 from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
@@ -115,6 +118,11 @@ class HotBackup:
                 f"{dest.url} holds objects that are not an inkpen database; back up into an "
                 "empty root or an earlier backup"
             )
+        if state is RootState.EMPTY:
+            # Mark the root as an unfinished backup before copying anything, so a backup that
+            # fails part-way can simply be taken again into the same root.
+            with contextlib.suppress(AlreadyExistsError):
+                manifests.create(Manifest(initialized=False))
         present = {info.key for info in dest.list("journal/compacted/")}
         descriptors: list[JournalFileDescriptor] = []
         copied = kept = copied_bytes = 0
@@ -144,7 +152,7 @@ class HotBackup:
                 )
             )
         descriptors.sort(key=lambda d: d.min_sqn)
-        versioned = self._write_manifest(manifests, dest, state, tuple(descriptors))
+        versioned = self._write_manifest(manifests, dest, tuple(descriptors))
         report = run_gc(dest, options=GcOptions(min_age=0.0))
         removed = sum(1 for key in report.deleted if key.startswith("journal/compacted/"))
         result = BackupReport(
@@ -164,12 +172,8 @@ class HotBackup:
         self,
         manifests: ManifestStore,
         dest: ObjectStore,
-        state: RootState,
         files: tuple[JournalFileDescriptor, ...],
     ) -> VersionedManifest:
-        if state is RootState.EMPTY:
-            return manifests.create(Manifest(journal=JournalState(files=files)))
-
         def change(current: VersionedManifest) -> Manifest:
             old = current.manifest
             segments = list_segments(dest, old.journal.last_folded_segment)

@@ -12,6 +12,9 @@ OBJECT, current, live        keep
 OBJECT, current, expired     keep as a TOMBSTONE with the same index specs and expiry: the value
                              goes, but the entry still shadows any older put of the key when the
                              ledger is rebuilt from the journal
+OBJECT with an expiry now    the same: the ledger reaps expired entries at the basement, so the
+  past, absent from the        key may be absent only because this put expired, and an older put
+  ledger                       of it may still sit in a journal file not compacted yet
 TOMBSTONE, current or the    keep: a deletion must outlive every older put of its key, and a
   key absent (reaped)        tombstone reaped from the ledger may still shadow puts in journal
                              files not compacted yet
@@ -96,6 +99,10 @@ def judge(
         return entry._replace(kind=Kind.TOMBSTONE, value=None)
     if kind == Kind.TOMBSTONE and (found is None or found.sqn < entry.sqn):
         return entry
+    if found is None and entry.expiry_ms is not None and entry.expiry_ms <= now_ms:
+        # Absent because it expired and was reaped: it must keep shadowing older puts. (An
+        # absent put without an expiry was deleted by a later tombstone, which is kept.)
+        return entry._replace(kind=Kind.TOMBSTONE, value=None)
     if strategy == "retain" and _index_needed(entry, lookup):
         return entry._replace(kind=Kind.KEY_CHANGES, value=None)
     return None

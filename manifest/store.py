@@ -78,8 +78,9 @@ def as_store(store_or_url: ObjectStore | str) -> ObjectStore:
 def require_live(versioned: VersionedManifest, url: str | None = None) -> VersionedManifest:
     """Return ``versioned`` when it describes a usable database, else raise a clear error.
 
-    A destroyed database raises :class:`NotFoundError`; a clone whose creation did not finish
-    raises :class:`UsageError` saying how to finish it. ``url`` names the database in messages.
+    A destroyed database raises :class:`NotFoundError`; a clone or a first hot backup whose
+    creation did not finish raises :class:`UsageError` saying how to finish it. ``url`` names
+    the database in messages.
     """
     url = url or "this location"
     manifest = versioned.manifest
@@ -91,10 +92,14 @@ def require_live(versioned: VersionedManifest, url: str | None = None) -> Versio
             key=manifest_key(versioned.id),
         )
     if not manifest.initialized:
-        parent = manifest.parent.root if manifest.parent is not None else "its parent"
+        if manifest.parent is None:
+            raise UsageError(
+                f"database at {url} is a hot backup that did not finish; take the backup into "
+                "it again (only what is missing is copied), or destroy it"
+            )
         raise UsageError(
-            f"database at {url} is a clone of {parent} whose creation did not finish; "
-            "call create_clone again with the same arguments to finish it, or destroy it"
+            f"database at {url} is a clone of {manifest.parent.root} whose creation did not "
+            "finish; call create_clone again with the same arguments to finish it, or destroy it"
         )
     return versioned
 

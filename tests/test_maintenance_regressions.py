@@ -1,0 +1,63 @@
+"""Regressions the state machine found in maintenance: each a minimal, deterministic case.
+
+- A put that expired and was reaped from the ledger must still shadow the older value of its key
+  when the ledger is rebuilt from the compacted journal (a restored backup).
+- A first hot backup that fails part-way must not poison its destination: taking it again works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import inkpen
+from inkpen.objectstore import FaultPlan, FaultyStore, open_store
+from support.engine import TINY, FakeClock
+
+
+def test_expired_put_still_shadows_older_value_after_compaction(
+    make_store_url: Callable[[str], str],
+) -> None:
+    url, dest = make_store_url("memory"), make_store_url("memory")
+    clock = FakeClock()
+    with inkpen.open(url, clock=clock, **TINY) as book:
+        for i in range(5):
+            book.put("b", f"live{i}", b"x")
+        book.put("b", "k", b"old value, no ttl")
+        for i in range(5):
+            book.put("b", f"junk{i}", b"x")
+        book.put("b", "k", b"new value", ttl=1)
+        for i in range(6):
+            book.put("b", f"junk{i}", b"y")
+        clock.advance(2)
+        book.flush()
+        book.compact_ledger()
+        book.compact_journal()
+        assert book.get("b", "k") is None
+        book.hot_backup()(dest)
+    with inkpen.open(dest, clock=clock, **TINY) as restored:
+        assert restored.get("b", "k") is None
+        assert restored.get("b", "live3") == b"x"
+
+
+def test_a_failed_first_backup_can_be_taken_again(make_store_url: Callable[[str], str]) -> None:
+    dest = make_store_url("memory")
+    plan = FaultPlan(seed=1, before={"get": 0.3})
+    source = FaultyStore(open_store(make_store_url("memory")), plan)
+    with source.paused():
+        book = inkpen.open(source, **TINY)
+        for i in range(60):
+            book.put("b", f"k{i}", b"x" * 100)
+        backup = book.hot_backup()
+    failed = False
+    try:
+        backup(dest)
+    except inkpen.StoreError:
+        failed = True
+    assert failed, "the fault plan should make this first backup fail part-way"
+    assert [i.key for i in open_store(dest).list("journal/compacted/")], "it copied something"
+    with source.paused():
+        report = book.hot_backup()(dest)
+        book.close()
+    assert report.files_kept > 0, "files copied by the failed attempt are reused"
+    with inkpen.open(dest, **TINY) as restored:
+        assert sum(1 for _ in restored.keys("b")) == 60
