@@ -33,12 +33,13 @@ from typing import Any, Protocol
 
 import pykka
 
-from inkpen.formats.journal import JournalEntry, build_journal
+from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue, Tag
 from inkpen.logs import get_logger
 from inkpen.manifest.model import JournalFileDescriptor
 from inkpen.manifest.paths import journal_file_key, new_file_id
 
+from . import compute
 from .base import InkpenActor, call, handles, send, stop
 from .context import EngineContext
 from .journal_clerk import JournalClerk, WriteJournal
@@ -149,7 +150,12 @@ def write_journal_files(
 def _write_file(
     ctx: EngineContext, owner: pykka.ActorRef[Any], entries: list[JournalEntry]
 ) -> JournalHandle:
-    data = build_journal(entries, writer_epoch=ctx.keeper.epoch)
+    data = compute.run(
+        ctx.options.compute_workers,
+        compute.encode_journal,
+        [tuple(e) for e in entries],
+        ctx.keeper.epoch,
+    )
     name = journal_file_key(new_file_id())
     descriptor = JournalFileDescriptor(
         name=name,

@@ -198,7 +198,11 @@ class Penciller(InkpenActor):
         send(
             clerk,
             BuildL0(
-                self.writing, self.actor_ref, options.sst_block_bytes, options.bloom_bits_per_key
+                self.writing,
+                self.actor_ref,
+                options.sst_block_bytes,
+                options.bloom_bits_per_key,
+                options.compute_workers,
             ),
         )
 

@@ -9,10 +9,12 @@ Whenever the ledger changes, the Penciller offers the clerk its current view
    tombstones among a few sampled (Leveled's grooming), or the next in key order, alternately.
 
 A source file with no overlap in the level below is **moved**: a manifest change alone, no bytes
-rewritten. Otherwise the inputs are streamed through a k-way merge in key order (the highest SQN
-of a key wins) into new SST files of about ``sst_target_bytes``, each written by its own SST
-clerk. Tombstones and expired entries are dropped only when the target is the **basement** (no
-level below it holds files), since above it they must keep shadowing older entries.
+rewritten. Otherwise the clerk reads the inputs, has them merged in key order (the highest SQN of
+a key wins) into new SST files of about ``sst_target_bytes`` by the compute pool
+(:mod:`inkpen.actors.compute`, off the interpreter that serves reads and writes), and writes each
+through its own SST clerk. Tombstones and expired entries are dropped only when the target is
+the **basement** (no level below it holds files), since above it they must keep shadowing older
+entries.
 
 The clerk answers :class:`MergeDone` (or :class:`MergeIdle` when there is nothing to do); the
 Penciller commits the result in one manifest change.
@@ -20,19 +22,18 @@ Penciller commits the result in one manifest change.
 
 from __future__ import annotations
 
-import heapq
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pykka
 
-from inkpen.formats.keys import TOMBSTONE, LedgerValue
-from inkpen.formats.sst import SstBuilder
+from inkpen.formats.sst import SstInfo
 from inkpen.logs import get_logger
 from inkpen.manifest.paths import new_file_id, sst_key
 
+from . import compute
 from .base import InkpenActor, call, handles, send, stop
 from .context import EngineContext
 from .sst_clerk import SstClerk, WriteSst
@@ -122,33 +123,6 @@ def _pick_source(files: Sequence[SstHandle], turn: int) -> SstHandle:
     return files[(turn // 2) % len(files)]
 
 
-def merge_entries(
-    sources: Sequence[SstHandle], targets: Sequence[SstHandle], *, basement: bool, now_ms: int
-) -> Iterator[tuple[bytes, LedgerValue]]:
-    """The merged entries of the inputs in key order: newest SQN per key, reaped at basement."""
-
-    def tagged(handles: Sequence[SstHandle]) -> Iterator[tuple[bytes, int, LedgerValue]]:
-        for handle in handles:
-            for key, value in handle.reader.iter_range():
-                yield key, -value[0], value
-
-    streams = [tagged((h,)) for h in sources]
-    if targets:
-        streams.append(tagged(sorted(targets, key=lambda h: h.descriptor.first_key)))
-    previous: bytes | None = None
-    for key, _, value in heapq.merge(*streams):
-        if key == previous:
-            continue
-        previous = key
-        if basement:
-            if value[1] == TOMBSTONE:
-                continue
-            expiry = value[2]
-            if expiry is not None and expiry <= now_ms:
-                continue
-        yield key, value
-
-
 class PencillerClerk(InkpenActor):
     """Chooses and runs the Penciller's merges. Answers :class:`MergeWork`."""
 
@@ -183,32 +157,36 @@ class PencillerClerk(InkpenActor):
         send(message.reply_to, MergeDone(job, added))
 
     def _merge(self, job: MergeJob) -> tuple[SstHandle, ...]:
+        """Read the inputs, merge them in the compute pool, write each output via its clerk."""
         options = self.ctx.options
+        targets = sorted(job.targets, key=lambda h: h.descriptor.first_key)
+        built = compute.run(
+            options.compute_workers,
+            compute.merge_ssts,
+            [self._input(h) for h in job.sources],
+            [self._input(h) for h in targets],
+            job.basement,
+            self.ctx.now_ms(),
+            options.sst_target_bytes,
+            options.sst_block_bytes,
+            options.bloom_bits_per_key,
+        )
         written: list[SstHandle] = []
-        builder: SstBuilder | None = None
         try:
-            for key, value in merge_entries(
-                job.sources, job.targets, basement=job.basement, now_ms=self.ctx.now_ms()
-            ):
-                if builder is None:
-                    builder = SstBuilder(
-                        block_size=options.sst_block_bytes,
-                        bloom_bits_per_key=options.bloom_bits_per_key,
-                    )
-                builder.add(key, value)
-                if builder.estimated_size() >= options.sst_target_bytes:
-                    written.append(self._write(builder))
-                    builder = None
-            if builder is not None and builder.entry_count:
-                written.append(self._write(builder))
+            for data, info in built:
+                written.append(self._write(data, info))
         except Exception:
             for handle in written:
                 stop(handle.clerk)
             raise
         return tuple(written)
 
-    def _write(self, builder: SstBuilder) -> SstHandle:
-        data, info = builder.finish()
+    def _input(self, handle: SstHandle) -> compute.SstInput:
+        descriptor = handle.descriptor
+        data = self.ctx.resolver.store_for(descriptor.root).get(descriptor.name)
+        return descriptor.name, data, descriptor.sqn_base
+
+    def _write(self, data: bytes, info: SstInfo) -> SstHandle:
         name = sst_key(new_file_id())
         clerk = SstClerk.start(
             self.ctx.store,

@@ -5,8 +5,8 @@ Life cycle (the shared end of life is in :mod:`inkpen.actors.file_clerk`)::
     writing ──▶ reading ──▶ delete_pending ──▶ deleted
 
 - ``writing``: the clerk builds its file (from the Penciller's frozen memory for an L0 flush,
-  :class:`BuildL0`; or from bytes a merge produced, :class:`WriteSst`), stores it with
-  create-if-absent, and opens a reader on the stored object.
+  :class:`BuildL0`, encoding it in the compute pool; or from bytes a merge produced,
+  :class:`WriteSst`), stores it with create-if-absent, and opens a reader on the stored object.
 - ``reading``: the clerk's :class:`~inkpen.formats.sst.SstReader` is published in the
   Penciller's views; readers use it directly (it caches the index and bloom filter; decoded
   blocks go to the Bookie's shared block cache), so a lookup costs no message to the clerk.
@@ -26,10 +26,11 @@ import pykka
 from inkpen.errors import InkpenError
 from inkpen.formats.cache import LruCache
 from inkpen.formats.keys import LedgerValue
-from inkpen.formats.sst import SstInfo, SstReader, build_sst
+from inkpen.formats.sst import SstInfo, SstReader
 from inkpen.logs import get_logger
 from inkpen.manifest.model import SstDescriptor
 
+from . import compute
 from .base import handles, send
 from .fetch import DirectFetch
 from .file_clerk import FileClerk
@@ -61,6 +62,7 @@ class BuildL0:
     reply_to: pykka.ActorRef[Any]
     block_bytes: int
     bloom_bits: int
+    compute_workers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +146,13 @@ class SstClerk(FileClerk):
     def _build_l0(self, message: BuildL0) -> None:
         started = time.monotonic()
         try:
-            data, info = build_sst(
-                merged_entries(message.tables),
-                block_size=message.block_bytes,
-                bloom_bits_per_key=message.bloom_bits,
+            entries = [(key, tuple(value)) for key, value in merged_entries(message.tables)]
+            data, info = compute.run(
+                message.compute_workers,
+                compute.build_l0,
+                entries,
+                message.block_bytes,
+                message.bloom_bits,
             )
             self._store_new(data)
             handle = self._open(descriptor_for(self.name, info))

@@ -30,6 +30,10 @@ class StoreError(InkpenError):
         self.definite = definite
         self.key = key
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Errors cross process boundaries (compute workers, Spark tasks): pickle by keywords.
+        return _rebuild, (type(self), self.args[0], {"definite": self.definite, "key": self.key})
+
     def __str__(self) -> str:
         base = super().__str__()
         outcome = "it did not happen" if self.definite else "it may or may not have happened"
@@ -42,6 +46,9 @@ class NotFoundError(StoreError):
     def __init__(self, message: str, *, key: str | None = None) -> None:
         super().__init__(message, definite=True, key=key)
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuild, (type(self), self.args[0], {"key": self.key})
+
     def __str__(self) -> str:
         return Exception.__str__(self)
 
@@ -51,6 +58,9 @@ class AlreadyExistsError(StoreError):
 
     def __init__(self, message: str, *, key: str | None = None) -> None:
         super().__init__(message, definite=True, key=key)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuild, (type(self), self.args[0], {"key": self.key})
 
     def __str__(self) -> str:
         return Exception.__str__(self)
@@ -70,6 +80,12 @@ class CorruptionError(InkpenError):
         self.offset = offset
         self.detail = detail
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.object_name, self.detail), {"offset": self.offset}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(self.object_name, self.detail, offset=state["offset"])  # type: ignore[misc]
+
 
 class FencedError(InkpenError):
     """A newer writer has opened this database; this handle may no longer write.
@@ -77,6 +93,10 @@ class FencedError(InkpenError):
     Reads from what the handle already has keep working. Close the handle; open the database
     again if this process should become the writer.
     """
+
+
+def _rebuild(cls: type[BaseException], message: str, keywords: dict[str, object]) -> BaseException:
+    return cls(message, **keywords)
 
 
 __all__ = [

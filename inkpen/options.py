@@ -59,6 +59,12 @@ class Options:
         ``gc_min_age``: GC never deletes an object younger than this. ``gc_interval``: how often
         the writer runs GC when files were dropped.
 
+    Compute
+        ``compute_workers``: worker processes (shared by every Bookie of the process) that
+        encode L0 files, merges and journal folds, so that this work does not hold the
+        interpreter lock the actors serving reads and writes need; 0 does it in the clerks'
+        threads.
+
     Caches and limits
         ``block_cache_bytes``: decoded SST blocks; ``journal_cache_bytes``: journal file chunks.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
@@ -100,6 +106,8 @@ class Options:
     gc_interval: float = 600.0
     manifest_update_timeout: float = 60.0
     delete_poll_interval: float = 1.0
+
+    compute_workers: int = 1
 
     block_cache_bytes: int = 64 * MiB
     journal_cache_bytes: int = 64 * MiB
@@ -148,6 +156,7 @@ class Options:
             "max_key_bytes": (1, 64 * KiB),
             "max_value_bytes": (0, 1024 * MiB),
             "max_indexes": (0, 1_000_000),
+            "compute_workers": (0, 64),
         }
         for name, (lo, hi) in int_limits.items():
             value = getattr(self, name)

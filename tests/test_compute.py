@@ -1,0 +1,69 @@
+"""The compute workers: merges and builds run in a child process and give the same bytes.
+
+A worker that dies is replaced, and the job it was doing still completes (in the caller).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from inkpen.actors import compute
+from inkpen.errors import CorruptionError
+from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
+from inkpen.formats.sst import SstReader, build_sst
+
+
+def sst(entries: list[tuple[bytes, LedgerValue]], name: str) -> compute.SstInput:
+    data, _ = build_sst(entries)
+    return name, data, 0
+
+
+def entries(keys: range, sqn: int, status: int = ACTIVE) -> list[tuple[bytes, LedgerValue]]:
+    return [
+        (object_key(b"b", b"k%05d" % i), LedgerValue(sqn + i, status, None, i, 10, 0)) for i in keys
+    ]
+
+
+def read_all(built: list[tuple[bytes, object]]) -> list[tuple[bytes, LedgerValue]]:
+    out: list[tuple[bytes, LedgerValue]] = []
+    for data, _ in built:
+        reader = SstReader.open("out", len(data), lambda s, e, d=data: d[s:e])
+        out.extend(reader.iter_range())
+    return out
+
+
+def merge(workers: int, basement: bool) -> list[tuple[bytes, LedgerValue]]:
+    newer = sst(entries(range(0, 300, 2), 10_000, TOMBSTONE), "newer")
+    older = sst(entries(range(0, 300), 1), "older")
+    built = compute.run(workers, compute.merge_ssts, [newer], [older], basement, 0, 2048, 512, 10)
+    return read_all(built)
+
+
+def test_worker_merges_exactly_as_the_caller_would() -> None:
+    for basement in (False, True):
+        assert merge(1, basement) == merge(0, basement)
+    kept = merge(1, basement=True)
+    assert [k for k, _ in kept] == [object_key(b"b", b"k%05d" % i) for i in range(1, 300, 2)]
+    shadowed = merge(1, basement=False)
+    assert len(shadowed) == 300
+    assert sum(1 for _, v in shadowed if v.status == TOMBSTONE) == 150
+
+
+def test_a_killed_worker_is_replaced_and_the_job_still_completes() -> None:
+    expected = merge(0, basement=True)
+    assert merge(1, basement=True) == expected  # starts a worker if none runs
+    for worker in list(compute._pool._all):
+        os.kill(worker.process.pid, signal.SIGKILL)
+        worker.process.wait(timeout=30)
+    assert merge(1, basement=True) == expected  # the lost worker's job runs here instead
+    assert merge(1, basement=True) == expected  # and a fresh worker serves the next one
+    assert compute._pool._all and all(w.process.poll() is None for w in compute._pool._all)
+
+
+def test_job_errors_come_back_to_the_caller() -> None:
+    bad = ("bad.sst", b"not an sst at all", 0)
+    with pytest.raises(CorruptionError, match=r"bad\.sst"):
+        compute.run(1, compute.merge_ssts, [bad], [], True, 0, 2048, 512, 10)
