@@ -11,6 +11,7 @@ ledger built by live writes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -27,6 +28,9 @@ from inkpen.formats.keys import (
     object_key,
 )
 from inkpen.options import Options
+
+MAX_TTL = 100 * 365 * 86400.0
+"""The longest ttl accepted (a century, in seconds): expiry times must fit the journal's u64."""
 
 INDEX_ADD = 1
 INDEX_REMOVE = 0
@@ -128,8 +132,16 @@ class ChangeMaker:
         now_ms = int(self._clock() * 1000)
         expiry_ms = None
         if ttl is not None:
-            if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
-                raise UsageError(f"ttl must be a positive number of seconds, got {ttl!r}")
+            if (
+                isinstance(ttl, bool)
+                or not isinstance(ttl, int | float)
+                or not ttl > 0
+                or not math.isfinite(ttl)
+                or ttl > MAX_TTL
+            ):
+                raise UsageError(
+                    f"ttl must be a positive number of seconds up to {MAX_TTL:.0f}, got {ttl!r}"
+                )
             expiry_ms = now_ms + int(ttl * 1000)
         lk = object_key(b, k, tag=tag)
         weight = len(lk) + len(value) + 64

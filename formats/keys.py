@@ -228,6 +228,15 @@ def key_range(
     return lo, hi
 
 
+def key_prefix(tag: Tag, bucket: bytes, prefix: bytes) -> bytes:
+    """The encoded prefix every key of ``tag`` in ``bucket`` starting with ``prefix`` shares.
+
+    ``[key_prefix(...), prefix_end(key_prefix(...)))`` holds exactly those keys (for INDEX:
+    the fields starting with ``prefix``).
+    """
+    return bucket_prefix(tag, bucket) + _escape(prefix, "key prefix")[: -len(_TERMINATOR)]
+
+
 def index_range(
     bucket: bytes, field: bytes, start_term: bytes | None, end_term: bytes | None
 ) -> tuple[bytes, bytes]:

@@ -27,6 +27,8 @@ def book(store_url: str):
         (lambda b: b.put("b", "k", b"v" * 1025), "value is 1025 bytes"),
         (lambda b: b.put("b", "k", b"v", ttl=0), "ttl must be a positive number"),
         (lambda b: b.put("b", "k", b"v", ttl="soon"), "ttl must be a positive number"),
+        (lambda b: b.put("b", "k", b"v", ttl=float("inf")), "ttl must be a positive number"),
+        (lambda b: b.put("b", "k", b"v", ttl=1e300), "ttl must be a positive number"),
         (lambda b: b.put("b", "k", b"v", indexes=[("set", "f", "t")]), 'must be "add" or'),
         (lambda b: b.put("b", "k", b"v", indexes=[("add", "f")]), "3-tuple"),
         (lambda b: b.put("b", "k", b"v", indexes="add"), "indexes must be a sequence"),

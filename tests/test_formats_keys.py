@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import inkpen.formats.keys as keys_module
 from inkpen.formats.keys import (
     ACTIVE,
     MAX_KEY_BYTES,
@@ -212,3 +213,12 @@ def test_content_hash_known_values() -> None:
     # Pinned: content hashes are stored in SSTs, so the algorithm must never drift.
     assert content_hash(b"") == 0xE4A6A0577479B2B4
     assert content_hash(b"inkpen") == 0x27376BF91C2D529E
+
+
+def test_key_prefix_covers_exactly_the_keys_starting_with_it() -> None:
+    keys = [b"", b"a", b"ab", b"ab\x00", b"abc", b"abd", b"ac", b"b", b"a\x00b"]
+    encoded = {k: keys_module.object_key(b"bucket", k) for k in keys}
+    lo = keys_module.key_prefix(keys_module.Tag.OBJECT, b"bucket", b"ab")
+    hi = keys_module.prefix_end(lo)
+    inside = {k for k, e in encoded.items() if lo <= e < hi}
+    assert inside == {k for k in keys if k.startswith(b"ab")}
