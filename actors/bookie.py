@@ -31,7 +31,7 @@ from typing import Any
 
 import pykka
 
-from inkpen.errors import FencedError
+from inkpen.errors import FencedError, InkpenError
 from inkpen.logs import get_logger
 
 from .base import InkpenActor, call, handles, send, stop
@@ -161,8 +161,18 @@ class Bookie(InkpenActor):
     def _apply(self, message: ApplyBatch) -> None:
         batch = message.batch
         pairs = []
-        for change, entry in zip(batch.changes, message.entries, strict=True):
-            pairs.extend(ledger_entries(entry, change.bucket, change.key, change.content_hash))
+        try:
+            for change, entry in zip(batch.changes, message.entries, strict=True):
+                pairs.extend(ledger_entries(entry, change.bucket, change.key, change.content_hash))
+        except Exception as exc:
+            log.error("bookie.apply_failed", error=repr(exc))
+            batch.fail(
+                InkpenError(
+                    "these writes are durable in the journal but could not be cached for reads; "
+                    f"close and reopen the database to see them ({exc})"
+                )
+            )
+            return
         tables = [MemTable.of(pairs), *self.tables]
         while len(tables) > 1 and 2 * len(tables[0]) >= len(tables[1]):
             tables[0:2] = [MemTable.merged(tables[0:2])]

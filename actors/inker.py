@@ -260,8 +260,17 @@ class Inker(InkpenActor):
             return
         started = self.last_write_started = time.monotonic()
         first = self.sqn + 1
-        entries = tuple(change.entry(first + i) for i, change in enumerate(batch.changes))
-        data = build_journal(entries, writer_epoch=self.epoch)
+        try:
+            entries = tuple(change.entry(first + i) for i, change in enumerate(batch.changes))
+            data = build_journal(entries, writer_epoch=self.epoch)
+        except Exception as exc:  # validation lets nothing through that fails here; be safe
+            log.error("journal.encode_failed", error=repr(exc))
+            batch.fail(
+                InkpenError(
+                    f"this batch of writes could not be encoded, nothing was written: {exc}"
+                )
+            )
+            return
         segment_id = self.next_segment
         try:
             written = self._put_segment(segment_id, data)
