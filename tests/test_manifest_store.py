@@ -16,7 +16,7 @@ from inkpen.errors import (
     StoreError,
     UsageError,
 )
-from inkpen.manifest.model import Manifest, VersionedManifest, encode
+from inkpen.manifest.model import CloneParent, Manifest, VersionedManifest, encode
 from inkpen.manifest.paths import manifest_key
 from inkpen.manifest.store import ManifestStore, RootState, require_live
 from inkpen.objectstore import ObjectStore, open_store
@@ -195,8 +195,15 @@ def test_destroyed_database_is_refused(store: ObjectStore) -> None:
 
 def test_unfinished_clone_is_refused(store: ObjectStore) -> None:
     ms = ManifestStore(store)
-    created = ms.create(Manifest(initialized=False))
+    created = ms.create(Manifest(initialized=False, parent=CloneParent("memory://parent", "c1")))
     with pytest.raises(UsageError, match="call create_clone again"):
+        require_live(created, store.url)
+
+
+def test_unfinished_backup_is_refused(store: ObjectStore) -> None:
+    ms = ManifestStore(store)
+    created = ms.create(Manifest(initialized=False))
+    with pytest.raises(UsageError, match="hot backup that did not finish; take the backup"):
         require_live(created, store.url)
 
 

@@ -1,0 +1,94 @@
+"""Writing the files a bulk load adds: journal files and SSTs under fresh, unique names.
+
+Every file gets a new ``<file-id>`` (milliseconds plus 48 random bits,
+:func:`inkpen.manifest.paths.new_file_id`) and is created with create-if-absent, so no write can
+replace another's file: a retried task attempt writes new files beside the ones an earlier
+attempt may have left, and only the files named in the commit ever become part of the database.
+The descriptors returned describe the files as written; SQNs in them are the ones stored in the
+file, which for a task's files are local (1..n) until the commit gives them a base.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from inkpen.formats.journal import JournalEntry, build_journal
+from inkpen.formats.keys import LedgerValue
+from inkpen.formats.sst import SstBuilder, SstInfo
+from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
+from inkpen.manifest.paths import journal_file_key, new_file_id, sst_key
+from inkpen.objectstore import ObjectStore
+from inkpen.options import Options
+
+
+def sst_descriptor(name: str, info: SstInfo) -> SstDescriptor:
+    """The manifest descriptor of an SST as built (no SQN base yet)."""
+    return SstDescriptor(
+        name=name,
+        first_key=info.first_key,
+        last_key=info.last_key,
+        min_sqn=info.min_sqn,
+        max_sqn=info.max_sqn,
+        size=info.size,
+        entry_count=info.entry_count,
+        tombstone_count=info.tombstone_count,
+    )
+
+
+def write_ssts(
+    store: ObjectStore,
+    entries: Iterable[tuple[bytes, LedgerValue]],
+    *,
+    target_bytes: int,
+    options: Options,
+) -> list[SstDescriptor]:
+    """Write entries (strictly increasing keys) as SSTs of about ``target_bytes`` each.
+
+    A new SST also starts where the key's tag changes, so index entries and objects never share
+    a file: an object range then meets only object files, whose first and last keys say how the
+    objects spread (which is what read planning balances partitions by).
+    """
+    written: list[SstDescriptor] = []
+    builder: SstBuilder | None = None
+    tag = -1
+    for key, value in entries:
+        if builder is not None and key[0] != tag:
+            written.append(_store_sst(store, builder))
+            builder = None
+        if builder is None:
+            builder = SstBuilder(
+                block_size=options.sst_block_bytes, bloom_bits_per_key=options.bloom_bits_per_key
+            )
+            tag = key[0]
+        builder.add(key, value)
+        if builder.estimated_size() >= target_bytes:
+            written.append(_store_sst(store, builder))
+            builder = None
+    if builder is not None:
+        written.append(_store_sst(store, builder))
+    return written
+
+
+def _store_sst(store: ObjectStore, builder: SstBuilder) -> SstDescriptor:
+    data, info = builder.finish()
+    name = sst_key(new_file_id())
+    store.put_if_absent(name, data)
+    return sst_descriptor(name, info)
+
+
+def write_journal(
+    store: ObjectStore, entries: Sequence[JournalEntry], *, writer_epoch: int
+) -> JournalFileDescriptor:
+    """Write entries (strictly increasing SQNs, at least one) as one journal file."""
+    if not entries:
+        raise ValueError("a bulk-loaded journal file holds at least one entry")
+    data = build_journal(entries, writer_epoch=writer_epoch)
+    name = journal_file_key(new_file_id())
+    store.put_if_absent(name, data)
+    return JournalFileDescriptor(
+        name=name,
+        min_sqn=entries[0].sqn,
+        max_sqn=entries[-1].sqn,
+        size=len(data),
+        entry_count=len(entries),
+    )

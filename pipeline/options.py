@@ -1,0 +1,211 @@
+"""The options of the ``inkpen`` Spark data source: their names, defaults, and checks.
+
+Spark hands a data source its options as a case-insensitive map of strings. This module turns
+that map into frozen values, once, on the driver, so that every mistake (a missing ``path``, a
+misspelt option, a number that is not one) fails before any task runs, with a message that says
+what to write instead. Unknown options are refused rather than ignored: a misspelt
+``checkpoint`` would otherwise silently read the latest state.
+
+Reading (``spark.read.format("inkpen")``):
+
+- ``path`` (required): the database's store URL (a directory, ``file://`` or ``s3://``);
+- ``checkpoint``: read at this existing checkpoint (its owner keeps it alive);
+- ``checkpoint_lifetime`` (3600): seconds the checkpoint a read pins for itself lives;
+- ``bucket``: only this bucket (UTF-8); ``start``, ``end``: only keys with start <= key <= end
+  (UTF-8; they need ``bucket``);
+- ``values`` (true): false reads heads only (``size`` instead of ``value``, no journal reads);
+- ``indexes`` (false): true adds each object's live index entries;
+- ``key_type`` (binary): ``string`` gives buckets, keys, fields and terms as UTF-8 strings;
+- ``partitions``: how many partitions (Spark tasks) to split the read into; else by size,
+  ``partition_bytes`` (32 MiB) each;
+- ``batch_rows`` (8192): rows per Arrow batch a task hands to Spark.
+
+Bulk loading (``df.write.format("inkpen").mode("append")``):
+
+- ``path`` (required): the database's store URL; an empty root gets a new database;
+- ``sst_bytes`` (32 MiB): a task starts a new SST when one reaches about this size;
+- ``journal_bytes`` (64 MiB): a task starts a new journal file at about this size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from inkpen.errors import UsageError
+
+KeyType = Literal["binary", "string"]
+
+MiB = 1024 * 1024
+DEFAULT_CHECKPOINT_LIFETIME = 3600.0
+DEFAULT_PARTITION_BYTES = 32 * MiB
+DEFAULT_BATCH_ROWS = 8192
+DEFAULT_SST_BYTES = 32 * MiB
+DEFAULT_JOURNAL_BYTES = 64 * MiB
+MAX_PARTITIONS = 100_000
+
+READ_OPTIONS = frozenset(
+    {
+        "path",
+        "checkpoint",
+        "checkpoint_lifetime",
+        "bucket",
+        "start",
+        "end",
+        "values",
+        "indexes",
+        "key_type",
+        "partitions",
+        "partition_bytes",
+        "batch_rows",
+    }
+)
+LOAD_OPTIONS = frozenset({"path", "sst_bytes", "journal_bytes"})
+
+_TRUE = frozenset({"true", "yes", "1"})
+_FALSE = frozenset({"false", "no", "0"})
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """What a read asked for (see the module docstring for each option)."""
+
+    url: str
+    checkpoint: str | None = None
+    checkpoint_lifetime: float = DEFAULT_CHECKPOINT_LIFETIME
+    bucket: bytes | None = None
+    start: bytes | None = None
+    end: bytes | None = None
+    values: bool = True
+    indexes: bool = False
+    key_type: KeyType = "binary"
+    partitions: int | None = None
+    partition_bytes: int = DEFAULT_PARTITION_BYTES
+    batch_rows: int = DEFAULT_BATCH_ROWS
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """What a bulk load asked for (see the module docstring for each option)."""
+
+    url: str
+    sst_bytes: int = DEFAULT_SST_BYTES
+    journal_bytes: int = DEFAULT_JOURNAL_BYTES
+
+
+def _lowered(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(name).lower(): value for name, value in options.items()}
+
+
+def _refuse_unknown(given: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise UsageError(
+            f"unknown option(s) {', '.join(unknown)} for an inkpen {what}; the options are: "
+            f"{', '.join(sorted(known))}"
+        )
+
+
+def _url(given: Mapping[str, str], what: str) -> str:
+    url = given.get("path")
+    if url is None or not str(url).strip():
+        raise UsageError(
+            f'an inkpen {what} needs the database\'s URL: .option("path", url) with a '
+            "directory, file:// or s3:// URL"
+        )
+    return str(url).strip()
+
+
+def _bool(given: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = given.get(name)
+    if raw is None:
+        return default
+    word = str(raw).strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise UsageError(f"option {name} must be true or false, got {raw!r}")
+
+
+def _int(given: Mapping[str, str], name: str, default: int | None, lo: int, hi: int) -> int | None:
+    raw = given.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise UsageError(f"option {name} must be a whole number, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise UsageError(f"option {name}={value} is out of range; use a value in [{lo}, {hi}]")
+    return value
+
+
+def _seconds(given: Mapping[str, str], name: str, default: float) -> float:
+    raw = given.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise UsageError(f"option {name} must be a number of seconds, got {raw!r}") from None
+    if not 1.0 <= value <= 10 * 365 * 86400.0:
+        raise UsageError(f"option {name}={raw} is out of range; use 1 to 315360000 seconds")
+    return value
+
+
+def _name(given: Mapping[str, str], name: str) -> bytes | None:
+    raw = given.get(name)
+    if raw is None:
+        return None
+    encoded = str(raw).encode("utf-8")
+    if name == "bucket" and not encoded:
+        raise UsageError("option bucket must not be empty; leave it out to read every bucket")
+    return encoded
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Check a read's options; raise :class:`UsageError` naming the first one that is wrong."""
+    given = _lowered(options)
+    _refuse_unknown(given, READ_OPTIONS, "read")
+    key_type = str(given.get("key_type", "binary")).strip().lower()
+    if key_type not in ("binary", "string"):
+        raise UsageError(f"option key_type must be binary or string, got {key_type!r}")
+    checkpoint = given.get("checkpoint")
+    if checkpoint is not None and not str(checkpoint).strip():
+        raise UsageError("option checkpoint must be a checkpoint id; leave it out to pin one")
+    bucket = _name(given, "bucket")
+    start, end = _name(given, "start"), _name(given, "end")
+    if bucket is None and (start is not None or end is not None):
+        raise UsageError("options start and end need option bucket: key ranges are per bucket")
+    partitions = _int(given, "partitions", None, 1, MAX_PARTITIONS)
+    partition_bytes = _int(given, "partition_bytes", DEFAULT_PARTITION_BYTES, 64 * 1024, 1 << 40)
+    batch_rows = _int(given, "batch_rows", DEFAULT_BATCH_ROWS, 1, 1_000_000)
+    assert partition_bytes is not None and batch_rows is not None
+    return ReadOptions(
+        url=_url(given, "read"),
+        checkpoint=None if checkpoint is None else str(checkpoint).strip(),
+        checkpoint_lifetime=_seconds(given, "checkpoint_lifetime", DEFAULT_CHECKPOINT_LIFETIME),
+        bucket=bucket,
+        start=start,
+        end=end,
+        values=_bool(given, "values", True),
+        indexes=_bool(given, "indexes", False),
+        key_type="string" if key_type == "string" else "binary",
+        partitions=partitions,
+        partition_bytes=partition_bytes,
+        batch_rows=batch_rows,
+    )
+
+
+def parse_load_options(options: Mapping[str, str]) -> LoadOptions:
+    """Check a bulk load's options; raise :class:`UsageError` naming the first one that is wrong."""
+    given = _lowered(options)
+    _refuse_unknown(given, LOAD_OPTIONS, "bulk load")
+    sst_bytes = _int(given, "sst_bytes", DEFAULT_SST_BYTES, 64 * 1024, 4096 * MiB)
+    journal_bytes = _int(given, "journal_bytes", DEFAULT_JOURNAL_BYTES, 64 * 1024, 16384 * MiB)
+    assert sst_bytes is not None and journal_bytes is not None
+    return LoadOptions(
+        url=_url(given, "bulk load"), sst_bytes=sst_bytes, journal_bytes=journal_bytes
+    )

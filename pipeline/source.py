@@ -1,0 +1,167 @@
+"""The ``inkpen`` data source: the PySpark classes, and where each step of a job runs.
+
+PySpark's Python data source API (``pyspark.sql.datasource``) runs each method in a Python
+process of its own; the state between them travels pickled. This module only wires the steps to
+the modules that own them:
+
+==========================================  ============  ======================================
+method                                      runs          does
+==========================================  ============  ======================================
+``InkpenDataSource.schema``                 driver, at    checks the options, pins the
+                                            ``load()``    checkpoint (:mod:`.pinning`)
+``InkpenReader.pushFilters``                driver, per   narrows the scan ranges
+                                            action        (:mod:`.ranges`)
+``InkpenReader.partitions``                 driver, per   checks the pin, plans partitions
+                                            action        (:mod:`.plan`)
+``InkpenReader.read``                       executor      streams one partition as Arrow
+                                                          batches (:mod:`.scan`)
+``InkpenDataSource.writer``                 driver        checks options and columns, opens or
+                                                          creates the database (:mod:`.target`)
+``InkpenWriter.write``                      executor      writes one task's files
+                                                          (:mod:`.load_task`)
+``InkpenWriter.commit`` / ``abort``         driver        one CAS (:mod:`.commit`) / nothing
+==========================================  ============  ======================================
+
+Errors raised on the driver reach the caller before any task runs, as Spark's
+``AnalysisException`` carrying inkpen's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    Filter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from inkpen.errors import UsageError
+from inkpen.objectstore import open_store
+
+from .commit import commit_load, log_abort
+from .load_task import LoadedPartition, write_partition
+from .options import ReadOptions, parse_load_options, parse_read_options
+from .pinning import PinnedRead, pin_for_read, pinned_manifest
+from .plan import plan_slices
+from .ranges import Scope, push_filters
+from .scan import ScanSpec, scan_slice
+from .schema import load_columns, read_schema
+from .target import LoadTarget, prepare_load
+
+NAME = "inkpen"
+
+
+class InkpenDataSource(DataSource):
+    """``spark.read.format("inkpen")`` and ``df.write.format("inkpen")`` (see the package)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        options = parse_read_options(self.options)
+        self.pinned = pin_for_read(options)
+        return read_schema(options)
+
+    def reader(self, schema: StructType) -> InkpenReader:
+        options = parse_read_options(self.options)
+        expected = read_schema(options)
+        if schema != expected:
+            raise UsageError(
+                "an inkpen read has a fixed schema and takes none from .schema(...); with these "
+                f"options it is {expected.simpleString()}"
+            )
+        pinned: PinnedRead | None = getattr(self, "pinned", None)
+        return InkpenReader(options, pinned if pinned is not None else pin_for_read(options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> InkpenWriter:
+        if overwrite:
+            raise UsageError(
+                "an inkpen bulk load only adds to a database: use .mode('append'); to replace "
+                "objects, load the new values (the load's values win over older ones)"
+            )
+        options = parse_load_options(self.options)
+        return InkpenWriter(prepare_load(options, load_columns(schema)))
+
+
+class InkpenReader(DataSourceReader):
+    """Reads the pinned checkpoint: pushed filters narrow the ranges, partitions split them."""
+
+    def __init__(self, options: ReadOptions, pinned: PinnedRead) -> None:
+        self.options = options
+        self.pinned = pinned
+        self.scope = Scope.of(options)
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        self.scope, rest = push_filters(self.scope, filters, self.options.key_type)
+        return rest
+
+    def partitions(self) -> Sequence[InputPartition]:
+        store = open_store(self.options.url)
+        try:
+            manifest = pinned_manifest(store, self.pinned)
+        finally:
+            store.close()
+        slices = plan_slices(manifest, self.pinned.manifest_id, self.scope.ranges(), self.options)
+        return [InputPartition(slice_) for slice_ in slices]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        spec = ScanSpec(
+            url=self.options.url,
+            checkpoint_id=self.pinned.checkpoint_id,
+            values=self.options.values,
+            indexes=self.options.indexes,
+            key_type=self.options.key_type,
+            batch_rows=self.options.batch_rows,
+            now_ms=self.pinned.now_ms,
+        )
+        arrow = to_arrow_schema(read_schema(self.options), timezone="UTC")
+        return scan_slice(spec, partition.value, arrow)
+
+
+@dataclass(frozen=True)
+class LoadMessage(WriterCommitMessage):
+    """What one successful task attempt tells the driver."""
+
+    loaded: LoadedPartition
+
+
+class InkpenWriter(DataSourceArrowWriter):
+    """A bulk load: tasks write files, the driver commits them in one manifest update."""
+
+    def __init__(self, target: LoadTarget) -> None:
+        self.target = target
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LoadMessage:
+        context = TaskContext.get()
+        if context is None:
+            raise UsageError(
+                "InkpenWriter.write runs inside Spark tasks; outside Spark, call "
+                "inkpen.pipeline.load_task.write_partition"
+            )
+        loaded = write_partition(
+            self.target,
+            iterator,
+            partition_id=context.partitionId(),
+            attempt=context.attemptNumber(),
+        )
+        return LoadMessage(loaded)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_load(self.target.url, [_loaded(m) for m in messages])
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log_abort(self.target.url, [_loaded(m) for m in messages])
+
+
+def _loaded(message: WriterCommitMessage | None) -> LoadedPartition | None:
+    return message.loaded if isinstance(message, LoadMessage) else None
