@@ -26,10 +26,12 @@ KEY_CHANGES                  ``retain``: keep while one of its index specs is st
 ===========================  ====================================================================
 
 An index spec is still needed when the ledger's entry for that index key has this entry's SQN (it
-is the current state), or when the spec is a *remove* and the ledger no longer has the index key
-at all: the ledger reaps index tombstones at the basement, but an older *add* of the same entry
-may still sit in a journal file not compacted yet, and replaying it without the remove would
-bring the index entry back.
+is the current state), or when the ledger no longer has the index key at all and the spec may be
+what hid it: a *remove* (the ledger reaps index tombstones at the basement), or an *add* whose
+expiry has passed (the ledger reaps expired entries too). An older add of the same index entry may
+still sit in a journal file not compacted yet, and replaying it without this spec would bring the
+index entry back. An absent key's add without an expiry was hidden by a later remove, which is
+kept, so that add may go.
 
 Under ``retain`` the ledger rebuilt by replaying the compacted journal in SQN order equals the live
 ledger: every current object and tombstone entry survives, every current index entry survives
@@ -60,15 +62,16 @@ def entry_weight(entry: JournalEntry) -> int:
     return len(entry.ledger_key) + (len(value) if value is not None else 0) + 32
 
 
-def _index_needed(entry: JournalEntry, lookup: Lookup) -> bool:
+def _index_needed(entry: JournalEntry, lookup: Lookup, now_ms: int) -> bool:
     """Whether one of the entry's index specs must survive (see the module docstring)."""
     if not entry.index_specs:
         return False
     decoded = decode_key(entry.ledger_key)
+    expired = entry.expiry_ms is not None and entry.expiry_ms <= now_ms
     for op, field, term in entry.index_specs:
         found = lookup(index_key(decoded.bucket, field, term, decoded.key))
         if found is None:
-            if op == INDEX_REMOVE:
+            if op == INDEX_REMOVE or expired:
                 return True
         elif found.sqn == entry.sqn:
             return True
@@ -88,7 +91,7 @@ def judge(
         return entry
     kind = entry.kind
     if kind == Kind.KEY_CHANGES:
-        return entry if strategy == "retain" and _index_needed(entry, lookup) else None
+        return entry if strategy == "retain" and _index_needed(entry, lookup, now_ms) else None
     found = lookup(entry.ledger_key)
     if found is not None and found.sqn == entry.sqn:
         if kind == Kind.TOMBSTONE or found.status == TOMBSTONE:
@@ -103,7 +106,7 @@ def judge(
         # Absent because it expired and was reaped: it must keep shadowing older puts. (An
         # absent put without an expiry was deleted by a later tombstone, which is kept.)
         return entry._replace(kind=Kind.TOMBSTONE, value=None)
-    if strategy == "retain" and _index_needed(entry, lookup):
+    if strategy == "retain" and _index_needed(entry, lookup, now_ms):
         return entry._replace(kind=Kind.KEY_CHANGES, value=None)
     return None
 

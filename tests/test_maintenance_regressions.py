@@ -61,3 +61,32 @@ def test_a_failed_first_backup_can_be_taken_again(make_store_url: Callable[[str]
     assert report.files_kept > 0, "files copied by the failed attempt are reused"
     with inkpen.open(dest, **TINY) as restored:
         assert sum(1 for _ in restored.keys("b")) == 60
+
+
+def test_expired_index_add_still_shadows_an_older_add_after_compaction(
+    make_store_url: Callable[[str], str],
+) -> None:
+    url, dest = make_store_url("memory"), make_store_url("memory")
+    clock = FakeClock()
+    big = b"x" * 1500
+    with inkpen.open(url, clock=clock, **TINY) as book:
+        book.put("b", "live0", big)
+        book.put("b", "live1", big)
+        book.put("b", "k", b"1", indexes=[("add", "f_bin", "t")])  # no expiry
+        book.put("b", "junk0", big)
+        book.put("b", "junk1", big)
+        book.put("b", "k", b"2", indexes=[("add", "f_bin", "t")], ttl=1)  # expires
+        book.put("b", "junk0", big)
+        book.put("b", "junk1", big)
+        book.put("b", "k", b"3")
+        for i in range(3):
+            book.put("b", f"pad{i}", b"p")
+        clock.advance(2)
+        book.flush()
+        book.compact_ledger()
+        book.compact_journal()
+        assert list(book.index_query("b", "f_bin", "", "z")) == []
+        book.hot_backup()(dest)
+    with inkpen.open(dest, clock=clock, **TINY) as restored:
+        assert list(restored.index_query("b", "f_bin", "", "z")) == []
+        assert restored.get("b", "k") == b"3"
