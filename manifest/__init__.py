@@ -12,6 +12,7 @@ from .checkpoints import (
     refresh_checkpoint,
 )
 from .clones import StoreResolver, create_clone
+from .copies import CopyReport, copy_database
 from .destroy import destroy
 from .fencing import (
     SegmentRef,
@@ -42,6 +43,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointLease",
     "CloneParent",
+    "CopyReport",
     "GcOptions",
     "GcPlan",
     "GcReport",
@@ -58,6 +60,7 @@ __all__ = [
     "WriterClaim",
     "accepted_segments",
     "claim_writer",
+    "copy_database",
     "create_checkpoint",
     "create_clone",
     "decode",

@@ -1,33 +1,79 @@
-"""The ``inkpen`` command line: the click group ``main`` and its global options.
+"""The ``inkpen`` command line: the click group ``main``, its global options and its commands.
 
-Each command lives in a module of its own in this package and is added to the group here, so the
-group stays small: ``--debug`` (inkpen's log events at DEBUG level on stderr) and ``--version``.
+Each command (or group of commands) lives in a module of its own in this package and is added to
+the group here, so the group stays small: ``--debug`` (every inkpen log event on stderr, and
+tracebacks instead of one-line errors) and ``--version``. :mod:`.failures` turns errors into one
+line and an exit status; :mod:`.logconfig` is the only place logging is configured.
+
+Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup`` (without
+``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``manifest``, ``ls``,
+``get``, ``verify``, ``checkpoint``, ``gc``, ``clone``, ``restore`` and ``backup --no-fence`` go
+through the manifest layer or a Reader and never do.
 """
 
 from __future__ import annotations
-
-import logging
-import sys
 
 import click
 
 from inkpen._version import __version__
 
+from .backup import backup, restore
 from .bench import bench
+from .checkpoints import checkpoint_group
+from .clone import clone
+from .compact import compact
+from .data import delete, get, ls, put
+from .destroy import destroy
+from .failures import DEBUG_FLAG, CommandGroup
+from .gc import gc
+from .info import info
+from .logconfig import configure_logging
+from .manifests import manifest_command
+from .verify import verify
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="inkpen")
-@click.option("--debug", is_flag=True, help="Print inkpen's log events (DEBUG and up) on stderr.")
-def main(debug: bool) -> None:
-    """inkpen: an embeddable key-value object store on object storage."""
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(message)s",
-    )
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Print every inkpen log event (DEBUG and up) on stderr, and tracebacks on errors.",
+)
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """inkpen: an embeddable key-value object store on object storage.
+
+    URL is a database root: a directory, file:///abs/path, or s3://bucket/prefix (with
+    ?endpoint=http://host:port for an S3-compatible server; credentials come from the usual AWS
+    variables). Exit status: 0 ok, 1 failed, 2 bad usage, 3 damaged data.
+
+    \b
+    Example:
+      inkpen info ./.inkpen-demo/db
+      inkpen ls ./.inkpen-demo/db users --limit 5
+      inkpen verify ./.inkpen-demo/db
+    """
+    ctx.meta[DEBUG_FLAG] = debug
+    configure_logging(debug=debug)
 
 
-main.add_command(bench)
+for command in (
+    info,
+    manifest_command,
+    checkpoint_group,
+    ls,
+    get,
+    put,
+    delete,
+    compact,
+    gc,
+    backup,
+    restore,
+    verify,
+    clone,
+    destroy,
+    bench,
+):
+    main.add_command(command)
 
 __all__ = ["main"]

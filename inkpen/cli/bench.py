@@ -227,7 +227,13 @@ def bench(
     workloads: str,
     idle: float | None,
 ) -> None:
-    """Benchmark inkpen: load, get and scan, one JSON line per workload."""
+    """Benchmark inkpen: load, get and scan, one JSON line per workload.
+
+    \b
+    Example:
+      inkpen bench --n 20000
+      inkpen bench --store s3 --endpoint http://127.0.0.1:8333 --workloads load
+    """
     chosen = [w.strip() for w in workloads.split(",") if w.strip()]
     unknown = sorted(set(chosen) - set(WORKLOADS))
     if unknown or not chosen:

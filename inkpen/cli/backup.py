@@ -1,0 +1,174 @@
+"""``inkpen backup`` and ``inkpen restore``: copies of a database that open as databases.
+
+``backup URL DEST`` takes a hot backup through a Bookie (``Bookie.hot_backup``): it opens URL as
+its writer, which fences any Bookie open on it elsewhere, and copies the journal (the ledger is
+rebuilt from it when the backup is opened). ``backup --no-fence`` and ``restore`` open no writer:
+they copy the database as a checkpoint pins it (:mod:`inkpen.manifest.copies`), so the source
+is left alone.
+``restore BACKUP DEST`` then opens DEST once as a Bookie, which rebuilds its ledger from the
+journal, and closes it cleanly: DEST is a working database holding the backup's objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+import inkpen
+from inkpen.manifest.copies import CopyReport, Pinned, copy_database, planned_bytes
+from inkpen.objectstore import CountingStore, open_store
+
+from . import render
+from .progress import Tracker, progress, watched
+from .targets import checked_url, existing_store, writer
+
+
+def _copy_lines(report: CopyReport) -> list[str]:
+    return [
+        f"files         {report.files} ({report.files_copied} copied, {report.files_kept} "
+        f"already there, {render.size(report.bytes_copied)} copied)",
+        f"read at       checkpoint {report.checkpoint} (manifest {report.source_manifest_id})",
+        f"segments      {report.segments_folded} read and folded into the copy's journal",
+        f"removed       {report.files_removed} files an earlier copy had",
+        f"manifest      {report.manifest_id} in {report.destination}",
+        f"took          {report.seconds:.2f}s",
+    ]
+
+
+def _copy(
+    source_url: str, dest_url: str, *, checkpoint: str | None, fresh: bool, description: str
+) -> CopyReport:
+    checked_url(dest_url, must_exist=False)
+    with existing_store(source_url) as source:
+        dest = open_store(dest_url)
+        try:
+            with progress("copy", description, unit="bytes") as bar:
+
+                def pinned(found: Pinned) -> None:
+                    bar.update(0, total=planned_bytes(found.manifest))
+
+                return copy_database(
+                    source,
+                    dest,
+                    checkpoint=checkpoint,
+                    fresh=fresh,
+                    observe=lambda _key, size: bar.advance(size),
+                    on_pinned=pinned,
+                )
+        finally:
+            dest.close()
+
+
+def _hot_backup(url: str, dest_url: str) -> inkpen.BackupReport:
+    checked_url(dest_url, must_exist=False)
+    with writer(url) as book:
+        taken = book.hot_backup()
+        with taken:
+            dest = CountingStore(open_store(dest_url))
+            try:
+                with progress("backup", f"backing up {url}", unit="files") as bar:
+                    return watched(lambda: taken(dest), lambda: _show_copies(bar, dest))
+            finally:
+                dest.close()
+
+
+def _show_copies(bar: Tracker, dest: CountingStore) -> None:
+    counts = dest.snapshot()
+    bar.update(counts["copies"] + counts["puts"])
+
+
+@click.command()
+@click.argument("url")
+@click.argument("dest")
+@click.option(
+    "--no-fence",
+    is_flag=True,
+    help="Open no writer: copy the database at a checkpoint, leaving a live writer running.",
+)
+@click.option(
+    "--checkpoint",
+    default=None,
+    metavar="ID",
+    help="Copy this live checkpoint's state (implies --no-fence; writes nothing to URL).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def backup(url: str, dest: str, no_fence: bool, checkpoint: str | None, as_json: bool) -> None:
+    """Back up the database at URL into DEST (an empty location or an earlier backup).
+
+    By default this opens URL as its writer and takes a hot backup of its journal: a Bookie
+    still open on URL in another process is FENCED (its next write fails with FencedError).
+    To back up a database an application is writing, call book.hot_backup() in that
+    application, or pass --no-fence: the copy is then read at a checkpoint (one of its own, or
+    --checkpoint ID) and no writer is opened. Backing up into the same DEST again copies only
+    new files. Restore with `inkpen restore DEST NEW_LOCATION`.
+
+    \b
+    Example:
+      inkpen backup ./.inkpen-demo/db ./backups/monday
+      inkpen backup 's3://prod/app?endpoint=http://127.0.0.1:8333' s3://backups/app --no-fence
+    """
+    if no_fence or checkpoint is not None:
+        report = _copy(url, dest, checkpoint=checkpoint, fresh=False, description=f"copying {url}")
+        if as_json:
+            render.echo_json(asdict(report))
+        else:
+            click.echo(f"backed up {url} into {dest} without opening a writer")
+            click.echo("\n".join(_copy_lines(report)))
+        return
+    hot = _hot_backup(url, dest)
+    if as_json:
+        render.echo_json(asdict(hot))
+        return
+    click.echo(f"backed up {url} into {dest} (hot backup of the journal)")
+    click.echo(
+        f"journal files {hot.files} ({hot.files_copied} copied, {hot.files_kept} already there,"
+        f" {render.size(hot.bytes_copied)} copied, {hot.files_removed} removed)"
+    )
+    click.echo(f"manifest      {hot.manifest_id} in {hot.destination}")
+    click.echo(f"took          {hot.seconds:.2f}s")
+
+
+@click.command()
+@click.argument("backup_url", metavar="BACKUP")
+@click.argument("dest")
+@click.option(
+    "--checkpoint",
+    default=None,
+    metavar="ID",
+    help="Restore this live checkpoint of BACKUP (writes nothing to BACKUP).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def restore(backup_url: str, dest: str, checkpoint: str | None, as_json: bool) -> None:
+    """Make DEST (an empty location) a working database holding BACKUP's objects.
+
+    Copies the files of BACKUP's latest state into DEST (hard links on one filesystem,
+    server-side copies on S3), holding a short reader checkpoint on BACKUP meanwhile; the
+    backup is otherwise left as it was and no writer of it is fenced. DEST is then opened once
+    as a Bookie, which rebuilds its ledger from the journal, and closed. An interrupted restore
+    resumes when run again. BACKUP may be any database, not only a backup.
+
+    \b
+    Example:
+      inkpen restore ./backups/monday ./restored-db
+      inkpen info ./restored-db
+    """
+    report = _copy(
+        backup_url, dest, checkpoint=checkpoint, fresh=True, description=f"restoring {backup_url}"
+    )
+    with progress("restore", "rebuilding the ledger"), inkpen.open(dest) as book:
+        stats = book.stats()
+        buckets = [render.text(b) for b in book.buckets()]
+    result: dict[str, Any] = {
+        **asdict(report),
+        "sqn": stats["sqn"],
+        "buckets": buckets,
+        "ledger_files": stats["level_files"],
+    }
+    if as_json:
+        render.echo_json(result)
+        return
+    click.echo(f"restored {backup_url} into {dest}")
+    click.echo("\n".join(_copy_lines(report)))
+    click.echo(f"ledger        up to SQN {stats['sqn']}; buckets: {', '.join(buckets)}")

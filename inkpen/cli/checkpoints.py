@@ -1,0 +1,137 @@
+"""``inkpen checkpoint create|list|refresh|delete``: durable pins on a database's state.
+
+A checkpoint keeps one manifest version and every file it names from GC until it expires, so
+``inkpen.open_reader(url, checkpoint=ID)``, ``inkpen get/ls --checkpoint ID`` and the Spark reader
+can read exactly that state from any process. These commands go through the manifest layer: each
+is one compare-and-swap manifest update (``list`` only reads), and none bumps the writer epoch, so
+a live writer keeps running and simply builds its next manifest update on top of the change.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from inkpen.manifest.checkpoints import (
+    create_checkpoint,
+    delete_checkpoint,
+    list_checkpoints,
+    refresh_checkpoint,
+)
+
+from . import render
+from .durations import Duration
+from .info import checkpoint_rows, checkpoint_summary
+from .targets import database
+
+DEFAULT_LIFETIME = "1h"
+
+
+@click.group("checkpoint")
+def checkpoint_group() -> None:
+    """Create, list, refresh and delete checkpoints (never fences a live writer)."""
+
+
+@checkpoint_group.command("create")
+@click.argument("url")
+@click.option(
+    "--lifetime",
+    type=Duration(allow_never=True),
+    default=DEFAULT_LIFETIME,
+    show_default=True,
+    help="How long the checkpoint lives (90s, 15m, 2h, 7d) or 'never' (delete it yourself).",
+)
+@click.option("--name", default=None, help="A name to find the checkpoint by.")
+@click.option("--source", default=None, help="Pin the same state as this live checkpoint.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checkpoint as JSON.")
+def create(
+    url: str, lifetime: float | None, name: str | None, source: str | None, as_json: bool
+) -> None:
+    """Pin the database's latest state (or a source checkpoint's) and print the checkpoint id.
+
+    The checkpoint covers every write acknowledged before it, including writes a live writer
+    has not folded yet.
+
+    \b
+    Example:
+      inkpen checkpoint create ./.inkpen-demo/db --lifetime 2h --name nightly-export
+    """
+    with database(url) as manifests:
+        made = create_checkpoint(manifests, lifetime=lifetime, name=name, source=source)
+    if as_json:
+        render.echo_json(checkpoint_summary(made, time.time()))
+        return
+    click.echo(made.id)
+    click.echo(
+        f"pins manifest {made.manifest_id}, expires {render.expiry(made.expire_time, time.time())}",
+        err=True,
+    )
+
+
+@checkpoint_group.command("list")
+@click.argument("url")
+@click.option("--all", "show_all", is_flag=True, help="Include expired checkpoints.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checkpoints as JSON.")
+def list_command(url: str, show_all: bool, as_json: bool) -> None:
+    """List the database's live checkpoints (writers', readers', clones' and named ones).
+
+    Reads only; writes nothing.
+
+    \b
+    Example:
+      inkpen checkpoint list ./.inkpen-demo/db --all
+    """
+    now = time.time()
+    with database(url, live=False) as manifests:
+        found = [checkpoint_summary(cp, now) for cp in list_checkpoints(manifests)]
+    shown = found if show_all else [cp for cp in found if cp["live"]]
+    if as_json:
+        render.echo_json(shown)
+    elif shown:
+        click.echo("\n".join(checkpoint_rows(shown, now)))
+    else:
+        click.echo("no live checkpoints" if not show_all else "no checkpoints")
+
+
+@checkpoint_group.command("refresh")
+@click.argument("url")
+@click.argument("checkpoint_id", metavar="ID")
+@click.option(
+    "--lifetime",
+    type=Duration(allow_never=True),
+    default=DEFAULT_LIFETIME,
+    show_default=True,
+    help="The new lifetime, from now, or 'never'.",
+)
+def refresh(url: str, checkpoint_id: str, lifetime: float | None) -> None:
+    """Move a live checkpoint's expiry to now + --lifetime.
+
+    An expired checkpoint cannot be refreshed (GC may already have removed what it pinned):
+    create a new one.
+
+    \b
+    Example:
+      inkpen checkpoint refresh ./.inkpen-demo/db 2b7c0d9e-... --lifetime 30m
+    """
+    with database(url) as manifests:
+        done = refresh_checkpoint(manifests, checkpoint_id, lifetime=lifetime)
+    click.echo(f"checkpoint {done.id} expires {render.expiry(done.expire_time, time.time())}")
+
+
+@checkpoint_group.command("delete")
+@click.argument("url")
+@click.argument("checkpoint_id", metavar="ID")
+def delete(url: str, checkpoint_id: str) -> None:
+    """Delete a checkpoint; GC may then remove what only it pinned.
+
+    Delete a writer checkpoint only once its writer has stopped: a live writer's snapshots
+    read the files it pins. A crashed writer leaves one behind, which blocks a hard destroy.
+
+    \b
+    Example:
+      inkpen checkpoint delete ./.inkpen-demo/db 2b7c0d9e-...
+    """
+    with database(url, live=False) as manifests:
+        delete_checkpoint(manifests, checkpoint_id)
+    click.echo(f"deleted checkpoint {checkpoint_id}")

@@ -1,0 +1,235 @@
+"""``inkpen verify``: read every object a database needs and check every checksum.
+
+What is checked (each object with :mod:`.checks`):
+
+- every manifest version the store holds (the latest, and those checkpoints pin, must be there);
+- every SST and journal file named by the latest manifest and by the manifest of each live
+  checkpoint, in whichever root holds it (a clone reads its parent's files);
+- every journal segment those manifests have not folded yet.
+
+Verify pins what it reads with a reader checkpoint of its own (refreshed while it runs, deleted
+after), so a live writer's merges and GC cannot delete a file under it; it never bumps the writer
+epoch, so the writer keeps running. ``--checkpoint ID`` reads at an existing checkpoint instead,
+and ``--no-pin`` writes nothing at all (for a stopped database on a store verify may not write).
+
+The exit status is 3 when any object is damaged or missing, 0 when every check passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+
+import click
+
+from inkpen.errors import CorruptionError, NotFoundError
+from inkpen.manifest.checkpoints import CheckpointLease
+from inkpen.manifest.clones import StoreResolver
+from inkpen.manifest.fencing import list_segments
+from inkpen.manifest.model import KIND_WRITER, Manifest
+from inkpen.manifest.paths import (
+    MANIFEST_PREFIX,
+    manifest_key,
+    parse_manifest_key,
+    segment_key,
+)
+from inkpen.manifest.store import ManifestStore, require_live
+
+from . import render
+from .checks import Kind, Outcome, Status, Target, check
+from .failures import EXIT_DAMAGED
+from .progress import progress
+from .targets import existing_store, latest_manifest, require_database
+from .verify_report import summary, text_lines
+
+CHECK_WORKERS = 8
+PIN_LIFETIME = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """The state verify reads: the manifest it treats as the latest, and how it is held."""
+
+    manifest_id: int
+    manifest: Manifest
+    checkpoint_id: str | None
+
+
+@dataclass(slots=True)
+class Plan:
+    """Every object to check, and the checkpoints that keep each one (for the missing rule)."""
+
+    targets: dict[tuple[str | None, str], Target] = field(default_factory=dict)
+    holders: dict[tuple[str | None, str], set[str]] = field(default_factory=dict)
+
+    def add(self, target: Target, holder: str) -> None:
+        where = (target.root, target.key)
+        self.targets.setdefault(where, target)
+        self.holders.setdefault(where, set()).add(holder)
+
+
+LATEST = "latest"
+"""Holder of the objects the pinned state needs: they can never legitimately go."""
+STORED = "stored"
+"""Holder of the manifest versions merely listed: GC may remove one while verify runs."""
+
+
+@contextlib.contextmanager
+def pinned(manifests: ManifestStore, checkpoint: str | None, no_pin: bool) -> Iterator[Pin]:
+    """Hold the state verify reads (see the module docstring)."""
+    if checkpoint is not None:
+        latest = latest_manifest(manifests)
+        found = latest.manifest.checkpoint(checkpoint)
+        if found is None or not found.is_live(time.time()):
+            raise NotFoundError(
+                f"no live checkpoint {checkpoint} in {manifests.url}; "
+                f"`inkpen checkpoint list {manifests.url}` shows the live ones"
+            )
+        yield Pin(found.manifest_id, manifests.read(found.manifest_id), found.id)
+        return
+    if no_pin:
+        latest = latest_manifest(manifests)
+        yield Pin(latest.id, latest.manifest, None)
+        return
+    lease = CheckpointLease.establish(
+        manifests, lifetime=PIN_LIFETIME, metadata={"purpose": "verify"}
+    )
+    try:
+        yield Pin(lease.manifest_id, lease.manifest, lease.checkpoint.id)
+    finally:
+        lease.close()
+
+
+def _add_files(plan: Plan, manifest: Manifest, holder: str) -> None:
+    for sst in manifest.ledger.ssts():
+        plan.add(Target(Kind.SST, sst.name, sst.root, sst, sst.size), holder)
+    for f in manifest.journal.files:
+        plan.add(Target(Kind.JOURNAL, f.name, f.root, f, f.size), holder)
+
+
+def plan_checks(manifests: ManifestStore, pin: Pin, *, list_tail: bool) -> Plan:
+    """Every object to check for ``pin`` (see the module docstring)."""
+    store = manifests.store
+    plan = Plan()
+    for info in store.list(MANIFEST_PREFIX):
+        if parse_manifest_key(info.key) is not None:
+            plan.add(Target(Kind.MANIFEST, info.key, size=info.size), STORED)
+    plan.add(Target(Kind.MANIFEST, manifest_key(pin.manifest_id)), LATEST)
+    _add_files(plan, pin.manifest, LATEST)
+    journal = pin.manifest.journal
+    segments = (
+        [ref.id for ref in list_segments(store, journal.last_folded_segment)]
+        if list_tail
+        else list(journal.unfolded_segments())
+    )
+    for segment_id in segments:
+        plan.add(Target(Kind.SEGMENT, segment_key(segment_id)), LATEST)
+    for cp in latest_manifest(manifests).manifest.live_checkpoints(time.time()):
+        if cp.manifest_id == pin.manifest_id:
+            continue
+        if cp.kind != KIND_WRITER:  # a writer's pinned version may be superseded and collected
+            plan.add(Target(Kind.MANIFEST, manifest_key(cp.manifest_id)), cp.id)
+        try:
+            manifest = manifests.read(cp.manifest_id)
+        except (NotFoundError, CorruptionError):
+            continue  # reported by the manifest's own check when it is needed
+        _add_files(plan, manifest, cp.id)
+        for segment_id in manifest.journal.unfolded_segments():
+            plan.add(Target(Kind.SEGMENT, segment_key(segment_id)), cp.id)
+    return plan
+
+
+def _settle(outcome: Outcome, holders: set[str], manifests: ManifestStore) -> Outcome:
+    """A missing object that neither the pinned state nor a live checkpoint needs is gone."""
+    if outcome.status is not Status.MISSING or LATEST in holders:
+        return outcome
+    latest = manifests.latest()
+    live = {cp.id for cp in latest.manifest.live_checkpoints(time.time())} if latest else set()
+    if holders & live:
+        return outcome
+    return Outcome(outcome.target, Status.GONE, detail="removed by GC while verify ran")
+
+
+def run_checks(manifests: ManifestStore, plan: Plan) -> list[Outcome]:
+    """Check every planned object in parallel, with progress."""
+    resolver = StoreResolver(manifests.store)
+    outcomes: list[Outcome] = []
+    total = sum(t.size for t in plan.targets.values())
+    try:
+        with (
+            progress("verify", f"verifying {manifests.url}", total=total, unit="bytes") as bar,
+            ThreadPoolExecutor(max_workers=CHECK_WORKERS) as pool,
+        ):
+            futures = {
+                pool.submit(check, resolver.store_for(t.root), t): where
+                for where, t in plan.targets.items()
+            }
+            for future in as_completed(futures):
+                where = futures[future]
+                outcome = _settle(future.result(), plan.holders[where], manifests)
+                outcomes.append(outcome)
+                bar.advance(outcome.target.size)
+    finally:
+        resolver.close()
+    return sorted(outcomes, key=lambda o: (list(Kind).index(o.target.kind), o.target.name))
+
+
+def _latest_or_damage(manifests: ManifestStore) -> Outcome | None:
+    """None when the latest manifest reads; else the outcome reporting its damage."""
+    try:
+        require_live(latest_manifest(manifests), manifests.url)
+    except CorruptionError as exc:
+        target = Target(Kind.MANIFEST, exc.object_name)
+        return Outcome(target, Status.DAMAGED, offset=exc.offset, detail=exc.detail)
+    return None
+
+
+@click.command()
+@click.argument("url")
+@click.option("--checkpoint", default=None, metavar="ID", help="Verify this live checkpoint.")
+@click.option(
+    "--no-pin",
+    is_flag=True,
+    help="Write nothing, not even a checkpoint (only for a database no writer is using).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def verify(
+    ctx: click.Context, url: str, checkpoint: str | None, no_pin: bool, as_json: bool
+) -> None:
+    """Check every checksum of every object the database needs; exit 3 if any is damaged.
+
+    Reads every manifest, every SST block by block, every journal file and segment record by
+    record, and reports each damaged or missing object with its key and the offset of the
+    damage. Holds a reader checkpoint while it reads; never fences a live writer.
+
+    \b
+    Example:
+      inkpen verify ./.inkpen-demo/db
+      inkpen verify s3://backups/app --json
+    """
+    with existing_store(url) as store:
+        manifests = ManifestStore(store)
+        require_database(manifests)
+        damaged_latest = _latest_or_damage(manifests)
+        if damaged_latest is not None:
+            report = summary(manifests.url, None, None, [damaged_latest])
+            report["problems"][0]["detail"] += (
+                " (the latest manifest is damaged, so the files it names cannot be checked; "
+                "restore the database from a backup)"
+            )
+        else:
+            with pinned(manifests, checkpoint, no_pin) as pin:
+                plan = plan_checks(manifests, pin, list_tail=no_pin)
+                report = summary(
+                    manifests.url, pin.manifest_id, pin.checkpoint_id, run_checks(manifests, plan)
+                )
+    if as_json:
+        render.echo_json(report)
+    else:
+        click.echo("\n".join(text_lines(report)))
+    if not report["ok"]:
+        ctx.exit(EXIT_DAMAGED)

@@ -1,0 +1,317 @@
+"""Copying a database, as one checkpoint pins it, into another root, without opening a writer.
+
+This serves ``inkpen restore`` and ``inkpen backup --no-fence``. Unlike ``Bookie.hot_backup`` it
+needs no Bookie, so it never bumps the source's writer epoch: a writer running elsewhere goes on.
+
+1. **Pin.** Take a reader checkpoint on the source's latest state (refreshed while the copy runs,
+   deleted after), or read at an existing live checkpoint (then nothing is written to the source).
+   The checkpoint keeps every file of the pinned manifest from the writer's deletes and from GC,
+   and covers every write acknowledged before it, including unfolded journal segments.
+2. **Copy files.** Every SST and journal file the pinned manifest names, from whichever root holds
+   it (a clone's inherited files too), under the same name: a hard link on one local filesystem,
+   a server-side copy on S3, bytes otherwise. A file the destination already has (same name and
+   size; names are never reused) is kept, so repeating a copy into one destination is incremental
+   and an interrupted copy resumes.
+3. **Fold segments.** The pinned manifest's unfolded segments that the reader rule accepts are
+   written as one more journal file, so the copy holds no segments and its own writers' segment
+   ids never meet the source's.
+4. **Commit.** The destination's manifest names exactly those files, with the source's ledger
+   levels and persisted SQN (a copy opens without replaying what the ledger already holds). An
+   empty destination gets manifest 1; an earlier copy gets a new version with its writer epoch
+   bumped (fencing any writer open on it) and its writer checkpoints dropped.
+5. **Collect.** GC runs on the destination with no minimum age, removing what the new manifest
+   no longer names (files of an earlier copy, leftovers of an interrupted one).
+
+Every file lands before a manifest names it, and nothing is deleted before the manifest stops
+naming it, so a copy interrupted at any moment leaves the destination as it was (or holding only
+unnamed files that the next copy reuses or collects).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+
+from inkpen.errors import CorruptionError, NotFoundError, UsageError
+from inkpen.formats.journal import JournalEntry, build_journal, decode_journal
+from inkpen.logs import get_logger
+from inkpen.objectstore import ObjectStore
+
+from .checkpoints import CheckpointLease
+from .clones import StoreResolver
+from .fencing import SegmentRef, accepted_segments, list_segments
+from .gc import GcOptions, run_gc
+from .model import (
+    KIND_WRITER,
+    JournalFileDescriptor,
+    JournalState,
+    LedgerState,
+    Manifest,
+    SstDescriptor,
+    VersionedManifest,
+)
+from .paths import (
+    is_journal_file_key,
+    is_sst_key,
+    journal_file_key,
+    new_file_id,
+    segment_key,
+)
+from .store import ManifestStore, RootState
+
+log = get_logger("inkpen.manifest")
+
+COPY_WORKERS = 8
+DEFAULT_LEASE = 600.0
+
+FileDescriptor = SstDescriptor | JournalFileDescriptor
+CopyObserver = Callable[[str, int], None]
+"""Told ``(object key, bytes)`` as each file is copied or found already there."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """The source state a copy reads: a checkpoint and the manifest it pins."""
+
+    checkpoint_id: str
+    manifest_id: int
+    manifest: Manifest
+
+
+@dataclass(frozen=True, slots=True)
+class CopyReport:
+    """What one copy did."""
+
+    source: str
+    destination: str
+    checkpoint: str
+    """The source checkpoint the copy was read at."""
+    source_manifest_id: int
+    manifest_id: int
+    """The destination's manifest naming the copy."""
+    files: int
+    files_copied: int
+    files_kept: int
+    bytes_copied: int
+    segments_folded: int
+    files_removed: int
+    seconds: float
+
+
+def planned_bytes(manifest: Manifest) -> int:
+    """Bytes of every file a copy of ``manifest`` goes through (for progress totals)."""
+    return sum(s.size for s in manifest.ledger.ssts()) + sum(f.size for f in manifest.journal.files)
+
+
+@contextlib.contextmanager
+def pin(source: ManifestStore, checkpoint: str | None, lifetime: float) -> Iterator[Pinned]:
+    """Hold the source state still: at ``checkpoint``, or under a reader checkpoint of our own."""
+    if checkpoint is not None:
+        latest = source.open_database(create_if_missing=False)
+        found = latest.manifest.checkpoint(checkpoint)
+        if found is None or not found.is_live(time.time()):
+            raise NotFoundError(
+                f"no live checkpoint {checkpoint} in {source.url}; "
+                f"`inkpen checkpoint list {source.url}` shows the live ones"
+            )
+        yield Pinned(found.id, found.manifest_id, source.read(found.manifest_id))
+        return
+    source.open_database(create_if_missing=False)
+    lease = CheckpointLease.establish(source, lifetime=lifetime, metadata={"purpose": "copy"})
+    try:
+        yield Pinned(lease.checkpoint.id, lease.manifest_id, lease.manifest)
+    finally:
+        lease.close()
+
+
+def destination_state(target: ManifestStore, *, fresh: bool) -> RootState:
+    """Check that ``target`` may receive a copy; answers what it holds now.
+
+    ``fresh`` (a restore) accepts only an empty root or the files of an interrupted copy; otherwise
+    an earlier copy (a live database) is accepted too and replaced.
+    """
+    state = target.check_root_state()
+    url = target.url
+    if state is RootState.DATABASE:
+        if fresh:
+            raise UsageError(
+                f"{url} already holds an inkpen database; restore into an empty location, or "
+                f"destroy that database first (inkpen destroy {url} --yes)"
+            )
+        target.open_database(create_if_missing=False)
+    elif state is RootState.FOREIGN:
+        for info in target.store.list(""):
+            if not (is_sst_key(info.key) or is_journal_file_key(info.key)):
+                raise UsageError(
+                    f"{url} holds objects that are not an inkpen database (such as {info.key}); "
+                    "copy into an empty location"
+                )
+    return state
+
+
+def copy_files(
+    resolver: StoreResolver,
+    dest: ObjectStore,
+    files: Sequence[FileDescriptor],
+    observe: CopyObserver | None = None,
+) -> tuple[int, int, int]:
+    """Copy each file the destination lacks, in parallel; answers (copied, kept, bytes copied)."""
+
+    def one(descriptor: FileDescriptor) -> bool:
+        name = descriptor.name
+        with contextlib.suppress(NotFoundError):
+            if dest.head(name).size == descriptor.size:
+                return False
+        source = resolver.store_for(descriptor.root)
+        try:
+            dest.copy(name, name, source=source)
+        except NotFoundError:
+            raise CorruptionError(
+                f"{source.url}/{name}", "file named by the pinned manifest is missing"
+            ) from None
+        return True
+
+    copied = kept = copied_bytes = 0
+    with ThreadPoolExecutor(max_workers=COPY_WORKERS) as pool:
+        futures = {pool.submit(one, d): d for d in files}
+        for future in as_completed(futures):
+            descriptor = futures[future]
+            if future.result():
+                copied += 1
+                copied_bytes += descriptor.size
+            else:
+                kept += 1
+            if observe is not None:
+                observe(descriptor.name, descriptor.size)
+    return copied, kept, copied_bytes
+
+
+def fold_segments(
+    source: ObjectStore, dest: ObjectStore, journal: JournalState
+) -> tuple[JournalFileDescriptor | None, int]:
+    """Write the accepted unfolded segments of ``journal`` into ``dest`` as one journal file.
+
+    Answers the new file's descriptor (None when the segments hold no entries) and how many
+    segments were read.
+    """
+    read: list[tuple[SegmentRef, list[JournalEntry]]] = []
+    for segment_id in journal.unfolded_segments():
+        key = segment_key(segment_id)
+        try:
+            data = source.get(key)
+        except NotFoundError:
+            raise CorruptionError(
+                f"{source.url}/{key}", "segment covered by the pinned manifest is missing"
+            ) from None
+        header, entries = decode_journal(data, key)
+        read.append((SegmentRef(segment_id, len(data), header.writer_epoch), entries))
+    accepted = {ref.id for ref in accepted_segments(ref for ref, _ in read)}
+    kept = [(ref, entries) for ref, entries in read if ref.id in accepted and entries]
+    if not kept:
+        return None, len(read)
+    entries = [entry for _, segment in kept for entry in segment]
+    data = build_journal(entries, writer_epoch=max(ref.writer_epoch or 0 for ref, _ in kept))
+    name = journal_file_key(new_file_id())
+    dest.put_if_absent(name, data)
+    descriptor = JournalFileDescriptor(
+        name=name,
+        min_sqn=entries[0].sqn,
+        max_sqn=entries[-1].sqn,
+        size=len(data),
+        entry_count=len(entries),
+    )
+    return descriptor, len(read)
+
+
+def commit(
+    target: ManifestStore,
+    state: RootState,
+    files: tuple[JournalFileDescriptor, ...],
+    ledger: LedgerState,
+) -> VersionedManifest:
+    """Write the destination manifest naming the copied files (see the module docstring)."""
+    journal = JournalState(files=tuple(sorted(files, key=lambda f: f.min_sqn)))
+    if state is not RootState.DATABASE:
+        return target.create(Manifest(journal=journal, ledger=ledger))
+    store = target.store
+
+    def change(current: VersionedManifest) -> Manifest:
+        old = current.manifest
+        segments = list_segments(store, old.journal.last_folded_segment)
+        last = segments[-1].id if segments else old.journal.last_folded_segment
+        return replace(
+            old.without_checkpoints_of_kind(KIND_WRITER),
+            writer_epoch=old.writer_epoch + 1,
+            journal=replace(journal, last_folded_segment=last, next_segment=last + 1),
+            ledger=ledger,
+            initialized=True,
+        )
+
+    return target.update(change)
+
+
+def copy_database(
+    source: ObjectStore,
+    dest: ObjectStore,
+    *,
+    checkpoint: str | None = None,
+    fresh: bool = False,
+    lifetime: float = DEFAULT_LEASE,
+    observe: CopyObserver | None = None,
+    on_pinned: Callable[[Pinned], None] | None = None,
+) -> CopyReport:
+    """Copy the database at ``source`` into ``dest`` (see the module docstring).
+
+    ``checkpoint``: copy that live checkpoint's state instead of pinning the latest. ``fresh``:
+    refuse a destination that already holds a database. ``lifetime``: of the checkpoint the copy
+    holds (refreshed at half-life while it runs). ``on_pinned`` is told what will be copied
+    before any copying starts.
+    """
+    if source.url == dest.url:
+        raise UsageError(f"cannot copy the database at {source.url} onto itself")
+    started = time.monotonic()
+    src = ManifestStore(source)
+    target = ManifestStore(dest)
+    state = destination_state(target, fresh=fresh)
+    with pin(src, checkpoint, lifetime) as pinned:
+        if on_pinned is not None:
+            on_pinned(pinned)
+        manifest = pinned.manifest
+        resolver = StoreResolver(source)
+        try:
+            copied, kept, copied_bytes = copy_files(
+                resolver, dest, [*manifest.ledger.ssts(), *manifest.journal.files], observe
+            )
+            tail, segments = fold_segments(source, dest, manifest.journal)
+        finally:
+            resolver.close()
+    rootless = tuple(f.with_root(None) for f in manifest.journal.files)
+    files = rootless + ((tail,) if tail is not None else ())
+    if tail is not None:
+        copied += 1
+        copied_bytes += tail.size
+    levels = tuple(tuple(s.with_root(None) for s in level) for level in manifest.ledger.levels)
+    ledger = LedgerState(levels=levels, persisted_sqn=manifest.ledger.persisted_sqn)
+    written = commit(target, state, files, ledger)
+    collected = run_gc(dest, options=GcOptions(min_age=0.0))
+    report = CopyReport(
+        source=source.url,
+        destination=dest.url,
+        checkpoint=pinned.checkpoint_id,
+        source_manifest_id=pinned.manifest_id,
+        manifest_id=written.id,
+        files=len(files) + manifest.sst_count(),
+        files_copied=copied,
+        files_kept=kept,
+        bytes_copied=copied_bytes,
+        segments_folded=segments,
+        files_removed=sum(
+            1 for key in collected.deleted if is_sst_key(key) or is_journal_file_key(key)
+        ),
+        seconds=round(time.monotonic() - started, 3),
+    )
+    log.info("copy.done", **asdict(report))
+    return report
