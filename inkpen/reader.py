@@ -11,6 +11,7 @@ with its own checkpoint it writes only the manifest changes that create, refresh
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from inkpen.actors.reader import ManifestViews, load_views
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.store import ManifestStore
-from inkpen.objectstore import ObjectStore, open_store
+from inkpen.objectstore import ObjectStore, open_store, parse_store_url
 
 from .errors import NotFoundError, UsageError
 from .options import Options
@@ -119,6 +120,13 @@ def open_reader(
     opts = Options.build(options, **overrides)
     if checkpoint is not None and not isinstance(checkpoint, str):
         raise UsageError(f"checkpoint must be a checkpoint id (str), got {checkpoint!r}")
+    if isinstance(url, str):
+        parsed = parse_store_url(url)
+        if parsed.scheme == "file" and not os.path.isdir(parsed.location):
+            # Reading must not leave a directory behind for a mistyped path.
+            raise NotFoundError(
+                f"no inkpen database at {url}: the directory {parsed.location} does not exist"
+            )
     store, owns = (open_store(url), True) if isinstance(url, str) else (url, False)
     if not isinstance(store, ObjectStore):
         raise UsageError(f"url must be a store URL or an ObjectStore, got {type(url).__name__}")

@@ -135,3 +135,10 @@ def test_a_dead_readers_checkpoint_expires_and_its_files_go(url: str) -> None:
             )
 
         wait_until(collected)
+
+
+def test_reader_on_a_missing_directory_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-db"
+    with pytest.raises(inkpen.NotFoundError, match="does not exist"):
+        inkpen.open_reader(str(missing))
+    assert not missing.exists()
