@@ -322,11 +322,14 @@ class Inker(InkpenActor):
     def _put_segment(self, segment_id: int, data: bytes) -> bool:
         """Write a segment, retrying an unknown outcome with the same bytes; True if it landed.
 
-        False means it definitely did not land (the slot is still free). A slot that already
-        holds exactly these bytes is an earlier attempt of ours that landed.
+        False means it definitely did not land: only a definite failure of the very first
+        attempt says so. After any attempt whose outcome was unknown, a later definite error
+        (a read of the slot failing, say) says nothing about this write, so giving up raises an
+        indefinite :class:`StoreError`. A slot holding exactly these bytes is an earlier attempt
+        of ours that landed.
         """
         delay = 0.05
-        last: StoreError | None = None
+        last: BaseException | None = None
         for attempt in range(SEGMENT_WRITE_ATTEMPTS):
             try:
                 write_segment(self.ctx.store, segment_id, data, writer_epoch=self.epoch)
@@ -337,14 +340,15 @@ class Inker(InkpenActor):
                 if exc.definite and attempt == 0:
                     return False
                 last = exc
-            except InkpenError:
-                pass  # our own epoch holds the slot: the bytes say whether it is this write
+            except InkpenError as exc:
+                last = exc  # our own epoch holds the slot: the bytes say whether it is this write
             if self._segment_holds(segment_id, data):
                 return True
             time.sleep(delay)
             delay = min(1.0, delay * 2)
-        raise last or StoreError(
-            f"could not write journal segment {segment_id}",
+        raise StoreError(
+            f"the outcome of writing journal segment {segment_id} stayed unknown after "
+            f"{SEGMENT_WRITE_ATTEMPTS} attempts ({last})",
             definite=False,
             key=segment_key(segment_id),
         )

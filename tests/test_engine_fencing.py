@@ -7,6 +7,7 @@ import threading
 import pytest
 
 import inkpen
+from inkpen.objectstore import FaultPlan, FaultyStore, open_store
 from support.engine import TINY
 
 
@@ -69,3 +70,26 @@ def test_writes_racing_a_fence_either_land_or_fail(store_url: str) -> None:
     assert set(acknowledged) <= stored
     assert not set(refused) & stored
     assert stored - set(acknowledged) == {"second"}
+
+
+def test_a_landed_segment_whose_outcome_cannot_be_read_back_is_not_reported_definite() -> None:
+    """Creates land but lose their response, and every read fails: the put's outcome is unknown,
+    so it must fail as indefinite (never "definitely did not happen"), and the Bookie must stop
+    writing rather than reuse the slot."""
+    store = FaultyStore(open_store("memory://landed-unknown"), FaultPlan(seed=1))
+    book = inkpen.open(store, **TINY)
+    store.plan = FaultPlan(
+        seed=1,
+        after={"put_if_absent": 1.0},
+        before=dict.fromkeys(("get", "get_range", "head", "list"), 1.0),
+    )
+    with pytest.raises(inkpen.StoreError) as failed:
+        book.put("b", "k", b"written")
+    assert failed.value.definite is False
+    store.plan = FaultPlan(seed=1)
+    with pytest.raises(inkpen.StoreError, match="stopped writing"):
+        book.put("b", "other", b"x")
+    book.abandon()
+    with inkpen.open(store, **TINY) as reopened:
+        assert reopened.get("b", "k") == b"written"  # it had landed
+        assert reopened.get("b", "other") is None
