@@ -79,7 +79,7 @@ class GarbageCollector(InkpenActor):
             self.ctx.store,
             options=GcOptions(min_age=min_age),
             dry_run=dry_run,
-            keep=self.ctx.in_flight.names(),
+            keep=self.ctx.in_flight.names,  # asked between listing and reading (run_gc)
         )
         if not dry_run:
             self._seen_commits = commits

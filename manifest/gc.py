@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -295,14 +295,18 @@ def run_gc(
     options: GcOptions | None = None,
     now: float | None = None,
     dry_run: bool = False,
-    keep: Collection[str] = frozenset(),
+    keep: Collection[str] | Callable[[], Collection[str]] = frozenset(),
 ) -> GcReport:
     """Run one GC pass over the database at ``store``: drop expired checkpoints from the
     manifest, plan, and delete (nothing is written or deleted when ``dry_run``).
 
     ``keep`` names objects a live writer is writing and has not committed yet; they are never
     deleted, whatever their age (the writer's own GC passes them, so it may run with any
-    ``min_age``)."""
+    ``min_age``). A writer passes a callable: it is asked after the listing and before the
+    latest manifest is read, the only moment its answer is sound. A file in the listing was
+    written before it; if the latest manifest does not name it, its commit comes after that
+    read, so the writer still holds it in flight in between. A set taken earlier misses files
+    written after it; one taken later misses files committed (and forgotten) after the read."""
     opts = GcOptions() if options is None else options
     if not isinstance(opts, GcOptions):
         raise UsageError("options must be a GcOptions")
@@ -310,6 +314,7 @@ def run_gc(
     when = time.time() if now is None else now
     manifest_store = ManifestStore(target)
     listing = list(target.list(""))
+    kept = frozenset(keep() if callable(keep) else keep)
     latest = manifest_store.latest()
     if latest is None:
         empty = GcPlan((), MappingProxyType({}), (), False)
@@ -329,8 +334,7 @@ def run_gc(
 
     pinned = _read_pinned(manifest_store, latest, when, listing)
     plan = plan_gc(latest, pinned, listing, now=when, options=opts)
-    if keep and not plan.destroy:
-        kept = frozenset(keep)
+    if kept and not plan.destroy:
         plan = replace(
             plan,
             deletes=tuple(k for k in plan.deletes if k not in kept),

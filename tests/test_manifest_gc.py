@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from inkpen.actors.in_flight import InFlight
 from inkpen.errors import UsageError
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, JournalEntry, Kind, build_journal
 from inkpen.manifest.checkpoints import create_checkpoint
@@ -404,3 +407,38 @@ def test_checkpoint_keeps_its_segments_and_files(store: ObjectStore) -> None:
     assert segment_key(6) not in report.deleted
     assert scene.live_sst not in report.deleted and scene.live_journal_file not in report.deleted
     assert manifest_key(cp.manifest_id) not in report.deleted
+
+
+class _WriterLandsDuringListing:
+    """A store whose next root listing first sees a writer store one more file (its put lands
+    just as GC starts listing, after anything GC could have asked the writer beforehand)."""
+
+    def __init__(self, inner: ObjectStore, land: Callable[[], None]) -> None:
+        self._inner = inner
+        self._land: Callable[[], None] | None = land
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        if prefix == "" and self._land is not None:
+            land, self._land = self._land, None
+            land()
+        return self._inner.list(prefix)
+
+
+def test_a_writer_s_uncommitted_file_is_kept_when_it_lands_as_gc_lists(store: ObjectStore) -> None:
+    build_scene(store)
+    in_flight = InFlight()
+    landing = sst_key(new_file_id())
+
+    def land() -> None:  # a merge's clerk: recorded in flight first, then stored
+        in_flight.add(landing)
+        store.put_if_absent(landing, b"a merge's output, committed a moment later")
+
+    racing = _WriterLandsDuringListing(store, land)
+    report = run_gc(racing, options=GcOptions(min_age=0.0), keep=in_flight.names)
+    assert landing not in report.plan.deletes
+    assert store.get(landing) == b"a merge's output, committed a moment later"
+    in_flight.discard([landing])  # the commit failed: now it is an orphan like any other
+    assert landing in run_gc(store, options=GcOptions(min_age=0.0), keep=in_flight.names).deleted
