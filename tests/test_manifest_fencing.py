@@ -485,17 +485,22 @@ def test_racing_writers_in_processes(
     tests_dir = str(Path(__file__).parent)
     logs = [WriterLog() for _ in range(writers)]
     lock = threading.Lock()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", PROCESS_SCRIPT, tests_dir, store_url, str(go_file),
-             str(stop_file)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(os.environ),
-        )
-        for _ in range(writers)
-    ]
+    # stderr goes to files: only the pump threads read the stdout pipes (a second reader, such
+    # as communicate(), would take part of a line and garble what the pump sees).
+    errors = [tmp_path / f"writer-{n}.err" for n in range(writers)]
+    procs = []
+    for path in errors:
+        with path.open("w") as err:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", PROCESS_SCRIPT, tests_dir, store_url, str(go_file),
+                     str(stop_file)],
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                    env=dict(os.environ),
+                )
+            )
 
     def pump(proc: subprocess.Popen[str], log: WriterLog) -> None:
         assert proc.stdout is not None
@@ -520,9 +525,9 @@ def test_racing_writers_in_processes(
 
         wait_until(settled, "all but one writer to be fenced")
         stop_file.touch()
-        for proc in procs:
-            _, err = proc.communicate(timeout=DEADLINE)
-            assert proc.returncode == 0, err
+        for proc, path in zip(procs, errors, strict=True):
+            proc.wait(timeout=DEADLINE)
+            assert proc.returncode == 0, path.read_text()[-3000:]
     finally:
         for proc in procs:
             if proc.poll() is None:
