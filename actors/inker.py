@@ -48,10 +48,10 @@ from inkpen.manifest.fencing import write_segment
 from inkpen.manifest.model import Checkpoint, Manifest
 from inkpen.manifest.paths import segment_key
 
-from .base import ActorGone, InkpenActor, call, handles, send, stop
+from .base import ActorGone, call, handles, send, stop
 from .changes import replayed_entries
 from .context import EngineContext
-from .file_clerk import ConfirmDelete, DeleteConfirmed, DeleteDeferred, FileDeleted, SetForDelete
+from .file_clerk import SetForDelete
 from .inker_clerk import (
     CompactionDone,
     Folded,
@@ -62,7 +62,7 @@ from .inker_clerk import (
 )
 from .intake import Batch, WriteIntake
 from .messages import ApplyBatch, Fenced, PushMem
-from .registry import CheckpointGuard, SnapshotRegistry
+from .registry import FileOwner
 from .throttle import NONE, SLOW, STOP
 from .views import JournalHandle, JournalView, MemTable, SegmentTable
 
@@ -165,14 +165,13 @@ class Shutdown:
 # -- the actor --------------------------------------------------------------------------------
 
 
-class Inker(InkpenActor):
+class Inker(FileOwner):
     """Owns the journal: SQNs, segments, the active journal, journal files and their clerks."""
 
     def __init__(
         self, ctx: EngineContext, intake: WriteIntake, *, epoch: int, next_segment: int
     ) -> None:
-        super().__init__()
-        self.ctx = ctx
+        super().__init__(ctx, "inker")
         self.epoch = epoch
         self.next_segment = next_segment
         self.sqn = 0
@@ -183,9 +182,6 @@ class Inker(InkpenActor):
         self.clerk: pykka.ActorRef[Any] | None = None
         self.folding = False
         self.stopped: InkpenError | None = None
-        self.registry = SnapshotRegistry("inker", ctx.keeper)
-        self.guard = CheckpointGuard(ctx.keeper)
-        self.pending_deletes: dict[str, int] = {}
         self.segments_written = 0
         self.bytes_written = 0
         self.last_write_started = float("-inf")
@@ -554,34 +550,12 @@ class Inker(InkpenActor):
     @handles(RegisterJournal)
     def _register(self, message: RegisterJournal) -> JournalView:
         view = self.ctx.board.journal
-        options = self.ctx.options
-        timeout = (
-            options.snapshot_timeout_long
-            if message.long_running
-            else options.snapshot_timeout_short
-        )
-        # The latest manifest, not the view's: the owner's half of it is exactly the view (the
-        # owner publishes after each of its commits), and unlike an older one it cannot have
-        # been collected already, so the writer checkpoint may safely pin it.
-        self.registry.register(message.snapshot_id, self.ctx.keeper.latest.id, timeout)
+        self._register_snapshot(message.snapshot_id, long_running=message.long_running)
         return view
 
     @handles(ReleaseJournal)
     def _release(self, message: ReleaseJournal) -> None:
         self.registry.release(message.snapshot_id)
-
-    @handles(ConfirmDelete)
-    def _confirm_delete(self, message: ConfirmDelete) -> None:
-        send(
-            message.clerk,
-            DeleteConfirmed()
-            if self.guard.may_delete(self.registry, message)
-            else DeleteDeferred(),
-        )
-
-    @handles(FileDeleted)
-    def _deleted(self, message: FileDeleted) -> None:
-        self.pending_deletes.pop(message.name, None)
 
     # -- start-up replay ----------------------------------------------------------------------
 

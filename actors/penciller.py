@@ -41,12 +41,12 @@ from inkpen.logs import get_logger
 from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import new_file_id, sst_key
 
-from .base import InkpenActor, handles, send, stop
+from .base import handles, send, stop
 from .context import EngineContext
-from .file_clerk import ConfirmDelete, DeleteConfirmed, DeleteDeferred, FileDeleted, SetForDelete
+from .file_clerk import SetForDelete
 from .messages import LedgerRoom, PushMem
 from .penciller_clerk import MergeDone, MergeIdle, MergeWork, choose_job
-from .registry import CheckpointGuard, SnapshotRegistry
+from .registry import FileOwner
 from .sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
 from .views import LedgerView, Level, MemTable, SstHandle
 
@@ -115,12 +115,11 @@ class ShutdownPenciller:
     """Ask: stop merging, stop every file clerk."""
 
 
-class Penciller(InkpenActor):
+class Penciller(FileOwner):
     """Owns the ledger: memory tables, L0 and levels, their SST clerks, the ledger manifest half."""
 
     def __init__(self, ctx: EngineContext, *, persisted_sqn: int) -> None:
-        super().__init__()
-        self.ctx = ctx
+        super().__init__(ctx, "penciller")
         self.mem: list[MemTable] = []
         self.writing: tuple[MemTable, ...] | None = None
         self.l0: list[SstHandle] = []
@@ -131,9 +130,6 @@ class Penciller(InkpenActor):
         self.merging = False
         self._offered: LedgerView | None = None
         self.stopped = False
-        self.registry = SnapshotRegistry("penciller", ctx.keeper)
-        self.guard = CheckpointGuard(ctx.keeper)
-        self.pending_deletes: dict[str, int] = {}
         self.l0_writes = 0
         self.merges = 0
         self.moves = 0
@@ -406,34 +402,12 @@ class Penciller(InkpenActor):
     @handles(RegisterLedger)
     def _register(self, message: RegisterLedger) -> LedgerView:
         view = self.ctx.board.ledger
-        options = self.ctx.options
-        timeout = (
-            options.snapshot_timeout_long
-            if message.long_running
-            else options.snapshot_timeout_short
-        )
-        # The latest manifest, not the view's: the owner's half of it is exactly the view (the
-        # owner publishes after each of its commits), and unlike an older one it cannot have
-        # been collected already, so the writer checkpoint may safely pin it.
-        self.registry.register(message.snapshot_id, self.ctx.keeper.latest.id, timeout)
+        self._register_snapshot(message.snapshot_id, long_running=message.long_running)
         return view
 
     @handles(ReleaseLedger)
     def _release(self, message: ReleaseLedger) -> None:
         self.registry.release(message.snapshot_id)
-
-    @handles(ConfirmDelete)
-    def _confirm_delete(self, message: ConfirmDelete) -> None:
-        send(
-            message.clerk,
-            DeleteConfirmed()
-            if self.guard.may_delete(self.registry, message)
-            else DeleteDeferred(),
-        )
-
-    @handles(FileDeleted)
-    def _deleted(self, message: FileDeleted) -> None:
-        self.pending_deletes.pop(message.name, None)
 
     # -- the rest -----------------------------------------------------------------------------
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 
-from .file_clerk import ConfirmDelete
+from .base import InkpenActor, handles, send
+from .context import EngineContext
+from .file_clerk import ConfirmDelete, DeleteConfirmed, DeleteDeferred, FileDeleted
 from .keeper import ManifestKeeper
 
 log = get_logger("inkpen.snapshots")
@@ -134,3 +136,41 @@ class CheckpointGuard:
             if name in names:
                 return True
         return False
+
+
+class FileOwner(InkpenActor):
+    """Base of the two actors that own files (the Penciller its SSTs, the Inker its journal
+    files): it keeps their snapshot registrations and answers their clerks in delete_pending.
+
+    Answers :class:`ConfirmDelete` (with :class:`DeleteConfirmed` or :class:`DeleteDeferred`)
+    and :class:`FileDeleted`. Each owner's own register message calls
+    :meth:`_register_snapshot`, and its release message ``self.registry.release``.
+    """
+
+    def __init__(self, ctx: EngineContext, owner: str) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.registry = SnapshotRegistry(owner, ctx.keeper)
+        self.guard = CheckpointGuard(ctx.keeper)
+        self.pending_deletes: dict[str, int] = {}
+        """Files set for delete, by the id of the manifest change that dropped them."""
+
+    def _register_snapshot(self, snapshot_id: str, *, long_running: bool) -> None:
+        options = self.ctx.options
+        timeout = (
+            options.snapshot_timeout_long if long_running else options.snapshot_timeout_short
+        )
+        # The latest manifest, not the view's: the owner's half of it is exactly the view (the
+        # owner publishes after each of its commits), and unlike an older one it cannot have
+        # been collected already, so the writer checkpoint may safely pin it.
+        self.registry.register(snapshot_id, self.ctx.keeper.latest.id, timeout)
+
+    @handles(ConfirmDelete)
+    def _confirm_delete(self, message: ConfirmDelete) -> None:
+        may = self.guard.may_delete(self.registry, message)
+        send(message.clerk, DeleteConfirmed() if may else DeleteDeferred())
+
+    @handles(FileDeleted)
+    def _deleted(self, message: FileDeleted) -> None:
+        self.pending_deletes.pop(message.name, None)
+
