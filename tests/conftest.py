@@ -29,6 +29,7 @@ from inkpen.objectstore.seaweed import (
     find_weed,
     start_seaweed,
 )
+from support.profiles import DEEP_PROFILE, profile_name
 
 STORE_KINDS = ("memory", "local", "s3")
 
@@ -122,3 +123,11 @@ def store(store_url: str) -> Iterator[ObjectStore]:
         yield opened
     finally:
         opened.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The deep Hypothesis profile runs for as long as it needs: no per-test timeout."""
+    if profile_name() == DEEP_PROFILE:
+        for item in items:
+            item.add_marker(pytest.mark.timeout(0))
+

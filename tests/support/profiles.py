@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, settings
 
 PROFILE_VARIABLE = "INKPEN_HYPOTHESIS_PROFILE"
+DEEP_PROFILE = "inkpen-deep"
+"""Under this profile the suite also lifts pytest-timeout's per-test limit (``conftest.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,7 @@ _BUDGETS: dict[str, dict[str, Budget]] = {
         "crash": Budget(2, 1),
         "corruption": Budget(25, 1),
     },
-    "inkpen-deep": {
+    DEEP_PROFILE: {
         "memory": Budget(800, 100),
         "faulty": Budget(600, 100),
         "local": Budget(120, 60),
@@ -59,7 +61,7 @@ _COMMON = {
 }
 
 settings.register_profile("inkpen-ci", derandomize=True, database=None, **_COMMON)
-settings.register_profile("inkpen-deep", derandomize=False, **_COMMON)
+settings.register_profile(DEEP_PROFILE, derandomize=False, **_COMMON)
 
 
 def profile_name() -> str:
