@@ -79,7 +79,8 @@ class FlushMem:
 
 @dataclass(frozen=True, slots=True)
 class CompactLedger:
-    """Ask: answers True once no merge is running or needed; otherwise starts one, False."""
+    """Ask: answers True once no merge or L0 write is running or due; otherwise starts what is
+    due and answers False."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +180,17 @@ class Penciller(FileOwner):
         self._publish()
         self._maybe_flush()
         return True
+
+    def _flush_due(self) -> bool:
+        """Whether memory is over its limit and L0 has room: an L0 write should be under way
+        (after a failed one, the retry timer has not fired yet)."""
+        options = self.ctx.options
+        return (
+            self.writing is None
+            and not self.stopped
+            and self._mem_entries() >= options.l0_cache_entries
+            and len(self.l0) < options.max_l0_files
+        )
 
     def _maybe_flush(self, *, force: bool = False, respect_l0_limit: bool = False) -> None:
         if self.writing is not None or not self.mem or self.stopped:
@@ -319,8 +331,9 @@ class Penciller(FileOwner):
             fanout=options.level_fanout,
             turn=0,
         )
-        if job is None and self.writing is None:
+        if job is None and self.writing is None and not self._flush_due():
             return True
+        self._maybe_flush()  # a failed L0 write waiting for its retry goes now
         self._maybe_merge()
         return False
 

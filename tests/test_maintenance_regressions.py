@@ -5,14 +5,15 @@
   restored backup). Each case rolls the journal into small files first, so that compaction
   rewrites the file holding the expired write but not the one holding the older write.
 - A first hot backup that fails part-way must not poison its destination: taking it again works.
+- ``compact_ledger`` does not return while an L0 write that failed waits for its retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import inkpen
-from inkpen.objectstore import FaultPlan, FaultyStore, open_store
+from inkpen.objectstore import FaultPlan, FaultyStore, ObjectStore, open_store
 from support.engine import TINY, FakeClock
 
 
@@ -97,3 +98,36 @@ def test_expired_index_add_still_shadows_an_older_add_after_compaction(
     with inkpen.open(dest, clock=clock, **TINY) as restored:
         assert list(restored.index_query("b", "f_bin", "", "z")) == []
         assert restored.get("b", "k") == b"3"
+
+
+class _FirstLedgerWriteFails(FaultyStore):
+    """Fails the first create of an SST (definitely: nothing is stored), nothing else."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner, FaultPlan())
+        self.failed: list[str] = []
+
+    def put_if_absent(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        if key.startswith("ledger/") and not self.failed:
+            self.failed.append(key)
+            raise inkpen.StoreError(f"injected: the first SST write ({key}) fails", definite=True)
+        super().put_if_absent(key, data, metadata=metadata)
+
+
+def test_compact_ledger_writes_the_l0_file_whose_first_write_failed(
+    make_store_url: Callable[[str], str],
+) -> None:
+    store = _FirstLedgerWriteFails(open_store(make_store_url("memory")))
+    with inkpen.open(store, **TINY) as book:
+        for n in range(TINY["l0_cache_entries"]):  # the last put fills memory: no later push
+            book.put("b", f"k{n:03d}", b"v%d" % n)
+        book.compact_ledger()  # the failed L0 write's retry is a second away; it goes now
+        stats = book.stats()
+        assert store.failed, "the first SST write was not made, so nothing was injected"
+        assert stats["l0_files"] == 0
+        assert stats["ledger_mem_entries"] < TINY["l0_cache_entries"]
+        assert stats["level_files"][0] >= 1
+        assert book.get("b", "k000") == b"v0"
+
