@@ -12,27 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from inkpen.actors.sst_clerk import descriptor_for
 from inkpen.formats.journal import JournalEntry, build_journal
 from inkpen.formats.keys import LedgerValue
-from inkpen.formats.sst import SstBuilder, SstInfo
+from inkpen.formats.sst import SstBuilder
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
 from inkpen.manifest.paths import journal_file_key, new_file_id, sst_key
 from inkpen.objectstore import ObjectStore
 from inkpen.options import Options
-
-
-def sst_descriptor(name: str, info: SstInfo) -> SstDescriptor:
-    """The manifest descriptor of an SST as built (no SQN base yet)."""
-    return SstDescriptor(
-        name=name,
-        first_key=info.first_key,
-        last_key=info.last_key,
-        min_sqn=info.min_sqn,
-        max_sqn=info.max_sqn,
-        size=info.size,
-        entry_count=info.entry_count,
-        tombstone_count=info.tombstone_count,
-    )
 
 
 def write_ssts(
@@ -73,7 +60,7 @@ def _store_sst(store: ObjectStore, builder: SstBuilder) -> SstDescriptor:
     data, info = builder.finish()
     name = sst_key(new_file_id())
     store.put_if_absent(name, data)
-    return sst_descriptor(name, info)
+    return descriptor_for(name, info)
 
 
 def write_journal(
