@@ -17,6 +17,19 @@ from inkpen.objectstore import FaultPlan, FaultyStore, ObjectStore, open_store
 from support.engine import TINY, FakeClock
 
 
+def _expire_and_compact(book: inkpen.Bookie, clock: FakeClock) -> None:
+    """Roll the journal into files of about 4 KiB, let ``ttl=1`` writes expire, then flush,
+    merge (reaping what expired) and compact the journal: compaction rewrites the file holding
+    the expired write but not the one holding the older write it replaced."""
+    for i in range(3):
+        book.put("b", f"pad{i}", b"p")
+    book.hot_backup().close()
+    clock.advance(2)
+    book.flush()
+    book.compact_ledger()
+    book.compact_journal()
+
+
 def test_expired_put_still_shadows_older_value_after_compaction(
     make_store_url: Callable[[str], str],
 ) -> None:
@@ -32,13 +45,7 @@ def test_expired_put_still_shadows_older_value_after_compaction(
         book.put("b", "k", b"new value", ttl=1)
         book.put("b", "junk0", big)
         book.put("b", "junk1", big)
-        for i in range(3):
-            book.put("b", f"pad{i}", b"p")
-        book.hot_backup().close()  # rolls the journal: segments become files of about 4 KiB
-        clock.advance(2)
-        book.flush()
-        book.compact_ledger()
-        book.compact_journal()
+        _expire_and_compact(book, clock)
         assert book.get("b", "k") is None
         book.hot_backup()(dest)
     with inkpen.open(dest, clock=clock, **TINY) as restored:
@@ -86,13 +93,7 @@ def test_expired_index_add_still_shadows_an_older_add_after_compaction(
         book.put("b", "junk0", big)
         book.put("b", "junk1", big)
         book.put("b", "k", b"3")
-        for i in range(3):
-            book.put("b", f"pad{i}", b"p")
-        book.hot_backup().close()  # rolls the journal: segments become files of about 4 KiB
-        clock.advance(2)
-        book.flush()
-        book.compact_ledger()
-        book.compact_journal()
+        _expire_and_compact(book, clock)
         assert list(book.index_query("b", "f_bin", "", "z")) == []
         book.hot_backup()(dest)
     with inkpen.open(dest, clock=clock, **TINY) as restored:
