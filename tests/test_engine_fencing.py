@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 import inkpen
 from inkpen.objectstore import FaultPlan, FaultyStore, open_store
-from support.engine import TINY
+from support.engine import TINY, RacingWriters
 
 
 def test_second_open_fences_the_first(store_url: str) -> None:
@@ -35,32 +33,11 @@ def test_second_open_fences_the_first(store_url: str) -> None:
 
 def test_writes_racing_a_fence_either_land_or_fail(store_url: str) -> None:
     first = inkpen.open(store_url, **TINY)
-    acknowledged: list[str] = []
-    refused: list[str] = []
-    lock = threading.Lock()
-    started = threading.Barrier(5)
-
-    def writer(index: int) -> None:
-        started.wait()
-        for n in range(10_000):
-            key = f"w{index}-{n}"
-            try:
-                first.put("race", key, key.encode())
-            except inkpen.FencedError:
-                with lock:
-                    refused.append(key)
-                return
-            with lock:
-                acknowledged.append(key)
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    started.wait()
+    writers = RacingWriters(first, 4, limit=10_000)
+    writers.start()
     second = inkpen.open(store_url, **TINY)
-    for thread in threads:
-        thread.join(timeout=120)
-        assert not thread.is_alive()
+    writers.join()
+    acknowledged, refused = writers.acknowledged, writers.refused
     assert len(refused) == 4, "every writer thread of the fenced Bookie must end with FencedError"
     second.put("race", "second", b"2")
     first.close()

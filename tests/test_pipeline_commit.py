@@ -7,7 +7,6 @@ a live writer, files GC took, bad rows) are tested where they can be reached det
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ from inkpen.pipeline import LoadedPartition, commit_load, write_partition
 from inkpen.pipeline.options import LoadOptions
 from inkpen.pipeline.schema import LoadColumns
 from inkpen.pipeline.target import LoadTarget, prepare_load
+from support.engine import RacingWriters
 
 COLUMNS = LoadColumns(bucket="bucket", key="key", value="value", indexes="indexes", ttl="ttl")
 INDEX_TYPE = pa.list_(
@@ -211,34 +211,14 @@ def test_the_load_fences_a_live_writer_and_keeps_its_acknowledged_writes(
 
 def test_writes_racing_a_load_commit_are_kept_or_refused(store_url: str) -> None:
     book = inkpen.open(store_url)
-    acknowledged: list[str] = []
-    refused: list[str] = []
-    lock = threading.Lock()
-    started = threading.Barrier(4)
-
-    def writer(index: int) -> None:
-        started.wait()
-        for n in range(100_000):
-            key = f"w{index}-{n}"
-            try:
-                book.put("race", key, key.encode())
-            except inkpen.FencedError:
-                with lock:
-                    refused.append(key)
-                return
-            with lock:
-                acknowledged.append(key)
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(3)]
-    for thread in threads:
-        thread.start()
-    started.wait()
+    writers = RacingWriters(book, 3, limit=100_000)
+    writers.start()
     report = load(store_url, [[("bulk", f"k{n}", b"loaded") for n in range(200)]])
-    for thread in threads:
-        thread.join()
+    writers.join()
     book.abandon()
-    assert report is not None and len(refused) == 3
+    assert report is not None and len(writers.refused) == 3
     found = everything(store_url)
+    acknowledged = writers.acknowledged
     assert {k.decode() for (b, k) in found if b == b"race"} == set(acknowledged)
     assert all(found[(b"race", key.encode())] == key.encode() for key in acknowledged)
     assert sum(1 for (b, _) in found if b == b"bulk") == 200

@@ -58,3 +58,41 @@ SMALL = {
 }
 """Small enough that thousands of writes still flush, merge and fold many times, large enough
 that they make hundreds of objects rather than thousands (object stores pay per request)."""
+
+
+class RacingWriters:
+    """Threads that put distinct keys (``w<thread>-<n>``, value = key) into bucket ``race`` of
+    one Bookie until it refuses one with :class:`inkpen.FencedError`, recording which puts were
+    acknowledged and which refused. :meth:`start` returns once every thread is writing."""
+
+    def __init__(self, book: inkpen.Bookie, threads: int, *, limit: int) -> None:
+        self.book = book
+        self.limit = limit
+        self.acknowledged: list[str] = []
+        self.refused: list[str] = []
+        self._lock = threading.Lock()
+        self._started = threading.Barrier(threads + 1)
+        self.threads = [threading.Thread(target=self._write, args=(i,)) for i in range(threads)]
+
+    def _write(self, index: int) -> None:
+        self._started.wait()
+        for n in range(self.limit):
+            key = f"w{index}-{n}"
+            try:
+                self.book.put("race", key, key.encode())
+            except inkpen.FencedError:
+                with self._lock:
+                    self.refused.append(key)
+                return
+            with self._lock:
+                self.acknowledged.append(key)
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+        self._started.wait()
+
+    def join(self, timeout: float = 120.0) -> None:
+        for thread in self.threads:
+            thread.join(timeout=timeout)
+            assert not thread.is_alive(), "a writer thread is still running"
