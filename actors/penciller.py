@@ -251,6 +251,8 @@ class Penciller(FileOwner):
             log.warning("ledger.l0_commit_failed", error=str(exc))
             if isinstance(exc, FencedError):
                 self.stopped = True
+            else:  # writers may be held back waiting for this flush: nothing else retries it
+                self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryFlush())
             self._room()
             return
         self.ctx.in_flight.discard([descriptor.name])
@@ -375,6 +377,9 @@ class Penciller(FileOwner):
                 stop(handle.clerk)
             if isinstance(exc, FencedError):
                 self.stopped = True
+            else:  # as after a failed merge: writers may be waiting for L0 to drain
+                self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryMerge())
+            self._room()
             return
         self.ctx.in_flight.discard(h.name for h in message.added)
         self.l0 = [h for h in self.l0 if h.name not in removed]
