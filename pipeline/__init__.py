@@ -2,16 +2,17 @@
 
 ::
 
-    import inkpen.pipeline
-    inkpen.pipeline.register(spark)
-
     df = spark.read.format("inkpen").option("path", url).load()          # one checkpoint
-    df.filter("bucket = X'7573657273'").show()                            # pushed down
+    users = (spark.read.format("inkpen").option("path", url)
+             .option("bucket", "users").option("prefix", "a").load())    # narrowed by options
     rows.write.format("inkpen").option("path", url).mode("append").save() # one atomic commit
 
-Reads pin a checkpoint when the DataFrame is loaded (:mod:`.pinning`), split the key space into
-partitions balanced by size (:mod:`.plan`, :mod:`.splits`), push bucket and key-range filters
-down (:mod:`.ranges`) and stream each partition as Arrow batches (:mod:`.scan`). Bulk loads write
+Spark finds the source by name through the top-level module ``pyspark_inkpen`` installed with
+the package; :func:`register` does the same by hand. Reads pin a checkpoint when the DataFrame is
+loaded (:mod:`.pinning`), narrow the key space by the options ``bucket``, ``start``, ``end`` and
+``prefix`` (:mod:`.ranges`; Spark filters are not pushed down, see :mod:`.source` for why),
+split it into partitions balanced by size (:mod:`.plan`, :mod:`.splits`) and stream each
+partition as Arrow batches (:mod:`.scan`). Bulk loads write
 sorted journal files and SSTs per task (:mod:`.load_task`) and commit them all in one manifest
 CAS, fencing any live writer and keeping its acknowledged writes (:mod:`.commit`, :mod:`.tail`).
 Options are listed in :mod:`.options`, the schemas in :mod:`.schema`. README.md's Spark section
@@ -30,22 +31,20 @@ from .source import NAME, InkpenDataSource, InkpenReader, InkpenWriter
 DefaultSource = InkpenDataSource
 """The name Spark's automatic registration looks for in a top-level ``pyspark_*`` module."""
 
-PUSHDOWN_SETTING = "spark.sql.python.filterPushdown.enabled"
-
 
 def register(spark: Any) -> None:
-    """Register the ``inkpen`` format with a SparkSession, and let it take pushed filters.
+    """Register the ``inkpen`` format with a SparkSession by hand.
 
-    Spark refuses to plan a Python data source that accepts filters while
-    ``spark.sql.python.filterPushdown.enabled`` is false (its default), so this turns it on.
+    Not needed where inkpen is installed in the Python that Spark's workers run: Spark 4 finds
+    the source there by itself (through ``pyspark_inkpen``). No session setting is needed or
+    changed: the source takes no pushed filters, so ``spark.sql.python.filterPushdown.enabled``
+    may be on or off.
     """
-    spark.conf.set(PUSHDOWN_SETTING, "true")
     spark.dataSource.register(InkpenDataSource)
 
 
 __all__ = [
     "NAME",
-    "PUSHDOWN_SETTING",
     "DefaultSource",
     "InkpenDataSource",
     "InkpenReader",

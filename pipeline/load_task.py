@@ -100,7 +100,9 @@ def _puts(
             try:
                 for name, found in (("bucket", buckets[i]), ("key", keys[i]), ("value", values[i])):
                     if found is None:
-                        raise UsageError(f"{name} is null; every row needs a bucket, key and value")
+                        raise UsageError(
+                            f"column {name} is null; every row needs a bucket, key and value"
+                        )
                 specs = _index_specs(indexes[i], columns.index_shape)
                 changes.append(maker.put(buckets[i], keys[i], values[i], specs, ttls[i]))
             except UsageError as exc:

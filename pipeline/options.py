@@ -11,8 +11,10 @@ Reading (``spark.read.format("inkpen")``):
 - ``path`` (required): the database's store URL (a directory, ``file://`` or ``s3://``);
 - ``checkpoint``: read at this existing checkpoint (its owner keeps it alive);
 - ``checkpoint_lifetime`` (3600): seconds the checkpoint a read pins for itself lives;
-- ``bucket``: only this bucket (UTF-8); ``start``, ``end``: only keys with start <= key <= end
-  (UTF-8; they need ``bucket``);
+- ``bucket``: only this bucket (UTF-8); ``start``, ``end``: only keys with start <= key <= end;
+  ``prefix``: only keys that start with it (UTF-8; these three need ``bucket``). They are how a
+  read is narrowed: Spark filters are evaluated by Spark over what the read yields (no pushdown,
+  see :mod:`.source`);
 - ``values`` (true): false reads heads only (``size`` instead of ``value``, no journal reads);
 - ``indexes`` (false): true adds each object's live index entries;
 - ``key_type`` (binary): ``string`` gives buckets, keys, fields and terms as UTF-8 strings;
@@ -53,6 +55,7 @@ READ_OPTIONS = frozenset(
         "bucket",
         "start",
         "end",
+        "prefix",
         "values",
         "indexes",
         "key_type",
@@ -77,6 +80,7 @@ class ReadOptions:
     bucket: bytes | None = None
     start: bytes | None = None
     end: bytes | None = None
+    prefix: bytes | None = None
     values: bool = True
     indexes: bool = False
     key_type: KeyType = "binary"
@@ -176,9 +180,11 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     if checkpoint is not None and not str(checkpoint).strip():
         raise UsageError("option checkpoint must be a checkpoint id; leave it out to pin one")
     bucket = _name(given, "bucket")
-    start, end = _name(given, "start"), _name(given, "end")
-    if bucket is None and (start is not None or end is not None):
-        raise UsageError("options start and end need option bucket: key ranges are per bucket")
+    start, end, prefix = _name(given, "start"), _name(given, "end"), _name(given, "prefix")
+    if bucket is None and (start is not None or end is not None or prefix is not None):
+        raise UsageError(
+            "options start, end and prefix need option bucket: key ranges are per bucket"
+        )
     partitions = _int(given, "partitions", None, 1, MAX_PARTITIONS)
     partition_bytes = _int(given, "partition_bytes", DEFAULT_PARTITION_BYTES, 64 * 1024, 1 << 40)
     batch_rows = _int(given, "batch_rows", DEFAULT_BATCH_ROWS, 1, 1_000_000)
@@ -190,6 +196,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         bucket=bucket,
         start=start,
         end=end,
+        prefix=prefix,
         values=_bool(given, "values", True),
         indexes=_bool(given, "indexes", False),
         key_type="string" if key_type == "string" else "binary",

@@ -9,10 +9,9 @@ method                                      runs          does
 ==========================================  ============  ======================================
 ``InkpenDataSource.schema``                 driver, at    checks the options, pins the
                                             ``load()``    checkpoint (:mod:`.pinning`)
-``InkpenReader.pushFilters``                driver, per   narrows the scan ranges
-                                            action        (:mod:`.ranges`)
-``InkpenReader.partitions``                 driver, per   checks the pin, plans partitions
-                                            action        (:mod:`.plan`)
+``InkpenReader.partitions``                 driver, the   checks the pin, plans partitions
+                                            first action  (:mod:`.plan`) over the ranges the
+                                                          options allow (:mod:`.ranges`)
 ``InkpenReader.read``                       executor      streams one partition as Arrow
                                                           batches (:mod:`.scan`)
 ``InkpenDataSource.writer``                 driver        checks options and columns, opens or
@@ -24,6 +23,17 @@ method                                      runs          does
 
 Errors raised on the driver reach the caller before any task runs, as Spark's
 ``AnalysisException`` carrying inkpen's message.
+
+**No filter pushdown, by design.** Spark 4 (through 4.3) keeps *one* read plan per loaded
+DataFrame: the partitions and the pickled reader that ``pushFilters`` produced are cached on the
+table object and reused by every later scan of that DataFrame that pushes no filter, and by the
+other scans of the same plan (a self-join gets the last one planned). A reader that narrowed
+its ranges for one filter would then answer an unfiltered ``count()``, or the other side of a
+join, with that filter's subset. So ``InkpenReader`` does not implement ``pushFilters``: its
+plan depends only on the DataFrame's options, which belong to that DataFrame alone, and Spark
+evaluates every filter itself. Narrow a read with the options ``bucket``, ``start``, ``end``
+(DESIGN.md section 9.1). This also means a session without
+``spark.sql.python.filterPushdown.enabled`` reads exactly as one with it.
 """
 
 from __future__ import annotations
@@ -37,7 +47,6 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -45,6 +54,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from inkpen.errors import UsageError
+from inkpen.logs import get_logger
 from inkpen.objectstore import open_store
 
 from .commit import commit_load, log_abort
@@ -52,12 +62,14 @@ from .load_task import LoadedPartition, write_partition
 from .options import ReadOptions, parse_load_options, parse_read_options
 from .pinning import PinnedRead, pin_for_read, pinned_manifest
 from .plan import plan_slices
-from .ranges import Scope, push_filters
+from .ranges import Scope
 from .scan import ScanSpec, scan_slice
 from .schema import load_columns, read_schema
 from .target import LoadTarget, prepare_load
 
 NAME = "inkpen"
+
+log = get_logger("inkpen.pipeline")
 
 
 class InkpenDataSource(DataSource):
@@ -94,16 +106,16 @@ class InkpenDataSource(DataSource):
 
 
 class InkpenReader(DataSourceReader):
-    """Reads the pinned checkpoint: pushed filters narrow the ranges, partitions split them."""
+    """Reads the pinned checkpoint over the ranges the options allow; partitions split them.
+
+    Its state is fixed when Spark creates it (options and pin), and no method changes it: Spark
+    may reuse one reader for every action on a DataFrame (see the module's docstring).
+    """
 
     def __init__(self, options: ReadOptions, pinned: PinnedRead) -> None:
         self.options = options
         self.pinned = pinned
         self.scope = Scope.of(options)
-
-    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        self.scope, rest = push_filters(self.scope, filters, self.options.key_type)
-        return rest
 
     def partitions(self) -> Sequence[InputPartition]:
         store = open_store(self.options.url)
@@ -130,9 +142,10 @@ class InkpenReader(DataSourceReader):
 
 @dataclass(frozen=True)
 class LoadMessage(WriterCommitMessage):
-    """What one successful task attempt tells the driver."""
+    """What one task attempt tells the driver: the files it wrote, or why its rows were refused."""
 
-    loaded: LoadedPartition
+    loaded: LoadedPartition | None
+    rejected: str | None = None
 
 
 class InkpenWriter(DataSourceArrowWriter):
@@ -148,15 +161,35 @@ class InkpenWriter(DataSourceArrowWriter):
                 "InkpenWriter.write runs inside Spark tasks; outside Spark, call "
                 "inkpen.pipeline.load_task.write_partition"
             )
-        loaded = write_partition(
-            self.target,
-            iterator,
-            partition_id=context.partitionId(),
-            attempt=context.attemptNumber(),
-        )
+        try:
+            loaded = write_partition(
+                self.target,
+                iterator,
+                partition_id=context.partitionId(),
+                attempt=context.attemptNumber(),
+            )
+        except UsageError as exc:
+            # A bad row (a null column, a negative ttl) fails every attempt alike: report it to
+            # the driver, which refuses the commit with this one message, rather than fail the
+            # task and have Spark retry it spark.task.maxFailures times. It wrote no file.
+            log.warning(
+                "pipeline.load_task_rejected",
+                url=self.target.url,
+                partition=context.partitionId(),
+                error=str(exc),
+            )
+            return LoadMessage(None, rejected=str(exc))
         return LoadMessage(loaded)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rejected = [m.rejected for m in messages if isinstance(m, LoadMessage) and m.rejected]
+        if rejected:
+            more = len(rejected) - 1
+            also = f" (and {more} more partitions had bad rows)" if more else ""
+            raise UsageError(
+                f"the bulk load into {self.target.url} was not committed: {rejected[0]}{also}; "
+                "nothing was loaded. Fix or filter those rows and run the load again"
+            )
         commit_load(self.target.url, [_loaded(m) for m in messages])
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -1,24 +1,12 @@
-"""Planning a Spark read without Spark: pushed filters become exact ranges, partitions tile them."""
+"""Planning a Spark read without Spark: read options become exact ranges, partitions tile them."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyspark.sql.datasource import (
-    EqualTo,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    IsNotNull,
-    LessThan,
-    LessThanOrEqual,
-    StringEndsWith,
-    StringStartsWith,
-)
 
+from inkpen.errors import UsageError
 from inkpen.formats.keys import Tag, index_key, object_key
 from inkpen.manifest.model import (
     JournalFileDescriptor,
@@ -27,9 +15,9 @@ from inkpen.manifest.model import (
     Manifest,
     SstDescriptor,
 )
-from inkpen.pipeline.options import ReadOptions
+from inkpen.pipeline.options import ReadOptions, parse_read_options
 from inkpen.pipeline.plan import slice_manifest
-from inkpen.pipeline.ranges import KeyRange, Scope, push_filters
+from inkpen.pipeline.ranges import KeyRange, Scope
 from inkpen.pipeline.splits import KeyScale, split_ranges
 
 names = st.lists(st.sampled_from(b"\x00ab\xff"), min_size=1, max_size=6).map(bytes)
@@ -52,41 +40,16 @@ def test_an_unfiltered_read_covers_every_object_and_nothing_else() -> None:
     assert not covered([whole], object_key(b"any", b"key", tag=Tag.HEAD))
 
 
-def test_bucket_filters_give_one_range_per_bucket_in_order() -> None:
-    equal = EqualTo(("bucket",), b"users")
-    among = In(("bucket",), [b"zeta", b"users", None, b"alpha"])
-    not_null = IsNotNull(("bucket",))
-    scope, rest = push_filters(Scope.of(options()), [among, not_null], "binary")
-    assert rest == []
-    ranges = scope.ranges()
-    assert len(ranges) == 3 and ranges == sorted(ranges)
-    assert [covered(ranges, object_key(b, b"k")) for b in (b"alpha", b"users", b"zeta")] == [
-        True,
-        True,
-        True,
-    ]
-    assert not covered(ranges, object_key(b"beta", b"k"))
-    narrowed, rest = push_filters(scope, [equal], "binary")
-    assert rest == []
-    assert narrowed.ranges() == [r for r in ranges if covered([r], object_key(b"users", b"k"))]
+def test_a_bucket_option_gives_one_range_of_that_bucket() -> None:
+    (only,) = Scope.of(options(bucket=b"users")).ranges()
+    assert covered([only], object_key(b"users", b""))
+    assert covered([only], object_key(b"users", b"\xff\xff"))
+    assert not covered([only], object_key(b"user", b"sk"))
+    assert not covered([only], object_key(b"users\x00", b"k"))
 
 
-def test_filters_ranges_cannot_express_are_handed_back_untouched() -> None:
-    key_without_bucket = GreaterThan(("key",), b"m")
-    on_value = EqualTo(("value",), b"v")
-    wrong_type = EqualTo(("bucket",), "users")  # a string literal against a binary column
-    suffix = StringEndsWith(("key",), "z")
-    filters = [key_without_bucket, on_value, wrong_type, suffix]
-    scope, rest = push_filters(Scope.of(options()), filters, "binary")
-    assert all(a is b for a, b in zip(rest, filters, strict=True))
-    assert scope == Scope.of(options())
-
-
-def test_string_keys_take_prefix_and_string_literals() -> None:
-    filters = [EqualTo(("bucket",), "users"), StringStartsWith(("key",), "al")]
-    scope, rest = push_filters(Scope.of(options(key_type="string")), filters, "string")
-    assert rest == []
-    ranges = scope.ranges()
+def test_a_prefix_option_covers_exactly_the_keys_that_start_with_it() -> None:
+    ranges = Scope.of(options(bucket=b"users", prefix=b"al")).ranges()
     assert covered(ranges, object_key(b"users", b"al"))
     assert covered(ranges, object_key(b"users", b"alice"))
     assert not covered(ranges, object_key(b"users", b"a"))
@@ -94,36 +57,38 @@ def test_string_keys_take_prefix_and_string_literals() -> None:
     assert not covered(ranges, object_key(b"other", b"alice"))
 
 
-Comparison = tuple[str, bytes]
-OPERATORS: dict[str, tuple[type, Callable[[bytes, bytes], bool]]] = {
-    ">": (GreaterThan, lambda key, v: key > v),
-    ">=": (GreaterThanOrEqual, lambda key, v: key >= v),
-    "<": (LessThan, lambda key, v: key < v),
-    "<=": (LessThanOrEqual, lambda key, v: key <= v),
-    "=": (EqualTo, lambda key, v: key == v),
-}
+def test_start_end_and_prefix_need_a_bucket() -> None:
+    for name in ("start", "end", "prefix"):
+        with pytest.raises(UsageError, match="need option bucket"):
+            parse_read_options({"path": "memory://x", name: "k"})
 
 
 @settings(max_examples=300)
 @given(
-    buckets=st.lists(names, min_size=1, max_size=3, unique=True),
-    comparisons=st.lists(st.tuples(st.sampled_from(sorted(OPERATORS)), names), max_size=3),
+    bucket=names,
+    start=st.none() | names,
+    end=st.none() | names,
+    prefix=st.none() | names,
     probes=st.lists(st.tuples(names, names), min_size=1, max_size=12),
 )
-def test_pushed_bucket_and_key_filters_select_exactly_the_matching_objects(
-    buckets: list[bytes], comparisons: list[Comparison], probes: list[tuple[bytes, bytes]]
+def test_option_ranges_select_exactly_the_matching_objects(
+    bucket: bytes,
+    start: bytes | None,
+    end: bytes | None,
+    prefix: bytes | None,
+    probes: list[tuple[bytes, bytes]],
 ) -> None:
-    filters = [In(("bucket",), list(buckets))] + [
-        OPERATORS[op][0](("key",), value) for op, value in comparisons
-    ]
-    scope, rest = push_filters(Scope.of(options()), filters, "binary")
-    assert rest == []
+    scope = Scope.of(options(bucket=bucket, start=start, end=end, prefix=prefix))
     ranges = scope.ranges()
-    for bucket, key in [*probes, *((b, k) for b in buckets for _, k in probes)]:
-        expected = bucket in buckets and all(
-            OPERATORS[op][1](key, value) for op, value in comparisons
+    assert ranges == sorted(ranges)
+    for probe_bucket, key in [*probes, *((bucket, k) for _, k in probes)]:
+        expected = (
+            probe_bucket == bucket
+            and (start is None or key >= start)
+            and (end is None or key <= end)
+            and (prefix is None or key.startswith(prefix))
         )
-        assert covered(ranges, object_key(bucket, key)) == expected, (bucket, key)
+        assert covered(ranges, object_key(probe_bucket, key)) == expected, (probe_bucket, key)
 
 
 @given(

@@ -206,7 +206,9 @@ def filters_spark_applies(frame: DataFrame) -> list[str]:
     return re.findall(r"\bFilter \(.*", text.getvalue())
 
 
-def test_bucket_and_key_range_filters_are_pushed_down(spark: SparkSession, tmp_path: Path) -> None:
+def test_spark_evaluates_every_filter_and_options_narrow_the_scan(
+    spark: SparkSession, tmp_path: Path, spark_jobs: Jobs
+) -> None:
     url = str(tmp_path / "filters")
     with inkpen.open(url) as book:
         for bucket in ("a", "b", "c"):
@@ -214,26 +216,25 @@ def test_bucket_and_key_range_filters_are_pushed_down(spark: SparkSession, tmp_p
                 book.put(bucket, f"k{n:03d}", f"{bucket}{n}".encode())
         book.flush()
     frame = read(spark, url, partitions="3")
-    pushed = frame.filter(
+    filtered = frame.filter(
         F.col("bucket").isin(b"a", b"c")
         & (F.col("key") > F.lit(b"k100"))
         & (F.col("key") <= F.lit(b"k150"))
     )
-    assert filters_spark_applies(pushed) == []
-    assert triples(pushed) == [
+    assert len(filters_spark_applies(filtered)) == 1  # nothing is pushed into the source
+    assert triples(filtered) == [
         (bucket, b"k%03d" % n, b"%s%d" % (bucket, n))
         for bucket in (b"a", b"c")
         for n in range(101, 151)
     ]
-    kept = frame.filter(F.col("value") == F.lit(b"b7"))
-    assert len(filters_spark_applies(kept)) == 1
-    assert triples(kept) == [(b"b", b"k007", b"b7")]
-    nowhere = frame.filter(F.col("bucket") == F.lit(b"zzz"))
-    assert filters_spark_applies(nowhere) == [] and nowhere.count() == 0
-    strings = read(spark, url, key_type="string")
-    prefixed = strings.filter((F.col("bucket") == "b") & F.col("key").startswith("k12"))
-    assert filters_spark_applies(prefixed) == []
-    assert [(r.bucket, r.key) for r in prefixed.collect()] == [("b", f"k12{n}") for n in range(10)]
+    assert frame.filter(F.col("bucket") == F.lit(b"zzz")).count() == 0
+    assert frame.count() == 900
+    narrowed = read(spark, url, key_type="string", bucket="b", prefix="k12", partitions="1")
+    with spark_jobs("narrowed") as jobs:
+        got = [(r.bucket, r.key) for r in narrowed.collect()]
+    assert got == [("b", f"k12{n}") for n in range(10)]
+    assert filters_spark_applies(narrowed) == []
+    assert jobs.tasks_per_job() == [1]
 
 
 def test_a_read_with_indexes_loads_into_another_database(
@@ -350,3 +351,42 @@ def test_other_driver_errors_come_before_any_task(
         with pytest.raises(Exception, match="needs the database's URL"):
             frame.write.format("inkpen").mode("append").save()
     assert jobs.job_ids == []
+
+
+def test_a_null_in_a_load_fails_once_naming_the_column_and_loads_nothing(
+    spark: SparkSession, url: str, spark_jobs: Jobs
+) -> None:
+    with inkpen.open(url) as book:
+        book.put("b", "kept", b"before")
+    rows = spark.range(0, 400, numPartitions=4).select(
+        F.lit("b").alias("bucket"),
+        F.when(F.col("id") == 250, F.lit(None))
+        .otherwise(F.format_string("k%03d", "id"))
+        .alias("key"),
+        F.lit(b"v").alias("value"),
+    )
+    with spark_jobs("null-key") as jobs, pytest.raises(Exception) as raised:
+        rows.write.format("inkpen").option("path", url).mode("append").save()
+    message = str(raised.value)
+    assert "column key is null" in message and "row 50 of partition 2" in message
+    assert "not committed" in message
+    assert jobs.tasks_per_job() == [4]  # every task ran once: none failed, none was retried
+    with inkpen.open_reader(url) as reader:
+        assert list(reader.objects()) == [(b"b", b"kept", b"before")]
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "error", "errorifexists", "ignore"])
+def test_a_save_mode_other_than_append_is_refused_naming_append(
+    spark: SparkSession, tmp_path: Path, mode: str
+) -> None:
+    url = str(tmp_path / "modes")
+    frame = spark.range(0, 3).select(
+        F.lit("b").alias("bucket"),
+        F.col("id").cast("string").alias("key"),
+        F.lit(b"v").alias("value"),
+    )
+    # Spark refuses error and ignore itself ("use either the Append or Overwrite mode"); inkpen
+    # refuses overwrite, saying to use append.
+    with pytest.raises(Exception, match=r"(?i)\buse\b.*\bappend\b"):
+        frame.write.format("inkpen").option("path", url).mode(mode).save()
+    assert not (tmp_path / "modes").exists() or not any((tmp_path / "modes").iterdir())
