@@ -1,5 +1,11 @@
 # Sourced by the other scripts: make .venv (once) and install inkpen with the extras named in
-# $INKPEN_EXTRAS; install again only when pyproject.toml changes.
+# $INKPEN_EXTRAS; install again only when pyproject.toml or the set of Python files changes.
+#
+# The install is editable in setuptools' "strict" mode: a tree of links under build/ that mirrors
+# the installed package (inkpen.actors -> actors/, ...), put on sys.path. Edits show at once; a new
+# module needs a reinstall, which the stamp below triggers. Unlike the default mode's import hook,
+# that tree is visible to pkgutil, so Spark finds the data source by name (pyspark_inkpen), and to
+# type checkers.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
@@ -13,15 +19,21 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 stamp="$venv/.inkpen-installed-${INKPEN_EXTRAS//,/-}"
-want="$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
+want="$( { cat "$root/pyproject.toml"; cd "$root" && find . -name '*.py' -not -path './.venv/*' \
+  -not -path './build/*' -not -path './.git/*' | sort; } | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "==> installing inkpen[${INKPEN_EXTRAS}] into $venv (first run only)" >&2
   log="$venv/install.log"
   if ! { "$venv/bin/python" -m pip install --upgrade pip \
-         && "$venv/bin/python" -m pip install -e "$root[${INKPEN_EXTRAS}]"; } >"$log" 2>&1; then
+         && "$venv/bin/python" -m pip install --config-settings editable_mode=strict \
+              -e "$root[${INKPEN_EXTRAS}]"; } >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     echo "installation failed; the full log is in $log" >&2
     exit 1
   fi
   echo "$want" > "$stamp"
 fi
+# The checkout's own inkpen/ directory is not the installed package (that maps inkpen.actors to
+# actors/, and so on): never let the current directory shadow it, here or in the processes these
+# scripts start (Spark's Python workers, CLI subprocesses).
+export PYTHONSAFEPATH=1
