@@ -10,7 +10,8 @@ Protocol:
    keeps it alive and deletes it. Otherwise the read creates its own checkpoint on the latest
    state (metadata ``kind=reader``, ``holder=spark``) with ``checkpoint_lifetime`` seconds to
    live. The same DataFrame reads the same checkpoint in every action.
-2. **Check at planning** (each action): the checkpoint must still be in the latest manifest and
+2. **Check at planning** (the DataFrame's first action: Spark plans a DataFrame's read once and
+   reuses the plan, see :mod:`.source`): the checkpoint must still be in the latest manifest and
    live, else the action fails before any task runs, saying to load the DataFrame again.
 3. **Release.** Spark's Python data source API tells a batch reader neither when a job ends nor
    when a DataFrame is dropped, so a checkpoint the read pinned itself is *not* deleted: it
