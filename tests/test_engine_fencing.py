@@ -10,7 +10,15 @@ import pytest
 
 import inkpen
 from inkpen.objectstore import FaultPlan, FaultyStore, open_store
-from support.engine import TINY, GatedLedgerStore, RacingWriters, wait_for
+from support.cli import ok
+from support.engine import (
+    TINY,
+    GatedLedgerStore,
+    HoldingStore,
+    RacingWriters,
+    missing_objects,
+    wait_for,
+)
 
 THROTTLED = {**TINY, "ledger_cache_entries": 4, "l0_cache_entries": 8, "max_l0_files": 1}
 """Backpressure reaches "stop" after a few dozen puts while the ledger cannot flush."""
@@ -147,3 +155,46 @@ def test_puts_held_by_backpressure_end_when_the_writer_is_fenced(
         second.close()
     with inkpen.open(store_url, **TINY) as third:
         assert {k.decode() for k in third.keys("t")} == {*acknowledged, "second"}
+
+
+def test_a_fenced_writer_that_does_not_know_it_deletes_nothing_with_its_gc(
+    store_url: str, store_kind: str
+) -> None:
+    """A second writer has stored a file it has not committed yet; the first, fenced but not
+    aware of it (it has written nothing since), runs its GC at min_age=0. The GC must see the
+    newer epoch and delete nothing; the second writer's data all reads back afterwards."""
+    first = inkpen.open(store_url, **TINY)
+    for n in range(40):
+        first.put("a", f"k{n}", b"first %d" % n)
+    store = open_store(store_url)
+    holding = HoldingStore(store)
+    second = inkpen.open(holding, **TINY)
+    try:
+        writes = Outcome(lambda: [second.put("b", f"k{n}", b"second %d" % n) for n in range(60)])
+        assert holding.held.wait(DEADLINE), "the second writer stored no file"
+        assert holding.name is not None
+        with pytest.raises(inkpen.FencedError):
+            first.run_gc(min_age=0)
+        assert store.head(holding.name).size > 0  # NotFoundError: the fenced writer deleted it
+        with pytest.raises(inkpen.FencedError):  # and it knows it is fenced now
+            first.put("a", "late", b"x")
+        holding.release.set()
+        assert writes.ended_by(time.monotonic() + DEADLINE) and writes.error is None
+        second.flush()
+        second.compact_ledger()
+        assert missing_objects(store) == []
+        for n in range(40):
+            assert second.get("a", f"k{n}") == b"first %d" % n
+        for n in range(60):
+            assert second.get("b", f"k{n}") == b"second %d" % n
+    finally:
+        holding.release.set()
+        first.close()
+        second.close()
+    assert missing_objects(store) == []
+    with inkpen.open(store_url, **TINY) as third:
+        assert len(list(third.keys("b"))) == 60
+        assert third.get("a", "late") is None
+    store.close()
+    if store_kind != "memory":
+        assert ok("verify", store_url).lines[-1].startswith("result: all ")
