@@ -35,7 +35,7 @@ from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import list_segments
-from inkpen.manifest.gc import GcOptions, run_gc
+from inkpen.manifest.gc import collect_as_writer
 from inkpen.manifest.model import (
     JournalFileDescriptor,
     JournalState,
@@ -153,8 +153,8 @@ class HotBackup:
             )
         descriptors.sort(key=lambda d: d.min_sqn)
         versioned = self._write_manifest(manifests, dest, tuple(descriptors))
-        report = run_gc(dest, options=GcOptions(min_age=0.0))
-        removed = sum(1 for key in report.deleted if key.startswith("journal/compacted/"))
+        deleted = collect_as_writer(dest, versioned.manifest.writer_epoch)
+        removed = sum(1 for key in deleted if key.startswith("journal/compacted/"))
         result = BackupReport(
             destination=dest.url,
             manifest_id=versioned.id,

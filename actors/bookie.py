@@ -34,7 +34,7 @@ import pykka
 from inkpen.errors import FencedError, InkpenError
 from inkpen.logs import get_logger
 
-from .base import InkpenActor, call, handles, send, stop
+from .base import ActorGone, InkpenActor, call, handles, send, stop
 from .changes import ledger_entries
 from .clones import Establish, JournalClone, LedgerClone, PairedJournal, SnapshotParts
 from .context import EngineContext
@@ -248,8 +248,14 @@ class Bookie(InkpenActor):
     @handles(CompactJournal)
     def _compact(self, message: CompactJournal) -> None:
         assert self.inker_clerk is not None
+        if self.fenced is not None:
+            message.result.set_exception(self.fenced)
+            return
         parts = self._take(TakeSnapshot(long_running=True, ledger_only=True))
-        send(self.inker_clerk, Compact(LedgerSnapshot(parts, self.actor_ref), message.result))
+        snapshot = LedgerSnapshot(parts, self.actor_ref)
+        if not send(self.inker_clerk, Compact(snapshot, message.result)):
+            snapshot.release()
+            message.result.set_exception(ActorGone("the Inker's clerk has stopped"))
 
     # -- the rest -----------------------------------------------------------------------------
 
@@ -262,6 +268,7 @@ class Bookie(InkpenActor):
             "pushes": self.pushes,
             "refused_pushes": self.refused_pushes,
             "pressure": self.ctx.throttle.levels(),
+            "throttled_puts": self.ctx.throttle.waiting,
             "snapshots": len(self.snapshots),
             "fenced": self.fenced is not None,
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from inkpen.errors import InkpenError
 from inkpen.formats.cache import LruCache
 from inkpen.manifest.clones import StoreResolver
 from inkpen.objectstore.base import ObjectStore
@@ -34,6 +35,13 @@ class EngineContext:
     """Names of files written and not yet committed: the writer's GC leaves them alone."""
     ledger_room: threading.Event = field(default_factory=threading.Event)
     """Set by the Penciller whenever an L0 write or a merge frees room for pushes."""
+
+    def halt(self, error: InkpenError) -> None:
+        """This writer writes no more (fenced, stopped by a store failure, a lost ledger file,
+        closed): every put blocked by backpressure and every later one raises ``error`` (the
+        first one given), and the ledger waits of flush and close wake up to see why."""
+        self.throttle.halt(error)
+        self.ledger_room.set()
 
     def now_ms(self) -> int:
         return int(self.options.clock() * 1000)

@@ -117,7 +117,7 @@ class Engine:
             keeper=keeper,
             scheduler=Scheduler(),
             board=ViewBoard(),
-            throttle=Throttle(),
+            throttle=Throttle(probe=keeper.refresh),
             block_cache=LruCache(options.block_cache_bytes) if options.block_cache_bytes else None,
             journal_cache=(
                 LruCache(options.journal_cache_bytes) if options.journal_cache_bytes else None
@@ -126,6 +126,14 @@ class Engine:
         manifest = claim.versioned.manifest
         intake = WriteIntake(options.max_batch_bytes)
         started_refs: list[pykka.ActorRef[Any]] = []
+        told: list[pykka.ActorRef[Any]] = []  # the Bookie and the Inker, once wired
+
+        def fenced(error: FencedError) -> None:
+            ctx.halt(error)
+            for ref in told:
+                send(ref, Fenced(error))
+
+        keeper.on_fenced = fenced
         try:
             penciller = Penciller.start(ctx, persisted_sqn=manifest.ledger.persisted_sqn)
             started_refs.append(penciller)
@@ -154,11 +162,9 @@ class Engine:
             call(inker, Attach(bookie, penciller, inker_clerk))
             call(penciller, AttachPenciller(bookie, penciller_clerk))
 
-            def fenced(error: FencedError) -> None:
-                send(bookie, Fenced(error))
-                send(inker, Fenced(error))
-
-            keeper.on_fenced = fenced
+            told.extend((bookie, inker))
+            if keeper.fenced is not None:
+                fenced(keeper.fenced)
             replayed = call(inker, Replay(manifest.ledger.persisted_sqn))
             collector = GarbageCollector.start(ctx)
             started_refs.append(collector)
@@ -204,6 +210,8 @@ class Engine:
             return
         self.closed = True
         started = time.monotonic()
+        closed = UsageError("this Bookie is closed")
+        self.ctx.throttle.halt(closed)  # puts held back by backpressure end now
         stop(self.collector)
         try:
             if persist:
@@ -211,8 +219,8 @@ class Engine:
         except FencedError:
             log.info("bookie.close_fenced", url=self.ctx.store.url)
         finally:
-            self.intake.shut(UsageError("this Bookie is closed"))
-            self.ctx.throttle.release()
+            self.intake.shut(closed)
+            self.ctx.halt(closed)
             for ref, message in (
                 (self.bookie, ShutdownBookie()),
                 (self.penciller, ShutdownPenciller()),
@@ -263,16 +271,21 @@ class Engine:
         self._wait_ledger(CompactLedger(), "finish its merges")
 
     def _wait_ledger(self, message: Any, what: str) -> None:
+        """Ask the Penciller until it answers done. Ends with the fence's FencedError once the
+        writer is fenced, with the Penciller's error once it has failed for good (it raises
+        it), with :class:`ActorGone` once another thread's close has stopped it."""
         keeper = self.ctx.keeper
         deadline = time.monotonic() + CLOSE_WAIT
         room = self.ctx.ledger_room
         while keeper.fenced is None:
             room.clear()
             if call(self.penciller, message):
-                return
+                break
             if time.monotonic() > deadline:
                 raise InkpenError(f"the ledger did not {what} in time")
             room.wait(timeout=1.0)
+        if keeper.fenced is not None:
+            raise keeper.fenced
 
     def _persist(self) -> None:
         keeper = self.ctx.keeper

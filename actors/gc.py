@@ -9,7 +9,10 @@ writer checkpoint points at the oldest manifest they read.
 
 It runs once when the Bookie opens, then every ``gc_interval`` — but only if the manifest changed
 since the last run, so an idle Bookie makes no requests for GC. A fenced writer never collects:
-the newer writer owns the database.
+the newer writer owns the database. A writer fenced without knowing it yet learns it here: every
+pass gives ``run_gc`` the writer's epoch, which must still be the manifest's when the pass reads
+it and before each batch of deletes (a newer writer's files in flight would look like orphans);
+otherwise the pass raises ``FencedError`` and the writer is fenced.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from inkpen.errors import FencedError
 from inkpen.logs import get_logger
 from inkpen.manifest.gc import GcOptions, GcReport, run_gc
 
@@ -75,12 +79,17 @@ class GarbageCollector(InkpenActor):
         if keeper.fenced is not None:
             raise keeper.fenced
         commits = keeper.commits
-        report = run_gc(
-            self.ctx.store,
-            options=GcOptions(min_age=min_age),
-            dry_run=dry_run,
-            keep=self.ctx.in_flight.names,  # asked between listing and reading (run_gc)
-        )
+        try:
+            report = run_gc(
+                self.ctx.store,
+                options=GcOptions(min_age=min_age),
+                dry_run=dry_run,
+                keep=self.ctx.in_flight.names,  # asked between listing and reading (run_gc)
+                writer_epoch=keeper.epoch,
+            )
+        except FencedError as exc:
+            keeper.fence(exc)
+            raise
         if not dry_run:
             self._seen_commits = commits
         self.runs += 1

@@ -378,7 +378,17 @@ class Inker(FileOwner):
             log.warning("inker.stopped_writing", epoch=self.epoch, error=str(error))
         self.intake.shut(error)
         if isinstance(error, FencedError):
-            self.ctx.keeper.fence(error)
+            self.ctx.keeper.fence(error)  # halts the writer through the keeper's callback
+        else:
+            # Puts still held back by backpressure never reached a segment: definitely not
+            # written.
+            self.ctx.halt(
+                StoreError(
+                    f"this Bookie has stopped writing ({error}); close it and open the database "
+                    "again",
+                    definite=True,
+                )
+            )
 
     # -- folding ----------------------------------------------------------------------------
 
@@ -432,7 +442,9 @@ class Inker(FileOwner):
             )
 
         try:
-            self.ctx.keeper.commit(change, reason="journal.fold")
+            self.ctx.keeper.commit(
+                change, reason="journal.fold", new_files=[h.name for h in message.handles]
+            )
         except FencedError as exc:
             self.ctx.in_flight.discard(h.name for h in message.handles)
             self._stop_writing(exc)
@@ -482,7 +494,9 @@ class Inker(FileOwner):
             return dataclasses.replace(m, journal=dataclasses.replace(m.journal, files=files))
 
         try:
-            versioned = self.ctx.keeper.commit(change, reason="journal.compaction")
+            versioned = self.ctx.keeper.commit(
+                change, reason="journal.compaction", new_files=[h.name for h in message.handles]
+            )
         except InkpenError as exc:
             self.ctx.in_flight.discard(h.name for h in message.handles)
             if isinstance(exc, FencedError):

@@ -40,7 +40,7 @@ from inkpen.manifest.model import JournalFileDescriptor
 from inkpen.manifest.paths import journal_file_key, new_file_id
 
 from . import compute
-from .base import InkpenActor, call, handles, send, stop
+from .base import ActorGone, InkpenActor, call, handles, send, stop
 from .context import EngineContext
 from .journal_clerk import JournalClerk, WriteJournal
 from .retention import best_run, entry_weight, judge, retained_weight
@@ -218,7 +218,10 @@ class InkerClerk(InkpenActor):
         if not replaced:
             message.result.set_result(report)
             return
-        send(self.inker, CompactionDone(replaced, handles, report, message.result))
+        if not send(self.inker, CompactionDone(replaced, handles, report, message.result)):
+            for handle in handles:
+                stop(handle.clerk)
+            message.result.set_exception(ActorGone("the Inker has stopped"))
 
     def _run(
         self, snapshot: LedgerSnapshotLike

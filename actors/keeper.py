@@ -7,6 +7,13 @@ store raises :class:`~inkpen.errors.FencedError` instead of a retry) and keeps t
 checkpoint pointing at the manifest the writer relies on. A fenced keeper refuses every later
 commit with the same error and tells the Bookie once, through ``on_fenced``.
 
+A commit that adds files names them (``new_files``): each must still be on the store just before
+the update, so the keeper never writes a manifest naming an object that is gone. One that vanished
+was deleted by another process (a GC whose ``min_age`` was too short for it, or a newer writer's
+GC); the keeper then re-reads the manifest (a newer writer epoch fences it) and otherwise refuses
+the commit with a definite :class:`~inkpen.errors.StoreError`, which the owner retries by writing
+the file again.
+
 It also caches manifests by id (they are immutable) for the owners' delete confirmations, which
 must know which files live checkpoints still reference.
 """
@@ -16,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from inkpen.errors import FencedError
+from inkpen.errors import FencedError, NotFoundError, StoreError
 from inkpen.logs import get_logger
 from inkpen.manifest.model import Manifest, VersionedManifest
 from inkpen.manifest.store import ManifestStore
@@ -60,14 +67,27 @@ class ManifestKeeper:
     def fenced(self) -> FencedError | None:
         return self._fenced
 
-    def commit(self, change: Change, *, reason: str) -> VersionedManifest:
-        """Apply ``change`` to the latest manifest and write it at the next id."""
-        return self.commit_at(lambda manifest, _: change(manifest), reason=reason)
+    def commit(
+        self, change: Change, *, reason: str, new_files: Iterable[str] = ()
+    ) -> VersionedManifest:
+        """Apply ``change`` to the latest manifest and write it at the next id.
+
+        ``new_files``: objects of this store the change adds; each must still exist."""
+        return self.commit_at(
+            lambda manifest, _: change(manifest), reason=reason, new_files=new_files
+        )
 
     def commit_at(
-        self, change: Callable[[Manifest, int], Manifest], *, reason: str
+        self,
+        change: Callable[[Manifest, int], Manifest],
+        *,
+        reason: str,
+        new_files: Iterable[str] = (),
     ) -> VersionedManifest:
         """As :meth:`commit`, for a change that must know the id it is written at."""
+        if self._fenced is not None:
+            raise self._fenced
+        self._check_present(new_files, reason)
         with self._lock:
             if self._fenced is not None:
                 raise self._fenced
@@ -94,6 +114,23 @@ class ManifestKeeper:
             ms=round((time.monotonic() - started) * 1000, 2),
         )
         return versioned
+
+    def _check_present(self, names: Iterable[str], reason: str) -> None:
+        """Raise unless every one of ``names`` is on the store (see the module docstring)."""
+        store = self.manifests.store
+        for name in names:
+            try:
+                store.head(name)
+            except NotFoundError:
+                log.error("manifest.commit_file_missing", reason=reason, name=name)
+                self.refresh()  # a newer writer's GC: FencedError
+                raise StoreError(
+                    f"{name}, written for a {reason} commit, vanished before the commit: another "
+                    "process deleted it (a GC whose min_age is below the time this writer takes "
+                    "to commit a file); the manifest was not changed and the work is retried",
+                    definite=True,
+                    key=name,
+                ) from None
 
     def read(self, manifest_id: int) -> Manifest:
         """The manifest with this id (cached; manifests never change)."""

@@ -36,7 +36,7 @@ from typing import Any
 
 import pykka
 
-from inkpen.errors import FencedError, InkpenError
+from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
 from inkpen.logs import get_logger
 from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import new_file_id, sst_key
@@ -131,6 +131,8 @@ class Penciller(FileOwner):
         self.merging = False
         self._offered: LedgerView | None = None
         self.stopped = False
+        self.failed: InkpenError | None = None
+        """Why the ledger can change no more (a file it names is gone): flushes raise it."""
         self.l0_writes = 0
         self.merges = 0
         self.moves = 0
@@ -243,7 +245,7 @@ class Penciller(FileOwner):
             )
 
         try:
-            self.ctx.keeper.commit(change, reason="ledger.l0_flush")
+            self.ctx.keeper.commit(change, reason="ledger.l0_flush", new_files=[descriptor.name])
         except InkpenError as exc:
             self.ctx.in_flight.discard([descriptor.name])
             self.writing = None
@@ -278,6 +280,9 @@ class Penciller(FileOwner):
     @handles(L0Failed)
     def _l0_failed(self, message: L0Failed) -> None:
         self.writing = None
+        if self._failed_for_good(()):
+            self._room()
+            return
         self._room()
         self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryFlush())
 
@@ -287,6 +292,8 @@ class Penciller(FileOwner):
 
     @handles(FlushMem)
     def _flush_mem(self, _: FlushMem) -> bool:
+        if self.failed is not None:
+            raise self.failed
         if self.stopped or (not self.mem and self.writing is None):
             return True
         self._maybe_flush(force=True)
@@ -309,6 +316,9 @@ class Penciller(FileOwner):
     @handles(MergeIdle)
     def _merge_idle(self, message: MergeIdle) -> None:
         self.merging = False
+        if message.failed and self._failed_for_good(message.missing):
+            self._room()
+            return
         self._room()
         if message.failed:
             self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryMerge())
@@ -316,12 +326,49 @@ class Penciller(FileOwner):
             # The ledger changed while the clerk looked at an older view: offer the new one.
             self._maybe_merge()
 
+    def _failed_for_good(self, missing: tuple[str, ...]) -> bool:
+        """After a failed L0 write or merge: re-read the manifest before retrying.
+
+        A newer writer epoch there fences this writer (its merges may well have deleted our
+        inputs). An input the latest manifest still names but the store no longer holds is lost:
+        retrying would spin for ever, so the Penciller stops and halts the writer, loudly.
+        Answers True when there is to be no retry.
+        """
+        keeper = self.ctx.keeper
+        try:
+            latest = keeper.refresh()
+        except FencedError:
+            self.stopped = True
+            return True
+        except StoreError as exc:
+            log.warning("ledger.refresh_failed", error=str(exc))
+            return False
+        if not missing:
+            return False
+        named = {name for _, name in latest.manifest.referenced_objects()}
+        lost = [name for name in missing if name in named]
+        if not lost:
+            return False
+        error = CorruptionError(
+            lost[0],
+            f"the ledger file is named by manifest {latest.id} but gone from the store (deleted "
+            "by another process); this Bookie has stopped writing. Run `inkpen verify` on the "
+            "database and restore it from a backup",
+        )
+        log.error("ledger.file_missing", name=lost[0], manifest=latest.id)
+        self.failed = error
+        self.stopped = True
+        self.ctx.halt(error)
+        return True
+
     @handles(_RetryMerge)
     def _retry_merge(self, _: _RetryMerge) -> None:
         self._maybe_merge()
 
     @handles(CompactLedger)
     def _compact(self, _: CompactLedger) -> bool:
+        if self.failed is not None:
+            raise self.failed
         if self.stopped:
             return True
         if self.merging:
@@ -369,7 +416,9 @@ class Penciller(FileOwner):
             )
 
         try:
-            versioned = self.ctx.keeper.commit(change, reason="ledger.merge")
+            versioned = self.ctx.keeper.commit(
+                change, reason="ledger.merge", new_files=[h.name for h in message.added]
+            )
         except InkpenError as exc:
             self.ctx.in_flight.discard(h.name for h in message.added)
             log.warning("ledger.merge_commit_failed", error=str(exc))

@@ -16,8 +16,9 @@ through its own SST clerk. Tombstones and expired entries are dropped only when 
 the **basement** (no level below it holds files), since above it they must keep shadowing older
 entries.
 
-The clerk answers :class:`MergeDone` (or :class:`MergeIdle` when there is nothing to do); the
-Penciller commits the result in one manifest change.
+The clerk answers :class:`MergeDone` (or :class:`MergeIdle` when there is nothing to do, or when
+the merge failed: then ``missing`` names an input the store no longer holds); the Penciller
+commits the result in one manifest change.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 import pykka
 
+from inkpen.errors import NotFoundError
 from inkpen.formats.sst import SstInfo
 from inkpen.logs import get_logger
 from inkpen.manifest.paths import new_file_id, sst_key
@@ -65,9 +67,11 @@ class MergeWork:
 
 @dataclass(frozen=True, slots=True)
 class MergeIdle:
-    """Clerk to Penciller: no merge needed, or (``failed``) the merge could not be done."""
+    """Clerk to Penciller: no merge needed, or (``failed``) the merge could not be done;
+    ``missing`` names input files the store no longer holds."""
 
     failed: bool = False
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +154,11 @@ class PencillerClerk(InkpenActor):
                 send(message.reply_to, MergeDone(job, (), job.sources))
                 return
             added = self._merge(job)
+        except NotFoundError as exc:
+            name = exc.key or str(exc)
+            log.warning("ledger.merge_input_missing", name=name, error=str(exc))
+            send(message.reply_to, MergeIdle(failed=True, missing=(name,)))
+            return
         except Exception as exc:
             log.warning("ledger.merge_failed", error=str(exc), exc_info=exc)
             send(message.reply_to, MergeIdle(failed=True))

@@ -38,6 +38,9 @@ from .snapshot import PartsSource, Snapshot
 
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
+AWAIT_SLICE = 0.5
+"""Seconds between looks at whether the Bookie was closed while a caller awaits an actor."""
+
 
 class _LiveSource(ViewSource):
     __slots__ = ("_board",)
@@ -103,6 +106,19 @@ class Bookie(ReadAPI):
         self._throttle.wait()
         self._intake.submit(change).wait()
 
+    def _await(self, result: concurrent.futures.Future[Any]) -> Any:
+        """The answer of work handed to an actor; ends with UsageError if the Bookie is closed
+        (a stopped actor drops the messages still in its mailbox, so the answer never comes)."""
+        while True:
+            try:
+                return result.result(timeout=AWAIT_SLICE)
+            except concurrent.futures.TimeoutError:
+                if self._engine.closed and not result.done():
+                    raise UsageError(
+                        "this Bookie was closed before the work finished; open the database "
+                        "again with inkpen.open"
+                    ) from None
+
     # -- reads (the ReadAPI hooks) --------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -146,7 +162,7 @@ class Bookie(ReadAPI):
         self._check_open()
         result: concurrent.futures.Future[CompactionReport] = concurrent.futures.Future()
         call(self._engine.bookie, CompactJournal(result))
-        return result.result() if wait else result
+        return self._await(result) if wait else result
 
     def checkpoint(self, lifetime: float | None = None, *, name: str | None = None) -> str:
         """Record a checkpoint of everything acknowledged so far; returns its id.
@@ -200,8 +216,9 @@ class Bookie(ReadAPI):
         ):
             raise UsageError(f"min_age must be a number of seconds >= 0, got {min_age!r}")
         result: concurrent.futures.Future[GcReport] = concurrent.futures.Future()
-        send(self._engine.collector, RunGc(result, min_age, dry_run))
-        return result.result()
+        if not send(self._engine.collector, RunGc(result, min_age, dry_run)):
+            raise UsageError("this Bookie is closed; open the database again with inkpen.open")
+        return self._await(result)
 
     def flush(self) -> None:
         """Persist the ledger now: write recent changes from memory to an L0 file.

@@ -43,7 +43,7 @@ from inkpen.objectstore import ObjectStore
 from .checkpoints import CheckpointLease
 from .clones import StoreResolver
 from .fencing import SegmentRef, accepted_segments, list_segments
-from .gc import GcOptions, run_gc
+from .gc import collect_as_writer
 from .model import (
     KIND_WRITER,
     JournalFileDescriptor,
@@ -296,7 +296,7 @@ def copy_database(
     levels = tuple(tuple(s.with_root(None) for s in level) for level in manifest.ledger.levels)
     ledger = LedgerState(levels=levels, persisted_sqn=manifest.ledger.persisted_sqn)
     written = commit(target, state, files, ledger)
-    collected = run_gc(dest, options=GcOptions(min_age=0.0))
+    collected = collect_as_writer(dest, written.manifest.writer_epoch)
     report = CopyReport(
         source=source.url,
         destination=dest.url,
@@ -308,9 +308,7 @@ def copy_database(
         files_kept=kept,
         bytes_copied=copied_bytes,
         segments_folded=segments,
-        files_removed=sum(
-            1 for key in collected.deleted if is_sst_key(key) or is_journal_file_key(key)
-        ),
+        files_removed=sum(1 for key in collected if is_sst_key(key) or is_journal_file_key(key)),
         seconds=round(time.monotonic() - started, 3),
     )
     log.info("copy.done", **asdict(report))

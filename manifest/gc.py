@@ -26,11 +26,24 @@ a destroyed database              everything, once ``destroy_grace`` has passed 
                                   in its parent is released first, the latest manifest goes last
 ================================  ===============================================================
 
-Nothing younger than ``min_age`` is ever deleted outside a destroyed database: ``min_age`` must
-exceed the longest time between writing a file and committing it to the manifest (a slow merge,
-a bulk load), since an uncommitted file looks exactly like an orphan. The executor lists the root
-*before* reading the latest manifest, so every file it may delete was written before that
-manifest was read.
+Nothing younger than ``min_age`` is ever deleted outside a destroyed database. An uncommitted
+file looks exactly like an orphan, so what protects another process's files in flight is one of:
+
+- **the writer's epoch** (``run_gc(writer_epoch=E)``, the writer's own GC): the latest manifest
+  read must hold epoch ``E``, else :class:`~inkpen.errors.FencedError` before anything is
+  deleted. The executor lists the root *before* reading the latest manifest, so every file it may
+  delete was stored before that read; while the manifest still says ``E`` no newer writer had
+  claimed the database, and a newer writer stores files only after its claim. So the only files
+  in flight in the listing are this writer's own (``keep``) and those of fenced writers, which
+  can never commit them: any ``min_age`` is safe. The epoch is read again before each batch of
+  :data:`DELETE_BATCH` deletes; a newer one stops the pass with ``FencedError``.
+- **``min_age``** for a GC not run by the writer (``inkpen gc``, a script): it cannot know a live
+  writer's files in flight, so ``min_age`` must exceed the longest time a writer takes from
+  storing a file to committing it (a slow merge, a bulk load). Below
+  :data:`MIN_AGE_WITHOUT_WRITER` it is refused with :class:`~inkpen.errors.UsageError` unless
+  ``GcOptions(offline=True)`` says that no writer has the database open. Such a pass stops
+  (logging ``gc.stopped``) before a batch of deletes if the writer epoch changed since it read
+  the manifest.
 
 Fence segments (size :data:`~inkpen.formats.journal.EMPTY_JOURNAL_SIZE`) are kept by default: the
 slot after each writer's last segment holds a newer writer's fence, and deleting it would let a
@@ -45,7 +58,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from inkpen.errors import CorruptionError, NotFoundError, UsageError
+from inkpen.errors import CorruptionError, FencedError, InkpenError, NotFoundError, UsageError
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectInfo, ObjectStore
@@ -71,6 +84,13 @@ REASON_JOURNAL_FILE = "journal file is referenced by no active manifest"
 REASON_SST = "SST is referenced by no active manifest"
 REASON_DESTROYED = "database was destroyed, its grace period is over and no checkpoint is live"
 
+MIN_AGE_WITHOUT_WRITER = 60.0
+"""The least ``min_age`` of a GC not run by the writer (unless ``offline``): far above the time an
+inkpen writer takes from storing an L0 file, a fold or a merge output to committing it. A bulk
+load's tasks store files long before its commit and need a larger ``min_age`` (section 9.2)."""
+DELETE_BATCH = 64
+"""Deletes between two reads of the writer epoch."""
+
 
 @dataclass(frozen=True, slots=True)
 class GcOptions:
@@ -82,6 +102,9 @@ class GcOptions:
     """None keeps fence segments forever; else fences older than this may go once unpinned."""
     destroy_grace: float = 3600.0
     """Seconds after a soft destroy before GC removes the database."""
+    offline: bool = False
+    """The caller vouches that no writer has the database open: a GC not run by the writer may
+    then use a ``min_age`` below :data:`MIN_AGE_WITHOUT_WRITER`."""
 
     def __post_init__(self) -> None:
         for name in ("min_age", "destroy_grace", "fence_min_age"):
@@ -95,6 +118,8 @@ class GcOptions:
                 or value < 0
             ):
                 raise UsageError(f"GcOptions.{name} must be seconds >= 0, got {value!r}")
+        if not isinstance(self.offline, bool):
+            raise UsageError(f"GcOptions.offline must be a bool, got {self.offline!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +321,7 @@ def run_gc(
     now: float | None = None,
     dry_run: bool = False,
     keep: Collection[str] | Callable[[], Collection[str]] = frozenset(),
+    writer_epoch: int | None = None,
 ) -> GcReport:
     """Run one GC pass over the database at ``store``: drop expired checkpoints from the
     manifest, plan, and delete (nothing is written or deleted when ``dry_run``).
@@ -306,10 +332,22 @@ def run_gc(
     latest manifest is read, the only moment its answer is sound. A file in the listing was
     written before it; if the latest manifest does not name it, its commit comes after that
     read, so the writer still holds it in flight in between. A set taken earlier misses files
-    written after it; one taken later misses files committed (and forgotten) after the read."""
+    written after it; one taken later misses files committed (and forgotten) after the read.
+
+    ``writer_epoch``: the epoch of the writer running this pass (its own GC); the latest manifest
+    must hold it, at the read and before each batch of deletes, else ``FencedError``. Without it
+    the pass is not the writer's and ``min_age`` must be at least :data:`MIN_AGE_WITHOUT_WRITER`
+    unless ``options.offline`` (module docstring)."""
     opts = GcOptions() if options is None else options
     if not isinstance(opts, GcOptions):
         raise UsageError("options must be a GcOptions")
+    if writer_epoch is None and not opts.offline and opts.min_age < MIN_AGE_WITHOUT_WRITER:
+        raise UsageError(
+            f"min_age={opts.min_age:g} s cannot protect the files a live writer has stored but "
+            f"not committed yet: a GC not run by the writer needs min_age >= "
+            f"{MIN_AGE_WITHOUT_WRITER:g} s (inkpen gc: --min-age 1m or more), or, only when no "
+            "writer has the database open, offline=True (inkpen gc --offline)"
+        )
     target = as_store(store)
     when = time.time() if now is None else now
     manifest_store = ManifestStore(target)
@@ -319,6 +357,8 @@ def run_gc(
     if latest is None:
         empty = GcPlan((), MappingProxyType({}), (), False)
         return GcReport(target.url, empty, (), 0, (), dry_run)
+    _check_writer(latest, writer_epoch, target.url)
+    epoch = latest.manifest.writer_epoch
 
     dropped: tuple[str, ...] = ()
     expired_now = tuple(cp.id for cp in latest.manifest.checkpoints if not cp.is_live(when))
@@ -329,7 +369,12 @@ def run_gc(
             return None if trimmed is versioned.manifest else trimmed
 
         before = {cp.id for cp in latest.manifest.checkpoints}
-        latest = manifest_store.update(drop)
+        latest = manifest_store.update(drop, writer_epoch=writer_epoch)
+        if latest.manifest.writer_epoch != epoch:
+            _stopped(target.url, epoch, latest.manifest.writer_epoch, writer_epoch, 0)
+            return GcReport(
+                target.url, GcPlan((), MappingProxyType({}), (), False), (), 0, (), False
+            )
         dropped = tuple(sorted(before - {cp.id for cp in latest.manifest.checkpoints}))
 
     pinned = _read_pinned(manifest_store, latest, when, listing)
@@ -372,14 +417,65 @@ def run_gc(
         target.delete(last)
         deleted.append(last)
     else:
-        for key in plan.deletes:
-            target.delete(key)
-            deleted.append(key)
+        for start in range(0, len(plan.deletes), DELETE_BATCH):
+            now_epoch = _current_epoch(manifest_store)
+            if now_epoch != epoch:
+                _stopped(target.url, epoch, now_epoch, writer_epoch, len(deleted))
+                break
+            for key in plan.deletes[start : start + DELETE_BATCH]:
+                target.delete(key)
+                deleted.append(key)
     freed = sum(sizes.get(key, 0) for key in deleted)
     detached = not plan.destroy and detach_clone(manifest_store, latest, pinned)
     report = GcReport(target.url, plan, tuple(deleted), freed, dropped, False, detached)
     log.info("gc.deleted", url=target.url, count=len(deleted), bytes=freed, **report.counts())
     return report
+
+
+def collect_as_writer(store: ObjectStore, writer_epoch: int) -> tuple[str, ...]:
+    """GC (any age) of a root whose manifest the caller just wrote with ``writer_epoch`` (a
+    backup or copy destination: that manifest fenced any writer there); answers what it deleted.
+    A writer that opens the root meanwhile owns it: the pass then deletes nothing more."""
+    try:
+        return run_gc(store, options=GcOptions(min_age=0.0), writer_epoch=writer_epoch).deleted
+    except FencedError as exc:
+        log.info("gc.left_to_writer", url=store.url, error=str(exc))
+        return ()
+
+
+def _check_writer(latest: VersionedManifest, writer_epoch: int | None, url: str) -> None:
+    """The writer's GC plans only from a manifest that still holds its epoch."""
+    if writer_epoch is None:
+        return
+    stored = latest.manifest.writer_epoch
+    if stored > writer_epoch:
+        raise FencedError(
+            f"manifest {latest.id} of {url} holds writer epoch {stored}, newer than this "
+            f"writer's epoch {writer_epoch}: a newer writer owns the database and this GC "
+            "deletes nothing"
+        )
+    if stored < writer_epoch:
+        raise InkpenError(
+            f"manifest {latest.id} of {url} holds writer epoch {stored}, below this writer's "
+            f"{writer_epoch}; epochs never go down (a bug)"
+        )
+
+
+def _current_epoch(manifest_store: ManifestStore) -> int | None:
+    latest = manifest_store.latest()
+    return None if latest is None else latest.manifest.writer_epoch
+
+
+def _stopped(
+    url: str, planned: int, now: int | None, writer_epoch: int | None, deleted: int
+) -> None:
+    """A writer claimed the database since the pass read the manifest: delete nothing more."""
+    log.warning("gc.stopped", url=url, planned_epoch=planned, epoch=now, deleted=deleted)
+    if writer_epoch is not None:
+        raise FencedError(
+            f"writer epoch {now} has opened {url} while this writer's GC (epoch {writer_epoch}) "
+            f"ran; it stopped after {deleted} deletes"
+        )
 
 
 def _refers_upwards(manifest: Manifest) -> bool:

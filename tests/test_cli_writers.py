@@ -127,18 +127,18 @@ def test_gc_plans_then_deletes_only_old_unneeded_objects(make_store_url: MakeUrl
             for i in range(100):
                 book.put("b", f"k{i:03d}", b"v%d" % round_)
     before = object_keys(url)
-    plan = json.loads(ok("gc", url, "--dry-run", "--min-age", "0", "--json").out)
+    plan = json.loads(ok("gc", url, "--dry-run", "--min-age", "0", "--offline", "--json").out)
     planned = {item["key"] for item in plan["planned"]}
     assert planned and planned < before
     assert all(item["reason"] for item in plan["planned"])
     assert object_keys(url) == before, "a dry run deletes nothing"
-    text = ok("gc", url, "--dry-run", "--min-age", "0").out
+    text = ok("gc", url, "--dry-run", "--min-age", "0", "--offline").out
     assert text.startswith(f"would delete {len(planned)} objects")
 
     young = json.loads(ok("gc", url, "--min-age", "1h", "--json").out)
     assert young["deleted"] == [] and object_keys(url) == before
 
-    done = json.loads(ok("gc", url, "--min-age", "0", "--json").out)
+    done = json.loads(ok("gc", url, "--min-age", "0", "--offline", "--json").out)
     assert set(done["deleted"]) == planned
     assert object_keys(url) == before - planned
     assert done["bytes_deleted"] > 0
@@ -217,7 +217,7 @@ def test_destroy_needs_yes_and_respects_checkpoints(make_store_url: MakeUrl) -> 
     ok("destroy", url, "--soft", "--yes")
     assert "destroyed     at " in ok("info", url).out
     assert "was destroyed" in error_line(fails(1, "get", url, "users", "user0001"))
-    gone = ok("gc", url, "--destroy-grace", "0", "--min-age", "0")
+    gone = ok("gc", url, "--destroy-grace", "0", "--min-age", "0", "--offline")
     assert "the database was destroyed and is now removed" in gone.out
     assert object_keys(url) == set()
     fails(1, "info", url)

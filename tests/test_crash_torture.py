@@ -239,7 +239,7 @@ def check_no_orphans(url: str, state: State) -> None:
     """With no writer running, one GC pass leaves no SST or journal file that no remaining
     manifest names (killed flushes, merges and compactions leave orphans; GC must find them),
     and the database still reads exactly as before."""
-    report = run_gc(url, options=GcOptions(min_age=0.0))
+    report = run_gc(url, options=GcOptions(min_age=0.0, offline=True))
     store = open_store(url)
     try:
         manifests = ManifestStore(store)

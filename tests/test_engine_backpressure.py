@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Mapping
-from typing import Any
 
 import inkpen
 from inkpen.objectstore import open_store
+from support.engine import GatedLedgerStore, wait_for
 
 OPTIONS = {
     "ledger_cache_entries": 50,
@@ -17,33 +15,6 @@ OPTIONS = {
     "sst_target_bytes": 4096,
     "delete_poll_interval": 0.05,
 }
-
-
-class GatedLedgerStore:
-    """A store whose SST writes wait for a gate: the ledger cannot flush until it opens."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.gate = threading.Event()
-        self.waiting = threading.Event()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def put_if_absent(
-        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
-    ) -> None:
-        if key.startswith("ledger/"):
-            self.waiting.set()
-            self.gate.wait()
-        self._inner.put_if_absent(key, data, metadata=metadata)
-
-
-def wait_for(predicate: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def test_memory_stays_bounded_while_the_ledger_cannot_flush(store_url: str) -> None:

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 import pytest
 
 import inkpen
 from inkpen.objectstore import FaultPlan, FaultyStore, open_store
-from support.engine import TINY, RacingWriters
+from support.cli import ok
+from support.engine import (
+    TINY,
+    GatedLedgerStore,
+    HoldingStore,
+    RacingWriters,
+    missing_objects,
+    wait_for,
+)
+
+THROTTLED = {**TINY, "ledger_cache_entries": 4, "l0_cache_entries": 8, "max_l0_files": 1}
+"""Backpressure reaches "stop" after a few dozen puts while the ledger cannot flush."""
+PUTTERS = 4
+DEADLINE = 30.0
 
 
 def test_second_open_fences_the_first(store_url: str) -> None:
@@ -70,3 +87,114 @@ def test_a_landed_segment_whose_outcome_cannot_be_read_back_is_not_reported_defi
     with inkpen.open(store, **TINY) as reopened:
         assert reopened.get("b", "k") == b"written"  # it had landed
         assert reopened.get("b", "other") is None
+
+
+class Outcome:
+    """Runs ``work`` on a daemon thread and keeps what it raised (None: it returned)."""
+
+    def __init__(self, work: Callable[[], object]) -> None:
+        self.error: BaseException | None = None
+        self._work = work
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:
+            self.error = exc
+
+    def ended_by(self, deadline: float) -> bool:
+        self.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        return not self.thread.is_alive()
+
+
+@pytest.mark.parametrize("learns_by", ["commit", "probe"])
+def test_puts_held_by_backpressure_end_when_the_writer_is_fenced(
+    store_url: str, learns_by: str
+) -> None:
+    """Puts blocked at "stop" (the ledger cannot flush) and a flush waiting for the ledger end
+    with FencedError once a second writer opens: the first learns of the fence from its L0 commit
+    ("commit") or, with nothing of its own under way, from the fence probe of its blocked puts
+    ("probe"). Every put it acknowledged is in the second writer's database."""
+    gated = GatedLedgerStore(open_store(store_url))
+    first = inkpen.open(gated, **THROTTLED)
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+
+    def put_until_refused(index: int) -> None:
+        for n in range(100_000):
+            key = f"p{index}-{n}"
+            first.put("t", key, key.encode())
+            with lock:
+                acknowledged.append(key)
+
+    putters = [Outcome(lambda i=i: put_until_refused(i)) for i in range(PUTTERS)]
+    wait_for(lambda: first.stats()["throttled_puts"] == PUTTERS, DEADLINE, "puts to block")
+    flush = Outcome(first.flush)
+    second = inkpen.open(store_url, **TINY)
+    try:
+        if learns_by == "commit":
+            gated.gate.set()
+        deadline = time.monotonic() + DEADLINE
+        hung = [i for i, p in enumerate(putters) if not p.ended_by(deadline)]
+        assert not hung, f"puts of threads {hung} still wait after the fence"
+        assert flush.ended_by(deadline), "flush still waits after the fence"
+        for putter in putters:
+            assert isinstance(putter.error, inkpen.FencedError), repr(putter.error)
+        assert isinstance(flush.error, inkpen.FencedError), repr(flush.error)
+        with pytest.raises(inkpen.FencedError):
+            first.put("t", "after", b"x")
+        assert acknowledged
+        for key in acknowledged:
+            assert second.get("t", key) == key.encode(), key
+        second.put("t", "second", b"2")
+    finally:
+        gated.gate.set()
+        first.close()
+        second.close()
+    with inkpen.open(store_url, **TINY) as third:
+        assert {k.decode() for k in third.keys("t")} == {*acknowledged, "second"}
+
+
+def test_a_fenced_writer_that_does_not_know_it_deletes_nothing_with_its_gc(
+    store_url: str, store_kind: str
+) -> None:
+    """A second writer has stored a file it has not committed yet; the first, fenced but not
+    aware of it (it has written nothing since), runs its GC at min_age=0. The GC must see the
+    newer epoch and delete nothing; the second writer's data all reads back afterwards."""
+    first = inkpen.open(store_url, **TINY)
+    for n in range(40):
+        first.put("a", f"k{n}", b"first %d" % n)
+    store = open_store(store_url)
+    holding = HoldingStore(store)
+    second = inkpen.open(holding, **TINY)
+    try:
+        writes = Outcome(lambda: [second.put("b", f"k{n}", b"second %d" % n) for n in range(60)])
+        assert holding.held.wait(DEADLINE), "the second writer stored no file"
+        assert holding.name is not None
+        with pytest.raises(inkpen.FencedError):
+            first.run_gc(min_age=0)
+        assert store.head(holding.name).size > 0  # NotFoundError: the fenced writer deleted it
+        with pytest.raises(inkpen.FencedError):  # and it knows it is fenced now
+            first.put("a", "late", b"x")
+        holding.release.set()
+        assert writes.ended_by(time.monotonic() + DEADLINE) and writes.error is None
+        second.flush()
+        second.compact_ledger()
+        assert missing_objects(store) == []
+        for n in range(40):
+            assert second.get("a", f"k{n}") == b"first %d" % n
+        for n in range(60):
+            assert second.get("b", f"k{n}") == b"second %d" % n
+    finally:
+        holding.release.set()
+        first.close()
+        second.close()
+    assert missing_objects(store) == []
+    with inkpen.open(store_url, **TINY) as third:
+        assert len(list(third.keys("b"))) == 60
+        assert third.get("a", "late") is None
+    store.close()
+    if store_kind != "memory":
+        assert ok("verify", store_url).lines[-1].startswith("result: all ")

@@ -248,13 +248,13 @@ def test_lease_outlives_a_compaction_until_closed(
 
     merged = write_sst(store, b"a", b"p")
     database.update(set_level((merged,)))  # the compaction drops both old files
-    report = run_gc(store, options=GcOptions(min_age=0))
+    report = run_gc(store, options=GcOptions(min_age=0, offline=True))
     assert not {s.name for s in old} & set(report.deleted)
     for sst in old:
         assert store.get(sst.name).startswith(b"sst bytes")
 
     lease.close()
-    report = run_gc(store, options=GcOptions(min_age=0))
+    report = run_gc(store, options=GcOptions(min_age=0, offline=True))
     assert {s.name for s in old} <= set(report.deleted)
     keys = {info.key for info in store.list("ledger/")}
     assert keys == {merged.name}
@@ -268,9 +268,9 @@ def test_expired_checkpoint_stops_protecting_its_files(
     database.update(set_level(old))
     create_checkpoint(database, lifetime=100, now=now)
     database.update(set_level((write_sst(store, b"a", b"z"),)))
-    kept = run_gc(store, options=GcOptions(min_age=0), now=now + 50)
+    kept = run_gc(store, options=GcOptions(min_age=0, offline=True), now=now + 50)
     assert old[0].name not in kept.deleted
-    gone = run_gc(store, options=GcOptions(min_age=0), now=now + 101)
+    gone = run_gc(store, options=GcOptions(min_age=0, offline=True), now=now + 101)
     assert old[0].name in gone.deleted
     assert len(gone.dropped_checkpoints) == 1
     assert list_checkpoints(database) == ()

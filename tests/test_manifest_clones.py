@@ -164,7 +164,7 @@ def test_parent_gc_keeps_files_the_clone_references(
     epoch = latest.manifest.writer_epoch
     parent.update(set_level((write_sst(store, b"a", b"z"),)), writer_epoch=epoch)
 
-    report = run_gc(store, options=GcOptions(min_age=0))
+    report = run_gc(store, options=GcOptions(min_age=0, offline=True))
     assert not set(shared) & set(report.deleted)
     resolver = StoreResolver(clone_store)
     try:
@@ -179,7 +179,7 @@ def test_parent_gc_keeps_files_the_clone_references(
     destroy(clone_store, soft=False)
     assert clone_pins(parent) == []
     parent.update(lambda v: v.manifest.without_checkpoints_of_kind("writer"))
-    report = run_gc(store, options=GcOptions(min_age=0))
+    report = run_gc(store, options=GcOptions(min_age=0, offline=True))
     assert set(shared) <= set(report.deleted)
 
 
@@ -353,7 +353,7 @@ def test_gc_detaches_a_clone_once_it_reads_nothing_upstream(
     create_clone(store, clone_store)
     clone = ManifestStore(clone_store)
     claim = claim_writer(clone)
-    first = run_gc(clone_store, options=GcOptions(min_age=0))
+    first = run_gc(clone_store, options=GcOptions(min_age=0, offline=True))
     assert not first.detached and len(clone_pins(parent)) == 1
 
     # The clone's merges rewrite everything it read from the parent into its own files; the
@@ -370,9 +370,9 @@ def test_gc_detaches_a_clone_once_it_reads_nothing_upstream(
         )
 
     clone.update(rewrite, writer_epoch=claim.epoch)
-    second = run_gc(clone_store, options=GcOptions(min_age=0))
+    second = run_gc(clone_store, options=GcOptions(min_age=0, offline=True))
     assert second.detached
     assert clone_pins(parent) == []
     latest = clone.latest()
     assert latest is not None and latest.manifest.parent is None
-    assert not run_gc(clone_store, options=GcOptions(min_age=0)).detached
+    assert not run_gc(clone_store, options=GcOptions(min_age=0, offline=True)).detached

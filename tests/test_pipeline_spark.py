@@ -297,7 +297,7 @@ def test_a_failed_job_leaves_nothing_visible_and_gc_removes_its_files(
     kept = referenced(url)
     orphans = stored(url) - kept
     assert orphans  # a finished task's files, never committed
-    report = run_gc(url, options=GcOptions(min_age=0.0))
+    report = run_gc(url, options=GcOptions(min_age=0.0, offline=True))
     assert orphans <= set(report.deleted)
     after = stored(url)
     assert kept <= after and not orphans & after

@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 import shutil
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -40,6 +41,7 @@ from hypothesis.stateful import (
 )
 
 import inkpen
+from inkpen.actors.throttle import STOP
 from inkpen.manifest.checkpoints import delete_checkpoint as remove_checkpoint
 from inkpen.manifest.gc import GcOptions, run_gc
 from inkpen.manifest.store import ManifestStore
@@ -47,7 +49,7 @@ from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.faults import FaultPlan, FaultyStore
 from inkpen.objectstore.memory import drop_space
 from inkpen.objectstore.seaweed import SeaweedServer
-from support.engine import TINY, FakeClock
+from support.engine import TINY, FakeClock, wait_for
 from support.model import IndexSpec, Model, expected_hash
 from support.profiles import machine_settings
 
@@ -63,6 +65,8 @@ MAX_CHECKPOINTS = 2
 SAMPLE_PER_STEP = 2
 OPEN_ATTEMPTS = 8
 FENCED_WRITE_ATTEMPTS = 4
+HELD_PUTS = 2
+HELD_DEADLINE = 30.0
 STORM = 0.33
 OUTAGES = (0.0, 0.0, 0.5, 1.0)
 """How often reads fail during an outage: never (every lost response is settled by reading back),
@@ -800,7 +804,7 @@ class BookieMachine(RuleBasedStateMachine):
     def close_collect_garbage_and_reopen(self, drop_fences: bool) -> None:
         self.drop_snapshots(still_open=True)
         self.close_book(self.book)
-        options = GcOptions(min_age=0.0, fence_min_age=0.0 if drop_fences else None)
+        options = GcOptions(min_age=0.0, fence_min_age=0.0 if drop_fences else None, offline=True)
         with self.store_for_gc() as store:
             report = self.maintain(lambda: run_gc(store, options=options))
         if report is not _FAILED:
@@ -827,6 +831,59 @@ class BookieMachine(RuleBasedStateMachine):
         else:
             first.abandon()
         self.tally["takeovers"] += 1
+
+    @rule()
+    def fence_while_throttled(self) -> None:
+        """Puts held back by backpressure at "stop" end when a second writer opens: the first
+        learns of the fence from its GC (the epoch check) and its held puts raise FencedError;
+        none of them lands. (If the failing store hides the fence, closing ends them too.)"""
+        first = self.book
+        self.drop_snapshots(still_open=True)
+        throttle = first._engine.ctx.throttle
+        throttle.set("held by the test", STOP)  # as a ledger that cannot flush leaves it
+        errors: list[BaseException] = []
+
+        def held_put(index: int) -> None:
+            try:
+                first.put("b0", f"held{index}", b"never acknowledged")
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=held_put, args=(i,), daemon=True) for i in range(HELD_PUTS)
+        ]
+        for thread in threads:
+            thread.start()
+        wait_for(
+            lambda: throttle.waiting + len(errors) == HELD_PUTS,
+            HELD_DEADLINE,
+            "the puts to be held back",
+        )
+        self.book = self.open_book()
+        try:
+            first.run_gc(min_age=0.0)
+        except inkpen.FencedError:
+            pass
+        except inkpen.StoreError as exc:
+            if not (self.injects_faults and injected(exc)):
+                raise
+            first.abandon()
+        else:
+            raise AssertionError("the fenced writer's GC ran")
+        deadline = time.monotonic() + HELD_DEADLINE
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            assert not thread.is_alive(), "a put held back by backpressure outlived the fence"
+        assert len(errors) == HELD_PUTS
+        for exc in errors:
+            if self.injects_faults:  # or a store failure that had stopped it writing before
+                assert isinstance(exc, inkpen.FencedError | inkpen.UsageError) or (
+                    isinstance(exc, inkpen.StoreError) and exc.definite
+                ), repr(exc)
+            else:
+                assert isinstance(exc, inkpen.FencedError), repr(exc)
+        first.abandon()
+        self.tally["fenced_while_throttled"] += 1
 
     def expect_fenced(self, first: inkpen.Bookie) -> None:
         with pytest.raises(inkpen.FencedError):

@@ -4,7 +4,8 @@ It never opens a writer, so a live writer keeps running. What it may delete is d
 rules of :mod:`inkpen.manifest.gc`: superseded manifests no checkpoint pins, folded segments,
 and journal files and SSTs no active manifest names, each older than ``--min-age``. That age is
 what protects files a live writer has written but not yet committed (a slow merge, a bulk load):
-keep it above the longest such time. Expired checkpoints are dropped from the manifest first.
+keep it above the longest such time. Below one minute it is refused unless ``--offline`` says no
+writer has the database open. Expired checkpoints are dropped from the manifest first.
 """
 
 from __future__ import annotations
@@ -54,19 +55,27 @@ def report_document(report: GcReport) -> dict[str, Any]:
     show_default=True,
     help="After a soft destroy, wait this long before removing the database.",
 )
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="No writer has the database open: allow a --min-age below 1m.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def gc(url: str, dry_run: bool, min_age: float, destroy_grace: float, as_json: bool) -> None:
+def gc(
+    url: str, dry_run: bool, min_age: float, destroy_grace: float, offline: bool, as_json: bool
+) -> None:
     """Delete what the database at URL no longer needs (see --dry-run first).
 
     Never fences a live writer. --min-age must exceed the longest time a writer takes between
-    writing a file and committing it; the default of 5 minutes suits inkpen's own writers.
+    writing a file and committing it; the default of 5 minutes suits inkpen's own writers, and
+    below 1 minute it is refused unless --offline vouches that no writer has the database open.
 
     \b
     Example:
       inkpen gc ./.inkpen-demo/db --dry-run
       inkpen gc ./.inkpen-demo/db --min-age 1h
     """
-    options = GcOptions(min_age=min_age, destroy_grace=destroy_grace)
+    options = GcOptions(min_age=min_age, destroy_grace=destroy_grace, offline=offline)
     with database(url, live=False) as manifests, progress("gc", f"collecting {url}"):
         report = run_gc(manifests.store, options=options, dry_run=dry_run)
     document = report_document(report)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import inkpen
 
@@ -26,6 +29,71 @@ TINY = {
 """Options that make every few puts flush, merge and fold."""
 
 
+class GatedLedgerStore:
+    """A store whose SST writes wait for a gate: the ledger cannot flush until it opens.
+
+    ``waiting`` is set once an SST write is held at the gate."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def put_if_absent(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        if key.startswith("ledger/"):
+            self.waiting.set()
+            self.gate.wait()
+        self._inner.put_if_absent(key, data, metadata=metadata)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> None:
+    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"condition not reached in time: {what or predicate}"
+        time.sleep(0.01)
+
+
+class HoldingStore:
+    """A store that holds the first new SST or journal file it stores: once the file has landed,
+    the writing thread waits for ``release`` (the file is on the store, not yet committed).
+    ``held`` is set, and ``name`` set to its key, once it waits."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.name: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def put_if_absent(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        self._inner.put_if_absent(key, data, metadata=metadata)
+        if key.startswith(("ledger/", "journal/compacted/")) and self.name is None:
+            self.name = key
+            self.held.set()
+            self.release.wait()
+
+
+def missing_objects(store: Any) -> list[str]:
+    """Objects of this root the latest manifest names that the store does not hold."""
+    from inkpen.manifest.store import ManifestStore
+
+    latest = ManifestStore(store).latest()
+    assert latest is not None
+    present = {info.key for info in store.list("")}
+    named = {name for root, name in latest.manifest.referenced_objects() if root is None}
+    return sorted(named - present)
+
+
 class FakeClock:
     """A wall clock that only moves when told to; thread-safe."""
 
@@ -45,6 +113,7 @@ class FakeClock:
 def contents(book: inkpen.Bookie | inkpen.Snapshot, bucket: str) -> dict[bytes, bytes]:
     """Every live object of a bucket, by key."""
     return {key: value for _, key, value in book.objects(bucket)}
+
 
 SMALL = {
     **TINY,
