@@ -75,12 +75,12 @@ class HotBackup:
         journal: JournalView,
         resolver: StoreResolver,
         writer_epoch: int,
-        release: Callable[[], None],
+        release: Callable[[], object],
     ) -> None:
         self._journal = journal
         self._resolver = resolver
         self._epoch = writer_epoch
-        self._release: Callable[[], None] | None = release
+        self._release: Callable[[], object] | None = release
 
     def __call__(self, destination: str | ObjectStore) -> BackupReport:
         if self._release is None:

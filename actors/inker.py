@@ -510,10 +510,10 @@ class Inker(FileOwner):
         for handle in message.handles:
             self.files[handle.name] = handle
         for name in replaced:
-            handle = self.files.pop(name, None)
-            if handle is not None and handle.clerk is not None:
+            gone = self.files.pop(name, None)
+            if gone is not None and gone.clerk is not None:
                 self.pending_deletes[name] = versioned.id
-                send(handle.clerk, SetForDelete(versioned.id))
+                send(gone.clerk, SetForDelete(versioned.id))
         self._publish()
         log.info(
             "journal.compaction_committed",

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.formats.journal import JournalEntry, Kind
@@ -348,8 +348,10 @@ def _term_matcher(regex: str | bytes | re.Pattern | None) -> Callable[[bytes], b
         return None
     pattern = regex if isinstance(regex, re.Pattern) else re.compile(regex)
     if isinstance(pattern.pattern, bytes):
-        return lambda term: pattern.search(term) is not None
-    return lambda term: pattern.search(term.decode("utf-8", "replace")) is not None
+        binary = cast("re.Pattern[bytes]", pattern)
+        return lambda term: binary.search(term) is not None
+    text = cast("re.Pattern[str]", pattern)
+    return lambda term: text.search(term.decode("utf-8", "replace")) is not None
 
 
 def list_buckets(source: ViewSource, now_ms: int, *, first_only: bool = False) -> Iterator[bytes]:

@@ -40,7 +40,7 @@ PROBE_AFTER = 2.0
 class Throttle:
     """Pressure levels by reason, and the wait puts do before they enqueue."""
 
-    def __init__(self, probe: Callable[[], None] | None = None) -> None:
+    def __init__(self, probe: Callable[[], object] | None = None) -> None:
         self._cond = threading.Condition()
         self._levels: dict[str, int] = {}
         self._level = NONE

@@ -166,11 +166,11 @@ class LedgerView:
                 if value is not None:
                     return value
         for level in self.levels:
-            handle = level.find(key)
-            if handle is not None:
+            found = level.find(key)
+            if found is not None:
                 if key_hash is None:
                     key_hash = bloom_hash(key)
-                value = handle.reader.get(key, key_hash=key_hash)
+                value = found.reader.get(key, key_hash=key_hash)
                 if value is not None:
                     return value
         return None

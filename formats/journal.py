@@ -172,8 +172,8 @@ def _check_uint(value: object, bits: int, what: str) -> int:
 
 def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
     """Encode one entry: the record without its CRC, the CRC, and the hash of the record key."""
-    sqn, kind, ledger_key, value, index_specs, expiry_ms, last_modified_ms = entry
-    kind = _KINDS.get(kind)
+    sqn, given_kind, ledger_key, value, index_specs, expiry_ms, last_modified_ms = entry
+    kind = _KINDS.get(given_kind)
     if kind is None:
         raise ValueError(
             f"journal entry kind {entry[1]!r} is not one of {[k.name for k in Kind]}"

@@ -150,19 +150,16 @@ class Bookie(ReadAPI):
             release=lambda sid: send(bookie, CloseSnapshot(sid)),
         )
 
-    def compact_journal(
-        self, *, wait: bool = True
-    ) -> CompactionReport | concurrent.futures.Future[CompactionReport]:
-        """Run one journal compaction (Leveled's ``book_compactjournal``).
+    def compact_journal(self) -> CompactionReport:
+        """Run one journal compaction (Leveled's ``book_compactjournal``) and return its report.
 
         Scores the journal files against a ledger snapshot, rewrites the most rewarding run
-        without the values nothing needs, and commits. Returns the report, or with
-        ``wait=False`` a future of it.
+        without the values nothing needs, and commits.
         """
         self._check_open()
         result: concurrent.futures.Future[CompactionReport] = concurrent.futures.Future()
         call(self._engine.bookie, CompactJournal(result))
-        return self._await(result) if wait else result
+        return self._await(result)
 
     def checkpoint(self, lifetime: float | None = None, *, name: str | None = None) -> str:
         """Record a checkpoint of everything acknowledged so far; returns its id.

@@ -8,6 +8,8 @@ did not happen (safe to retry) or may have happened (the caller must check befor
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class InkpenError(Exception):
     """Base class of every error inkpen raises on purpose."""
@@ -83,8 +85,9 @@ class CorruptionError(InkpenError):
     def __reduce__(self) -> tuple[object, ...]:
         return type(self), (self.object_name, self.detail), {"offset": self.offset}
 
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(self.object_name, self.detail, offset=state["offset"])  # type: ignore[misc]
+    def __setstate__(self, state: dict[str, Any] | None) -> None:
+        offset = None if state is None else state.get("offset")
+        self.__init__(self.object_name, self.detail, offset=offset)  # type: ignore[misc]
 
 
 class FencedError(InkpenError):

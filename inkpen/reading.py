@@ -11,8 +11,7 @@ exhausted, closed, or garbage-collected; use ``with book.keys(...) as keys:`` to
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Literal, TypeVar
 
 from inkpen.actors.changes import as_bytes
@@ -43,12 +42,12 @@ class FoldIterator(Iterator[T]):
     of this class per item; ``next(fold)`` takes the same path.
     """
 
-    def __init__(self, items: Iterator[T], release: Callable[[], None]) -> None:
+    def __init__(self, items: Iterator[T], release: Callable[[], object]) -> None:
         self._items = items
-        self._release: Callable[[], None] | None = release
+        self._release: Callable[[], object] | None = release
         self._stream = self._pass_through(items)
 
-    def _pass_through(self, items: Iterator[T]) -> Iterator[T]:
+    def _pass_through(self, items: Iterator[T]) -> Generator[T, None, None]:
         try:
             yield from items
         finally:
@@ -99,7 +98,7 @@ class ReadAPI:
     def _point_source(self) -> ViewSource:
         raise NotImplementedError
 
-    def _fold_source(self, *, long_running: bool) -> AbstractContextManager[Any] | Any:
+    def _fold_source(self, *, long_running: bool) -> Any:
         """A source for one fold: must have ``views()``, ``journal_for_scan`` and ``release()``."""
         raise NotImplementedError
 

@@ -27,7 +27,7 @@ class PartsSource:
 
     __slots__ = ("_parts", "_release")
 
-    def __init__(self, parts: SnapshotParts, release: Callable[[], None]) -> None:
+    def __init__(self, parts: SnapshotParts, release: Callable[[], object]) -> None:
         self._parts = parts
         self._release = release
 
@@ -62,7 +62,7 @@ class Snapshot(ReadAPI):
         *,
         now_ms: Callable[[], int],
         owner_open: Callable[[], bool],
-        release: Callable[[str], None],
+        release: Callable[[str], object],
     ) -> None:
         self._parts = parts
         self._now = now_ms

@@ -201,8 +201,8 @@ def plan_gc(
             (info.key for info in objects),
             key=lambda key: (key == last, parse_manifest_key(key) is not None, key),
         )
-        reasons = dict.fromkeys(ordered, REASON_DESTROYED)
-        return GcPlan(tuple(ordered), MappingProxyType(reasons), expired, True)
+        destroyed = MappingProxyType(dict.fromkeys(ordered, REASON_DESTROYED))
+        return GcPlan(tuple(ordered), destroyed, expired, True)
 
     stored_ids = [i for i in (parse_manifest_key(info.key) for info in objects) if i is not None]
     required, ranged = pinned_ids(latest, stored_ids, now)

@@ -38,7 +38,8 @@ class CommandFailed(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click declares exit_code on the class; this failure carries its own.
+        self.exit_code = exit_code  # type: ignore[misc]
 
 
 def exit_code_for(error: BaseException) -> int:
