@@ -7,8 +7,10 @@ updates.
 
 Creating one from the latest manifest (at id ``n``): refuse a destroyed or unfinished database;
 point the checkpoint at ``n + 1``, the id of the very update that adds it; and record in that
-manifest ``journal.next_segment``, one past the last contiguous journal segment listed just
-before, so the checkpoint also covers segments that are acknowledged but not yet folded. Creating
+manifest ``journal.next_segment``, one past the last contiguous journal segment listed *after
+reading manifest n* (inside the CAS change, once per attempt), so the checkpoint covers every
+segment manifest n's ledger may name — a flush persists SQNs only of segments already written —
+and every segment acknowledged but not yet folded. Creating
 one from a live source checkpoint: the new checkpoint names the source's manifest id. Refreshing
 moves ``expire_time``; an expired checkpoint can no longer be refreshed (GC may already have
 removed what it pinned).
@@ -132,25 +134,25 @@ def ensure_checkpoint(
         not isinstance(next_segment, int) or isinstance(next_segment, bool) or next_segment < 1
     ):
         raise UsageError(f"next_segment must be an int >= 1 or None, got {next_segment!r}")
-    when = time.time() if now is None else now
     url = manifest_store.url
-
-    segment_floor = next_segment
-    if source is None and segment_floor is None and include_segments:
-        # List the journal after reading the manifest, as the reader protocol does, so a
-        # segment GC removes meanwhile was already folded into the manifest we build on.
-        before = manifest_store.latest()
-        if before is None:
-            raise NotFoundError(f"no inkpen database at {url}")
-        require_live(before, url)
-        refs = list_segments(manifest_store.store, before.manifest.journal.last_folded_segment)
-        segment_floor = refs[-1].id + 1 if refs else None
+    list_journal = source is None and next_segment is None and include_segments
 
     def change(versioned: VersionedManifest) -> Manifest | None:
         require_live(versioned, url)
         manifest = versioned.manifest
         if manifest.checkpoint(checkpoint_id) is not None:
             return None
+        # The clock is read per attempt: a CAS that lost races for a while must not write a
+        # checkpoint whose lifetime was spent before it landed.
+        when = time.time() if now is None else now
+        segment_floor = next_segment
+        if list_journal:
+            # Listed after reading the very manifest this update builds on, so every segment
+            # its ledger may name (a flush persists SQNs of segments written before it) is
+            # listed: a listing taken before reading it misses a flush that lands in between.
+            # A segment GC removes meanwhile was already folded into this manifest.
+            refs = list_segments(manifest_store.store, manifest.journal.last_folded_segment)
+            segment_floor = refs[-1].id + 1 if refs else None
         if source is not None:
             origin = _require_checkpoint(versioned, source, url)
             if not origin.is_live(when):
@@ -199,19 +201,19 @@ def refresh_checkpoint(
     A missing checkpoint raises :class:`NotFoundError`; an expired one :class:`UsageError`.
     """
     life = _check_lifetime(lifetime, optional=True)
-    when = time.time() if now is None else now
     url = manifest_store.url
 
     def change(versioned: VersionedManifest) -> Manifest:
+        # Read per attempt: after losing races past the expiry, the checkpoint must count as
+        # expired (others may already have acted on it), not be revived.
+        when = time.time() if now is None else now
         found = _require_checkpoint(versioned, checkpoint_id, url)
         if not found.is_live(when):
             raise UsageError(
                 f"checkpoint {checkpoint_id} expired at {found.expire_time} and may no longer "
                 "pin its files; create a new checkpoint instead"
             )
-        return versioned.manifest.with_checkpoint(
-            replace(found, expire_time=_expiry(when, life))
-        )
+        return versioned.manifest.with_checkpoint(replace(found, expire_time=_expiry(when, life)))
 
     result = manifest_store.update(change)
     return _require_checkpoint(result, checkpoint_id, url)

@@ -1,0 +1,43 @@
+"""A store that runs a test's callback at one chosen moment of the protocol under test.
+
+:class:`HookedStore` passes every call through to its inner store; ``after_list(prefix, hook)``
+runs ``hook`` once, right after the first listing of ``prefix`` returns its first page, so a test
+can make another party act exactly between a reader's listing and its next step.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from inkpen.objectstore import ObjectStore
+from inkpen.objectstore.base import DEFAULT_PAGE_SIZE, ListPage
+from inkpen.objectstore.faults import FaultPlan, FaultyStore
+
+
+class HookedStore(FaultyStore):
+    """Injects no fault; runs each registered hook once, after the listing it waits for."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner, FaultPlan())
+        self._lock_hooks = threading.Lock()
+        self._after_list: list[tuple[str, Callable[[], None]]] = []
+        self.fired: list[str] = []
+
+    def after_list(self, prefix: str, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once, after the next listing of ``prefix`` (its first page)."""
+        with self._lock_hooks:
+            self._after_list.append((prefix, hook))
+
+    def list_page(
+        self, prefix: str = "", *, token: str | None = None, limit: int = DEFAULT_PAGE_SIZE
+    ) -> ListPage:
+        page = super().list_page(prefix, token=token, limit=limit)
+        if token is None:
+            with self._lock_hooks:
+                due = [h for h in self._after_list if h[0] == prefix]
+                self._after_list = [h for h in self._after_list if h[0] != prefix]
+            for _, hook in due:
+                self.fired.append(prefix)
+                hook()
+        return page
