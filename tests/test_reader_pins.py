@@ -9,13 +9,23 @@ vanished because the pin lapsed is reported as a lapsed lease, never as corrupti
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
 
 import inkpen
+from inkpen.actors import registry
+from inkpen.actors.keeper import ManifestKeeper
+from inkpen.actors.registry import CheckpointGuard
+from inkpen.manifest.checkpoints import create_checkpoint, delete_checkpoint, refresh_checkpoint
+from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor
+from inkpen.manifest.paths import new_file_id, sst_key
+from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.hooks import HookedStore
+
+DEADLINE = 60.0
 
 QUIET = {
     "ledger_cache_entries": 10_000,
@@ -26,6 +36,13 @@ QUIET = {
     "delete_poll_interval": 0.05,
 }
 """Nothing flushes or folds unless the test says so."""
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    end = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
@@ -55,3 +72,40 @@ def test_a_flush_between_listing_segments_and_the_checkpoint_is_covered(url: str
             assert seen == model
             assert reader.get("r", "late") == b"late"
         store.close()
+
+
+def test_the_writers_delete_check_never_expires_a_checkpoint_by_a_stale_manifest(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer re-reads the manifest at most once a refresh interval; made endless here, the
+    # copy it holds is as stale as it gets while a reader refreshes its lease in time.
+    monkeypatch.setattr(registry, "CHECKPOINT_REFRESH_INTERVAL", 3600.0)
+    store = open_store(url)
+    manifests = ManifestStore(store)
+    manifests.create(Manifest())
+    name = sst_key(new_file_id())
+    store.put_if_absent(name, b"sst bytes")
+    sst = SstDescriptor(name, b"a", b"z", 1, 2, len(b"sst bytes"), 2, 0)
+    manifests.update(lambda v: v.manifest.with_ledger(LedgerState(((sst,),), 0)))
+    latest = manifests.latest()
+    assert latest is not None
+    keeper = ManifestKeeper(
+        manifests,
+        epoch=latest.manifest.writer_epoch,
+        writer_checkpoint=None,
+        latest=latest,
+        timeout=30.0,
+    )
+    guard = CheckpointGuard(keeper)
+    checkpoint = create_checkpoint(manifests, lifetime=2.0, metadata={"kind": "reader"})
+    keeper.refresh()  # the writer's last look at the manifest
+    assert guard.holds(name)  # the reader's checkpoint names the file
+    refresh_checkpoint(manifests, checkpoint.id, lifetime=600.0)  # in time
+    expired = checkpoint.expire_time
+    assert expired is not None
+    wait_until(lambda: time.time() > expired, "the first expiry time to pass")
+    assert guard.holds(name), "a refreshed checkpoint was judged expired by a stale manifest"
+    delete_checkpoint(manifests, checkpoint.id)
+    keeper.refresh()
+    assert not guard.holds(name)
+    store.close()
