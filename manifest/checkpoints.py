@@ -16,7 +16,11 @@ moves ``expire_time``; an expired checkpoint can no longer be refreshed (GC may 
 removed what it pinned).
 
 A :class:`CheckpointLease` is a reader's checkpoint kept alive by a daemon thread that refreshes
-it at half its lifetime; an idle lease makes no other store requests.
+it at half its remaining life; an idle lease makes no other store requests. A lease *lapses* when
+its checkpoint may have stopped protecting its files: the checkpoint vanished, its expiry passed
+before a refresh succeeded, or a refresh returned only after the expiry it extended (it may have
+landed late, after another process judged the checkpoint expired). A lapsed lease says so and is
+never refreshed again.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 
-from inkpen.errors import InkpenError, NotFoundError, UsageError
+from inkpen.errors import InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.logs import get_logger
 
 from .fencing import list_segments
@@ -248,11 +252,19 @@ def drop_expired(manifest: Manifest, now: float) -> Manifest:
 
 
 class CheckpointLease:
-    """A reader's checkpoint, kept alive by refreshing it at half its lifetime until closed.
+    """A reader's checkpoint, kept alive by refreshing it at half its remaining life until closed.
 
     ``checkpoint`` is the checkpoint as last written; ``manifest`` is the manifest it pins (what
     the reader reads). Failed refreshes are logged (``checkpoint.refresh_failed``) and retried
-    sooner; a checkpoint that vanished (``checkpoint.lease_lost``) is no longer refreshed.
+    sooner. The lease **lapses** — it is logged once (``checkpoint.lease_lost``, with the reason)
+    and never refreshed again — when
+
+    - the checkpoint vanished (deleted elsewhere, or dropped by GC once expired);
+    - its expiry passed before a refresh succeeded;
+    - a refresh returned after the expiry it extended: it may have landed late, and in between
+      another process (GC, the writer) may have judged the checkpoint expired and deleted files.
+
+    So while :meth:`lapse` says None, every file the pinned manifest names is still stored.
     """
 
     def __init__(
@@ -269,7 +281,8 @@ class CheckpointLease:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._closed = False
-        self._lost = False
+        self._lapse: str | None = None
+        self._vanished = False
         self._thread = threading.Thread(
             target=self._run, name=f"inkpen-lease-{checkpoint.id[:8]}", daemon=True
         )
@@ -284,15 +297,27 @@ class CheckpointLease:
         name: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> CheckpointLease:
-        """Create a reader checkpoint on the latest state and start refreshing it."""
+        """Create a reader checkpoint on the latest state and start refreshing it.
+
+        A creation that returns only after the checkpoint's expiry (a store slower than the
+        lifetime) deletes it again and raises :class:`StoreError`: it never pinned anything
+        for sure.
+        """
         life = _check_lifetime(lifetime, optional=False)
         assert life is not None
         tags = {**_check_metadata(metadata), CHECKPOINT_KIND: KIND_READER}
         checkpoint = create_checkpoint(manifest_store, lifetime=life, name=name, metadata=tags)
         try:
             manifest = manifest_store.read(checkpoint.manifest_id)
+            if checkpoint.expire_time is not None and time.time() >= checkpoint.expire_time:
+                raise StoreError(
+                    f"creating checkpoint {checkpoint.id} in {manifest_store.url} took longer "
+                    f"than its lifetime of {life} s; use a longer checkpoint_lifetime",
+                    definite=True,
+                )
         except BaseException:
-            delete_checkpoint(manifest_store, checkpoint.id)
+            with contextlib.suppress(NotFoundError):
+                delete_checkpoint(manifest_store, checkpoint.id)
             raise
         return cls(manifest_store, checkpoint, manifest, life)
 
@@ -311,27 +336,66 @@ class CheckpointLease:
 
     @property
     def lost(self) -> bool:
-        """True once the checkpoint was found missing (deleted elsewhere, or dropped by GC)."""
-        return self._lost
+        """True once the lease lapsed (see the class docstring)."""
+        return self.lapse() is not None
+
+    def lapse(self, now: float | None = None) -> str | None:
+        """Why the lease lapsed, or None while it holds (``now``: seconds since the epoch)."""
+        with self._lock:
+            if self._lapse is not None:
+                return self._lapse
+            expire = self._checkpoint.expire_time
+        when = time.time() if now is None else now
+        if expire is not None and when >= expire:
+            self._lapsed(f"it expired at {expire:.3f} before a refresh succeeded")
+            with self._lock:
+                return self._lapse
+        return None
+
+    def vanished(self) -> None:
+        """Record that the checkpoint was found missing from the latest manifest."""
+        self._vanished = True
+        self._lapsed("the checkpoint is gone from the manifest (deleted, or dropped by GC)")
+
+    def _lapsed(self, reason: str) -> None:
+        with self._lock:
+            if self._lapse is not None:
+                return
+            self._lapse = reason
+        self._stop.set()
+        log.warning(
+            "checkpoint.lease_lost",
+            url=self._manifest_store.url,
+            checkpoint=self._checkpoint.id,
+            manifest_id=self._checkpoint.manifest_id,
+            reason=reason,
+        )
+
+    def _half_life(self) -> float:
+        expire = self.checkpoint.expire_time
+        remaining = self._lifetime if expire is None else expire - time.time()
+        return max(remaining / 2, 0.0)
 
     def _run(self) -> None:
-        wait = self._lifetime / 2
+        wait = self._half_life()
         while not self._stop.wait(wait):
+            if self.lapse() is not None:
+                return
+            expire = self.checkpoint.expire_time
             try:
                 refreshed = refresh_checkpoint(
                     self._manifest_store, self._checkpoint.id, lifetime=self._lifetime
                 )
-            except (NotFoundError, UsageError) as exc:
-                self._lost = True
-                log.warning(
-                    "checkpoint.lease_lost",
-                    url=self._manifest_store.url,
-                    checkpoint=self._checkpoint.id,
-                    error=str(exc),
-                )
+            except NotFoundError:
+                self.vanished()
+                return
+            except UsageError as exc:
+                self._lapsed(str(exc))
                 return
             except InkpenError as exc:
-                remaining = (self.checkpoint.expire_time or time.time()) - time.time()
+                if self.lapse() is not None:
+                    return
+                remaining = (expire or time.time()) - time.time()
                 wait = max(min(self._lifetime / 8, remaining / 4), 0.01)
                 log.warning(
                     "checkpoint.refresh_failed",
@@ -341,9 +405,16 @@ class CheckpointLease:
                     retry_in=round(wait, 3),
                 )
                 continue
+            if expire is not None and time.time() >= expire:
+                # The refresh may have landed after the expiry: someone may have acted on it.
+                self._lapsed(
+                    f"a refresh returned only after its expiry at {expire:.3f}, so it may have "
+                    "landed too late"
+                )
+                return
             with self._lock:
                 self._checkpoint = refreshed
-            wait = self._lifetime / 2
+            wait = self._half_life()
 
     def close(self) -> None:
         """Stop refreshing and delete the checkpoint. Safe to call more than once."""
@@ -354,7 +425,7 @@ class CheckpointLease:
         self._stop.set()
         if threading.current_thread() is not self._thread:
             self._thread.join()
-        if self._lost:
+        if self._vanished:
             return
         with contextlib.suppress(NotFoundError):
             delete_checkpoint(self._manifest_store, self._checkpoint.id)

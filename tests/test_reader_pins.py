@@ -13,12 +13,14 @@ import time
 from collections.abc import Callable
 
 import pytest
+from structlog.testing import capture_logs
 
 import inkpen
 from inkpen.actors import registry
 from inkpen.actors.keeper import ManifestKeeper
 from inkpen.actors.registry import CheckpointGuard
 from inkpen.manifest.checkpoints import create_checkpoint, delete_checkpoint, refresh_checkpoint
+from inkpen.manifest.gc import GcOptions, run_gc
 from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor
 from inkpen.manifest.paths import new_file_id, sst_key
 from inkpen.manifest.store import ManifestStore
@@ -108,4 +110,114 @@ def test_the_writers_delete_check_never_expires_a_checkpoint_by_a_stale_manifest
     delete_checkpoint(manifests, checkpoint.id)
     keeper.refresh()
     assert not guard.holds(name)
+    store.close()
+
+
+def rewrite_everything(book: inkpen.Bookie, keys: list[str], value: bytes) -> None:
+    """Overwrite every key and merge and compact, so no file of before is needed any more."""
+    for key in keys:
+        book.put("r", key, value)
+    book.flush()
+    book.compact_ledger()
+    for _ in range(10):
+        if not book.compact_journal().compacted:
+            break
+
+
+def pinned_files(url: str, checkpoint_id: str) -> set[str]:
+    manifests = ManifestStore(open_store(url))
+    latest = manifests.latest()
+    assert latest is not None
+    found = latest.manifest.checkpoint(checkpoint_id)
+    assert found is not None
+    return {n for _, n in manifests.read(found.manifest_id).referenced_objects()}
+
+
+def stored(url: str) -> set[str]:
+    return {info.key for info in open_store(url).list("")}
+
+
+def test_a_reader_whose_checkpoint_was_dropped_says_its_lease_lapsed(url: str) -> None:
+    keys = [f"k{i:02d}" for i in range(40)]
+    with inkpen.open(url, **QUIET) as book:
+        rewrite_everything(book, keys, b"old")
+        with inkpen.open_reader(url, checkpoint_lifetime=600.0) as reader:
+            checkpoint_id = reader.checkpoint_id
+            pinned = pinned_files(url, checkpoint_id)
+            rewrite_everything(book, keys, b"new")
+            # GC elsewhere, as if the lease had lapsed long ago: the checkpoint is dropped, then
+            # the files only it named are deleted.
+            report = run_gc(url, options=GcOptions(min_age=0), now=time.time() + 3600)
+            assert checkpoint_id in report.dropped_checkpoints
+            assert pinned - stored(url), "no file of the reader's checkpoint was deleted"
+            with capture_logs() as logs:
+                with pytest.raises(inkpen.CheckpointLapsedError, match=checkpoint_id) as raised:
+                    reader.get("r", "k00")
+                assert raised.value.key == checkpoint_id
+                with pytest.raises(inkpen.CheckpointLapsedError, match="lapsed"):
+                    list(reader.objects("r"))
+            lapsed = [e for e in logs if e["event"] == "reader.lease_lapsed"]
+            assert len(lapsed) == 1 and lapsed[0]["checkpoint"] == checkpoint_id
+            assert lapsed[0]["log_level"] == "warning"
+        assert book.get("r", "k00") == b"new"
+
+
+def test_a_file_missing_under_a_live_checkpoint_is_not_corruption(url: str) -> None:
+    keys = [f"k{i:02d}" for i in range(40)]
+    with inkpen.open(url, **QUIET) as book:
+        rewrite_everything(book, keys, b"old")
+        with inkpen.open_reader(url, checkpoint_lifetime=600.0) as reader:
+            ssts = [n for n in pinned_files(url, reader.checkpoint_id) if n.startswith("ledger/")]
+            assert ssts
+            store = open_store(url)
+            for name in ssts:
+                store.delete(name)  # not inkpen's doing: the checkpoint is live
+            with pytest.raises(inkpen.NotFoundError, match="although checkpoint") as raised:
+                reader.get("r", "k00")
+            assert not isinstance(raised.value, inkpen.CheckpointLapsedError)
+            assert raised.value.key in ssts
+            store.close()
+
+
+def test_a_refresh_that_lands_after_the_expiry_lapses_the_lease(url: str) -> None:
+    store = HookedStore(open_store(url))
+    with inkpen.open(url, **QUIET) as book:
+        book.put("r", "k", b"v")
+        book.flush()
+        with capture_logs() as logs, inkpen.open_reader(store, checkpoint_lifetime=2.0) as reader:
+            lease = reader._lease
+            assert lease is not None
+            expiry = lease.checkpoint.expire_time
+            assert expiry is not None
+            assert reader.get("r", "k") == b"v"
+
+            def slow_request() -> None:
+                # The refresh's manifest write reaches the store only after the expiry it is
+                # meant to extend; meanwhile anyone may have judged the checkpoint expired.
+                wait_until(lambda: time.time() > expiry, "the lease's expiry to pass")
+
+            store.before_create("manifest/", slow_request)
+            manifests = ManifestStore(open_store(url))
+
+            def refresh_landed() -> bool:
+                latest = manifests.latest()
+                assert latest is not None
+                stored_checkpoint = latest.manifest.checkpoint(reader.checkpoint_id)
+                assert stored_checkpoint is not None
+                return (stored_checkpoint.expire_time or 0) > expiry
+
+            wait_until(refresh_landed, "the late refresh to land")
+            # The refresh thread either takes the new expiry (a healthy lease) or lapses.
+            wait_until(
+                lambda: lease.checkpoint.expire_time != expiry or not lease._thread.is_alive(),
+                "the refresh thread to take the refresh's outcome",
+            )
+            with pytest.raises(inkpen.CheckpointLapsedError, match=reader.checkpoint_id):
+                reader.get("r", "k")
+        lost = [e for e in logs if e["event"] == "checkpoint.lease_lost"]
+        assert len(lost) == 1 and "after its expiry" in lost[0]["reason"]
+        assert [e["event"] for e in logs].count("reader.lease_lapsed") == 1
+        latest = ManifestStore(open_store(url)).latest()
+        assert latest is not None
+        assert latest.manifest.checkpoint(reader.checkpoint_id) is None  # close deleted it
     store.close()

@@ -2,13 +2,15 @@
 
 :class:`HookedStore` passes every call through to its inner store; ``after_list(prefix, hook)``
 runs ``hook`` once, right after the first listing of ``prefix`` returns its first page, so a test
-can make another party act exactly between a reader's listing and its next step.
+can make another party act exactly between a reader's listing and its next step;
+``before_create(prefix, hook)`` runs ``hook`` once, before the next create-if-absent of a key
+under ``prefix`` reaches the store (a slow request, or a step of someone else's first).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from inkpen.objectstore import ObjectStore
 from inkpen.objectstore.base import DEFAULT_PAGE_SIZE, ListPage
@@ -22,12 +24,29 @@ class HookedStore(FaultyStore):
         super().__init__(inner, FaultPlan())
         self._lock_hooks = threading.Lock()
         self._after_list: list[tuple[str, Callable[[], None]]] = []
+        self._before_create: list[tuple[str, Callable[[], None]]] = []
         self.fired: list[str] = []
 
     def after_list(self, prefix: str, hook: Callable[[], None]) -> None:
         """Run ``hook`` once, after the next listing of ``prefix`` (its first page)."""
         with self._lock_hooks:
             self._after_list.append((prefix, hook))
+
+    def before_create(self, prefix: str, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once, before the next ``put_if_absent`` of a key under ``prefix``."""
+        with self._lock_hooks:
+            self._before_create.append((prefix, hook))
+
+    def put_if_absent(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        with self._lock_hooks:
+            due = [h for h in self._before_create if key.startswith(h[0])]
+            self._before_create = [h for h in self._before_create if h not in due]
+        for prefix, hook in due:
+            self.fired.append(prefix)
+            hook()
+        super().put_if_absent(key, data, metadata=metadata)
 
     def list_page(
         self, prefix: str = "", *, token: str | None = None, limit: int = DEFAULT_PAGE_SIZE
