@@ -22,7 +22,7 @@ from inkpen.actors.registry import CheckpointGuard
 from inkpen.manifest.checkpoints import create_checkpoint, delete_checkpoint, refresh_checkpoint
 from inkpen.manifest.gc import GcOptions, run_gc
 from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor
-from inkpen.manifest.paths import new_file_id, sst_key
+from inkpen.manifest.paths import manifest_key, new_file_id, sst_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.hooks import HookedStore
@@ -220,4 +220,25 @@ def test_a_refresh_that_lands_after_the_expiry_lapses_the_lease(url: str) -> Non
         latest = ManifestStore(open_store(url)).latest()
         assert latest is not None
         assert latest.manifest.checkpoint(reader.checkpoint_id) is None  # close deleted it
+    store.close()
+
+
+def test_gc_finding_a_lapsed_checkpoints_manifest_gone_reports_no_corruption(url: str) -> None:
+    store = HookedStore(open_store(url))
+    manifests = ManifestStore(store)
+    manifests.create(Manifest())
+    now = time.time()
+    checkpoint = create_checkpoint(manifests, lifetime=100.0, now=now)
+    manifests.update(lambda v: v.manifest.with_ledger(LedgerState((), 0)))  # a newer latest
+
+    def other_gc_later() -> None:
+        # Another process's GC, after the checkpoint expired, drops it and its manifest.
+        report = run_gc(open_store(url), options=GcOptions(min_age=0), now=now + 200)
+        assert manifest_key(checkpoint.manifest_id) in report.deleted
+
+    store.before_get(manifest_key(checkpoint.manifest_id), other_gc_later)
+    with pytest.raises(inkpen.NotFoundError, match="run GC again") as raised:
+        run_gc(store, options=GcOptions(min_age=0), now=now + 50)
+    assert store.fired == [manifest_key(checkpoint.manifest_id)]
+    assert not isinstance(raised.value, inkpen.CorruptionError)
     store.close()

@@ -4,7 +4,8 @@
 runs ``hook`` once, right after the first listing of ``prefix`` returns its first page, so a test
 can make another party act exactly between a reader's listing and its next step;
 ``before_create(prefix, hook)`` runs ``hook`` once, before the next create-if-absent of a key
-under ``prefix`` reaches the store (a slow request, or a step of someone else's first).
+under ``prefix`` reaches the store (a slow request, or a step of someone else's first);
+``before_get(key, hook)`` likewise before the next get of ``key``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class HookedStore(FaultyStore):
         self._lock_hooks = threading.Lock()
         self._after_list: list[tuple[str, Callable[[], None]]] = []
         self._before_create: list[tuple[str, Callable[[], None]]] = []
+        self._before_get: list[tuple[str, Callable[[], None]]] = []
         self.fired: list[str] = []
 
     def after_list(self, prefix: str, hook: Callable[[], None]) -> None:
@@ -36,6 +38,20 @@ class HookedStore(FaultyStore):
         """Run ``hook`` once, before the next ``put_if_absent`` of a key under ``prefix``."""
         with self._lock_hooks:
             self._before_create.append((prefix, hook))
+
+    def before_get(self, key: str, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once, before the next ``get`` of ``key``."""
+        with self._lock_hooks:
+            self._before_get.append((key, hook))
+
+    def get(self, key: str) -> bytes:
+        with self._lock_hooks:
+            due = [h for h in self._before_get if h[0] == key]
+            self._before_get = [h for h in self._before_get if h[0] != key]
+        for name, hook in due:
+            self.fired.append(name)
+            hook()
+        return super().get(key)
 
     def put_if_absent(
         self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
