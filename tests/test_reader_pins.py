@@ -184,7 +184,7 @@ def test_a_refresh_that_lands_after_the_expiry_lapses_the_lease(url: str) -> Non
     with inkpen.open(url, **QUIET) as book:
         book.put("r", "k", b"v")
         book.flush()
-        with capture_logs() as logs, inkpen.open_reader(store, checkpoint_lifetime=2.0) as reader:
+        with capture_logs() as logs, inkpen.open_reader(store, checkpoint_lifetime=4.0) as reader:
             lease = reader._lease
             assert lease is not None
             expiry = lease.checkpoint.expire_time
