@@ -51,6 +51,7 @@ class ManifestKeeper:
         self.epoch = epoch
         self.writer_checkpoint = writer_checkpoint
         self._latest = latest
+        self._latest_as_of = 0.0  # unknown: expire nothing until a commit or refresh says when
         self._timeout = timeout
         self._lock = threading.Lock()
         self._fenced: FencedError | None = None
@@ -62,6 +63,13 @@ class ManifestKeeper:
     @property
     def latest(self) -> VersionedManifest:
         return self._latest
+
+    @property
+    def latest_as_of(self) -> float:
+        """A wall-clock time at which :attr:`latest` was the latest manifest (taken before it
+        was read). A checkpoint it holds that was live then may have been refreshed since, so
+        judge liveness at this time, not now: a stale copy must never declare one expired."""
+        return self._latest_as_of
 
     @property
     def fenced(self) -> FencedError | None:
@@ -92,6 +100,7 @@ class ManifestKeeper:
             if self._fenced is not None:
                 raise self._fenced
             started = time.monotonic()
+            as_of = time.time()
 
             def apply(current: VersionedManifest) -> Manifest:
                 new_id = current.id + 1
@@ -105,6 +114,7 @@ class ManifestKeeper:
                 self._fence(exc)
                 raise
             self._latest = versioned
+            self._latest_as_of = as_of
             self._cache[versioned.id] = versioned.manifest
             self.commits += 1
         log.info(
@@ -150,6 +160,7 @@ class ManifestKeeper:
 
     def refresh(self) -> VersionedManifest:
         """Re-read the latest manifest (to see checkpoints other processes added)."""
+        as_of = time.time()
         latest = self.manifests.latest()
         if latest is not None:
             if latest.manifest.writer_epoch > self.epoch:
@@ -164,6 +175,8 @@ class ManifestKeeper:
                 if latest.id > self._latest.id:
                     self._latest = latest
                     self._cache[latest.id] = latest.manifest
+                if latest.id >= self._latest.id:
+                    self._latest_as_of = max(self._latest_as_of, as_of)
         return self._latest
 
     def set_floor(self, owner: str, manifest_id: int | None) -> None:

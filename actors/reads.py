@@ -7,7 +7,9 @@ first) followed by one journal lookup by SQN. Folds merge every ledger source in
 loaded whole, each SST block is read when the fold reaches it.
 
 A point read that finds a file gone (a merge or a compaction finished and the file was deleted
-after the reader took its views) takes fresh views and tries again.
+after the reader took its views) takes fresh views and tries again; if files keep vanishing it
+raises the :class:`NotFoundError` (a missing object is never reported as corruption: a
+:class:`~inkpen.Reader` turns it into a lapsed-checkpoint error when its pin lapsed).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ class ViewSource(Protocol):
 def read_value(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
     """GET: the live value of ``key`` or None."""
     missing_sqn = None
+    vanished: NotFoundError | None = None
     for _ in range(READ_ATTEMPTS):
         cache, ledger, journal = source.views()
         try:
@@ -97,11 +100,14 @@ def read_value(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
             if value is None or not is_live(value, now_ms):
                 return None
             body = values_of(journal)(value[0], Kind.OBJECT, key)
-        except NotFoundError:
+        except NotFoundError as exc:
+            vanished = exc
             continue
         if body is not None:
             return body
         missing_sqn = value[0]
+    if missing_sqn is None and vanished is not None:
+        raise vanished  # files kept vanishing: a missing object, never corruption
     raise CorruptionError(
         "journal",
         f"the ledger names SQN {missing_sqn} for key {key!r} but no journal object holds it",
@@ -110,16 +116,19 @@ def read_value(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
 
 def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
     """HEAD: the live metadata of ``key`` from the ledger alone, or None."""
+    vanished: NotFoundError | None = None
     for _ in range(READ_ATTEMPTS):
         cache, ledger, _ = source.views()
         try:
             value = lookup(cache, ledger, key)
-        except NotFoundError:
+        except NotFoundError as exc:
+            vanished = exc
             continue
         if value is None or not is_live(value, now_ms):
             return None
         return to_head(value)
-    raise CorruptionError("ledger", f"ledger files kept vanishing while reading {key!r}")
+    assert vanished is not None
+    raise vanished  # ledger files kept vanishing: a missing object, never corruption
 
 
 def ledger_range(

@@ -99,7 +99,9 @@ class CheckpointGuard:
     no live checkpoint still references it.
 
     Other processes add checkpoints, so the guard re-reads the latest manifest before answering,
-    at most once per second; manifests named by checkpoints are read once and cached.
+    at most once per second; manifests named by checkpoints are read once and cached. A
+    checkpoint counts as live when it was live at the time that manifest was read
+    (``keeper.latest_as_of``): its holder may have refreshed it since.
     """
 
     def __init__(self, keeper: ManifestKeeper) -> None:
@@ -124,8 +126,11 @@ class CheckpointGuard:
             self._keeper.refresh()
             self._refreshed = now_mono
         latest = self._keeper.latest
-        now = time.time()
-        for checkpoint in latest.manifest.live_checkpoints(now):
+        # Live as of when that manifest was read, not now: it may be up to a refresh interval
+        # old, and a checkpoint it shows about to expire may have been refreshed since. Judged
+        # by now, a reader's lease refreshed in time would look expired and lose its files.
+        as_of = min(time.time(), self._keeper.latest_as_of)
+        for checkpoint in latest.manifest.live_checkpoints(as_of):
             if checkpoint.id == self._keeper.writer_checkpoint:
                 continue
             names = self._names.get(checkpoint.manifest_id)

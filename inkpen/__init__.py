@@ -17,6 +17,7 @@ from ._version import __version__
 from .bookie import Bookie, open
 from .errors import (
     AlreadyExistsError,
+    CheckpointLapsedError,
     CorruptionError,
     FencedError,
     InkpenError,
@@ -32,6 +33,7 @@ __all__ = [
     "AlreadyExistsError",
     "BackupReport",
     "Bookie",
+    "CheckpointLapsedError",
     "CompactionReport",
     "CorruptionError",
     "FencedError",

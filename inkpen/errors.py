@@ -55,6 +55,15 @@ class NotFoundError(StoreError):
         return Exception.__str__(self)
 
 
+class CheckpointLapsedError(NotFoundError):
+    """The checkpoint a Reader reads at is no longer live (its lease expired before a refresh
+    landed, or the checkpoint was deleted or dropped by GC), so the files it pinned may be gone.
+
+    ``key`` is the checkpoint's id. Nothing read before is wrong; open a new Reader (with a
+    longer ``checkpoint_lifetime`` if its refreshes are slow) to read on.
+    """
+
+
 class AlreadyExistsError(StoreError):
     """A create-if-absent write found the object already there; this write did not happen."""
 
@@ -104,6 +113,7 @@ def _rebuild(cls: type[BaseException], message: str, keywords: dict[str, object]
 
 __all__ = [
     "AlreadyExistsError",
+    "CheckpointLapsedError",
     "CorruptionError",
     "FencedError",
     "InkpenError",

@@ -7,23 +7,42 @@ not by the writer's merges and compactions, not by GC in any process — while t
 lives. ``inkpen.open_reader(url, checkpoint=ID)`` reads at an existing checkpoint (made by
 ``Bookie.checkpoint`` or the CLI) and leaves its lifetime to its owner. A Reader never writes data;
 with its own checkpoint it writes only the manifest changes that create, refresh and delete it.
+
+Every file a Reader reads is named by its checkpoint's manifest, which the checkpoint protects
+from the moment the checkpoint is committed (the Reader reads that very manifest, never the one
+before it). When the checkpoint stops protecting them — its own lease lapsed (see
+:class:`~inkpen.manifest.checkpoints.CheckpointLease`), or the checkpoint it was opened at was
+deleted or expired — the Reader says so: every later read raises
+:class:`~inkpen.errors.CheckpointLapsedError` naming the checkpoint, and ``reader.lease_lapsed`` is
+logged once. A file missing while the checkpoint is live is a :class:`~inkpen.errors.NotFoundError`
+naming it: a missing object is never reported as corruption.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from inkpen.actors.reader import ManifestViews, load_views
+from inkpen.actors.reads import Head
+from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store, parse_store_url
 
-from .errors import NotFoundError, UsageError
+from .errors import CheckpointLapsedError, InkpenError, NotFoundError, UsageError
 from .options import Options
-from .reading import ReadAPI
+from .reading import FoldIterator, ReadAPI
+
+log = get_logger("inkpen.reader")
+
+T = TypeVar("T")
+
+GONE = "the checkpoint is gone from the manifest (deleted, or dropped by GC)"
 
 
 class _Source:
@@ -65,6 +84,8 @@ class Reader(ReadAPI):
         self._lease = lease
         self._options = options
         self._closed = False
+        self._lock = threading.Lock()
+        self._lapse: str | None = None
 
     @property
     def checkpoint_id(self) -> str:
@@ -87,6 +108,95 @@ class Reader(ReadAPI):
 
     def _fold_source(self, *, long_running: bool) -> _Source:
         return self._source
+
+    # -- the checkpoint's protection ----------------------------------------------------------
+
+    def _lapsed(self, reason: str) -> CheckpointLapsedError:
+        with self._lock:
+            first = self._lapse is None
+            if first:
+                self._lapse = reason
+            reason = self._lapse or reason
+        if first:
+            log.warning(
+                "reader.lease_lapsed",
+                url=self._store.url,
+                checkpoint=self._checkpoint_id,
+                manifest_id=self._manifest_id,
+                reason=reason,
+            )
+        return CheckpointLapsedError(
+            f"the Reader's checkpoint lease {self._checkpoint_id} (manifest {self._manifest_id}) "
+            f"lapsed: {reason}; files it pinned may be gone. Close this Reader and open a new one "
+            "(with a longer checkpoint_lifetime if refreshes are slow)",
+            key=self._checkpoint_id,
+        )
+
+    def _check_pin(self) -> None:
+        """Raise :class:`CheckpointLapsedError` once the checkpoint may no longer protect."""
+        with self._lock:
+            known = self._lapse
+        if known is not None:
+            raise self._lapsed(known)
+        if self._lease is not None:
+            reason = self._lease.lapse()
+            if reason is not None:
+                raise self._lapsed(reason)
+
+    def _vanished(self, error: NotFoundError) -> InkpenError:
+        """The error for a file found missing: a lapsed pin, or a store missing a pinned file."""
+        if isinstance(error, CheckpointLapsedError):
+            return error
+        reason = None if self._lease is None else self._lease.lapse()
+        if reason is not None:
+            return self._lapsed(reason)
+        # Ask the store: is the checkpoint still there and live?
+        try:
+            latest = ManifestStore(self._store).latest()
+        except InkpenError as exc:
+            return exc
+        found = None if latest is None else latest.manifest.checkpoint(self._checkpoint_id)
+        if found is None:
+            if self._lease is not None:
+                self._lease.vanished()
+            return self._lapsed(GONE)
+        if not found.is_live(time.time()):
+            return self._lapsed(f"it expired at {found.expire_time}")
+        return NotFoundError(
+            f"{error.key or 'an object'} is missing from {self._store.url} although checkpoint "
+            f"{self._checkpoint_id} is live and its manifest {self._manifest_id} names it; "
+            f"something other than inkpen's GC deleted it ({error})",
+            key=error.key,
+        )
+
+    def _guarded(self, read: Callable[[], T]) -> T:
+        self._check_open()
+        self._check_pin()
+        try:
+            return read()
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
+
+    def _guarded_items(self, items: Iterator[T]) -> Iterator[T]:
+        try:
+            yield from items
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
+
+    def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
+        return self._guarded(lambda: ReadAPI.get(self, bucket, key))
+
+    def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
+        return self._guarded(lambda: ReadAPI.head(self, bucket, key))
+
+    def _fold(
+        self, run: Callable[[Any, int], Iterator[T]], *, long_running: bool
+    ) -> FoldIterator[T]:
+        self._check_open()
+        self._check_pin()
+        return super()._fold(
+            lambda source, now: self._guarded_items(run(source, now)), long_running=long_running
+        )
 
     def close(self) -> None:
         """Release the Reader's own checkpoint (if it made one) and its store. Idempotent."""

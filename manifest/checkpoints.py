@@ -7,14 +7,20 @@ updates.
 
 Creating one from the latest manifest (at id ``n``): refuse a destroyed or unfinished database;
 point the checkpoint at ``n + 1``, the id of the very update that adds it; and record in that
-manifest ``journal.next_segment``, one past the last contiguous journal segment listed just
-before, so the checkpoint also covers segments that are acknowledged but not yet folded. Creating
+manifest ``journal.next_segment``, one past the last contiguous journal segment listed *after
+reading manifest n* (inside the CAS change, once per attempt), so the checkpoint covers every
+segment manifest n's ledger may name — a flush persists SQNs only of segments already written —
+and every segment acknowledged but not yet folded. Creating
 one from a live source checkpoint: the new checkpoint names the source's manifest id. Refreshing
 moves ``expire_time``; an expired checkpoint can no longer be refreshed (GC may already have
 removed what it pinned).
 
 A :class:`CheckpointLease` is a reader's checkpoint kept alive by a daemon thread that refreshes
-it at half its lifetime; an idle lease makes no other store requests.
+it at half its remaining life; an idle lease makes no other store requests. A lease *lapses* when
+its checkpoint may have stopped protecting its files: the checkpoint vanished, its expiry passed
+before a refresh succeeded, or a refresh returned only after the expiry it extended (it may have
+landed late, after another process judged the checkpoint expired). A lapsed lease says so and is
+never refreshed again.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 
-from inkpen.errors import InkpenError, NotFoundError, UsageError
+from inkpen.errors import InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.logs import get_logger
 
 from .fencing import list_segments
@@ -132,25 +138,25 @@ def ensure_checkpoint(
         not isinstance(next_segment, int) or isinstance(next_segment, bool) or next_segment < 1
     ):
         raise UsageError(f"next_segment must be an int >= 1 or None, got {next_segment!r}")
-    when = time.time() if now is None else now
     url = manifest_store.url
-
-    segment_floor = next_segment
-    if source is None and segment_floor is None and include_segments:
-        # List the journal after reading the manifest, as the reader protocol does, so a
-        # segment GC removes meanwhile was already folded into the manifest we build on.
-        before = manifest_store.latest()
-        if before is None:
-            raise NotFoundError(f"no inkpen database at {url}")
-        require_live(before, url)
-        refs = list_segments(manifest_store.store, before.manifest.journal.last_folded_segment)
-        segment_floor = refs[-1].id + 1 if refs else None
+    list_journal = source is None and next_segment is None and include_segments
 
     def change(versioned: VersionedManifest) -> Manifest | None:
         require_live(versioned, url)
         manifest = versioned.manifest
         if manifest.checkpoint(checkpoint_id) is not None:
             return None
+        # The clock is read per attempt: a CAS that lost races for a while must not write a
+        # checkpoint whose lifetime was spent before it landed.
+        when = time.time() if now is None else now
+        segment_floor = next_segment
+        if list_journal:
+            # Listed after reading the very manifest this update builds on, so every segment
+            # its ledger may name (a flush persists SQNs of segments written before it) is
+            # listed: a listing taken before reading it misses a flush that lands in between.
+            # A segment GC removes meanwhile was already folded into this manifest.
+            refs = list_segments(manifest_store.store, manifest.journal.last_folded_segment)
+            segment_floor = refs[-1].id + 1 if refs else None
         if source is not None:
             origin = _require_checkpoint(versioned, source, url)
             if not origin.is_live(when):
@@ -199,19 +205,19 @@ def refresh_checkpoint(
     A missing checkpoint raises :class:`NotFoundError`; an expired one :class:`UsageError`.
     """
     life = _check_lifetime(lifetime, optional=True)
-    when = time.time() if now is None else now
     url = manifest_store.url
 
     def change(versioned: VersionedManifest) -> Manifest:
+        # Read per attempt: after losing races past the expiry, the checkpoint must count as
+        # expired (others may already have acted on it), not be revived.
+        when = time.time() if now is None else now
         found = _require_checkpoint(versioned, checkpoint_id, url)
         if not found.is_live(when):
             raise UsageError(
                 f"checkpoint {checkpoint_id} expired at {found.expire_time} and may no longer "
                 "pin its files; create a new checkpoint instead"
             )
-        return versioned.manifest.with_checkpoint(
-            replace(found, expire_time=_expiry(when, life))
-        )
+        return versioned.manifest.with_checkpoint(replace(found, expire_time=_expiry(when, life)))
 
     result = manifest_store.update(change)
     return _require_checkpoint(result, checkpoint_id, url)
@@ -246,11 +252,19 @@ def drop_expired(manifest: Manifest, now: float) -> Manifest:
 
 
 class CheckpointLease:
-    """A reader's checkpoint, kept alive by refreshing it at half its lifetime until closed.
+    """A reader's checkpoint, kept alive by refreshing it at half its remaining life until closed.
 
     ``checkpoint`` is the checkpoint as last written; ``manifest`` is the manifest it pins (what
     the reader reads). Failed refreshes are logged (``checkpoint.refresh_failed``) and retried
-    sooner; a checkpoint that vanished (``checkpoint.lease_lost``) is no longer refreshed.
+    sooner. The lease **lapses** — it is logged once (``checkpoint.lease_lost``, with the reason)
+    and never refreshed again — when
+
+    - the checkpoint vanished (deleted elsewhere, or dropped by GC once expired);
+    - its expiry passed before a refresh succeeded;
+    - a refresh returned after the expiry it extended: it may have landed late, and in between
+      another process (GC, the writer) may have judged the checkpoint expired and deleted files.
+
+    So while :meth:`lapse` says None, every file the pinned manifest names is still stored.
     """
 
     def __init__(
@@ -267,7 +281,8 @@ class CheckpointLease:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._closed = False
-        self._lost = False
+        self._lapse: str | None = None
+        self._vanished = False
         self._thread = threading.Thread(
             target=self._run, name=f"inkpen-lease-{checkpoint.id[:8]}", daemon=True
         )
@@ -282,15 +297,27 @@ class CheckpointLease:
         name: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> CheckpointLease:
-        """Create a reader checkpoint on the latest state and start refreshing it."""
+        """Create a reader checkpoint on the latest state and start refreshing it.
+
+        A creation that returns only after the checkpoint's expiry (a store slower than the
+        lifetime) deletes it again and raises :class:`StoreError`: it never pinned anything
+        for sure.
+        """
         life = _check_lifetime(lifetime, optional=False)
         assert life is not None
         tags = {**_check_metadata(metadata), CHECKPOINT_KIND: KIND_READER}
         checkpoint = create_checkpoint(manifest_store, lifetime=life, name=name, metadata=tags)
         try:
             manifest = manifest_store.read(checkpoint.manifest_id)
+            if checkpoint.expire_time is not None and time.time() >= checkpoint.expire_time:
+                raise StoreError(
+                    f"creating checkpoint {checkpoint.id} in {manifest_store.url} took longer "
+                    f"than its lifetime of {life} s; use a longer checkpoint_lifetime",
+                    definite=True,
+                )
         except BaseException:
-            delete_checkpoint(manifest_store, checkpoint.id)
+            with contextlib.suppress(NotFoundError):
+                delete_checkpoint(manifest_store, checkpoint.id)
             raise
         return cls(manifest_store, checkpoint, manifest, life)
 
@@ -309,27 +336,66 @@ class CheckpointLease:
 
     @property
     def lost(self) -> bool:
-        """True once the checkpoint was found missing (deleted elsewhere, or dropped by GC)."""
-        return self._lost
+        """True once the lease lapsed (see the class docstring)."""
+        return self.lapse() is not None
+
+    def lapse(self, now: float | None = None) -> str | None:
+        """Why the lease lapsed, or None while it holds (``now``: seconds since the epoch)."""
+        with self._lock:
+            if self._lapse is not None:
+                return self._lapse
+            expire = self._checkpoint.expire_time
+        when = time.time() if now is None else now
+        if expire is not None and when >= expire:
+            self._lapsed(f"it expired at {expire:.3f} before a refresh succeeded")
+            with self._lock:
+                return self._lapse
+        return None
+
+    def vanished(self) -> None:
+        """Record that the checkpoint was found missing from the latest manifest."""
+        self._vanished = True
+        self._lapsed("the checkpoint is gone from the manifest (deleted, or dropped by GC)")
+
+    def _lapsed(self, reason: str) -> None:
+        with self._lock:
+            if self._lapse is not None:
+                return
+            self._lapse = reason
+        self._stop.set()
+        log.warning(
+            "checkpoint.lease_lost",
+            url=self._manifest_store.url,
+            checkpoint=self._checkpoint.id,
+            manifest_id=self._checkpoint.manifest_id,
+            reason=reason,
+        )
+
+    def _half_life(self) -> float:
+        expire = self.checkpoint.expire_time
+        remaining = self._lifetime if expire is None else expire - time.time()
+        return max(remaining / 2, 0.0)
 
     def _run(self) -> None:
-        wait = self._lifetime / 2
+        wait = self._half_life()
         while not self._stop.wait(wait):
+            if self.lapse() is not None:
+                return
+            expire = self.checkpoint.expire_time
             try:
                 refreshed = refresh_checkpoint(
                     self._manifest_store, self._checkpoint.id, lifetime=self._lifetime
                 )
-            except (NotFoundError, UsageError) as exc:
-                self._lost = True
-                log.warning(
-                    "checkpoint.lease_lost",
-                    url=self._manifest_store.url,
-                    checkpoint=self._checkpoint.id,
-                    error=str(exc),
-                )
+            except NotFoundError:
+                self.vanished()
+                return
+            except UsageError as exc:
+                self._lapsed(str(exc))
                 return
             except InkpenError as exc:
-                remaining = (self.checkpoint.expire_time or time.time()) - time.time()
+                if self.lapse() is not None:
+                    return
+                remaining = (expire or time.time()) - time.time()
                 wait = max(min(self._lifetime / 8, remaining / 4), 0.01)
                 log.warning(
                     "checkpoint.refresh_failed",
@@ -339,9 +405,16 @@ class CheckpointLease:
                     retry_in=round(wait, 3),
                 )
                 continue
+            if expire is not None and time.time() >= expire:
+                # The refresh may have landed after the expiry: someone may have acted on it.
+                self._lapsed(
+                    f"a refresh returned only after its expiry at {expire:.3f}, so it may have "
+                    "landed too late"
+                )
+                return
             with self._lock:
                 self._checkpoint = refreshed
-            wait = self._lifetime / 2
+            wait = self._half_life()
 
     def close(self) -> None:
         """Stop refreshing and delete the checkpoint. Safe to call more than once."""
@@ -352,7 +425,7 @@ class CheckpointLease:
         self._stop.set()
         if threading.current_thread() is not self._thread:
             self._thread.join()
-        if self._lost:
+        if self._vanished:
             return
         with contextlib.suppress(NotFoundError):
             delete_checkpoint(self._manifest_store, self._checkpoint.id)

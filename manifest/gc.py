@@ -45,6 +45,10 @@ file looks exactly like an orphan, so what protects another process's files in f
   (logging ``gc.stopped``) before a batch of deletes if the writer epoch changed since it read
   the manifest.
 
+A manifest a live checkpoint pins that turns out missing stops the pass: as a
+:class:`NotFoundError` when the checkpoint lapsed and was collected meanwhile (another process's
+GC judged later), as a :class:`CorruptionError` only when the latest manifest still holds it.
+
 Fence segments (size :data:`~inkpen.formats.journal.EMPTY_JOURNAL_SIZE`) are kept by default: the
 slot after each writer's last segment holds a newer writer's fence, and deleting it would let a
 stalled writer write into that slot and acknowledge writes nobody replays.
@@ -305,13 +309,35 @@ def _read_pinned(
     for manifest_id in sorted(required | ranged):
         try:
             pinned[manifest_id] = manifest_store.read(manifest_id)
-        except NotFoundError:
+        except NotFoundError as exc:
             if manifest_id in required:
-                raise CorruptionError(
-                    manifest_key(manifest_id),
-                    "manifest pinned by a live checkpoint is missing; GC stops here",
-                ) from None
+                raise _missing_pinned(manifest_store, manifest_id, now) from exc
     return pinned
+
+
+def _missing_pinned(manifest_store: ManifestStore, manifest_id: int, now: float) -> Exception:
+    """A manifest a live checkpoint pinned is missing: a lapsed pin, or a broken store?
+
+    Another process's GC, judging later, may have dropped the checkpoint and deleted the manifest
+    since this pass read the latest: that is a missing object, not corruption. Only when the
+    latest manifest still holds a live checkpoint pinning it does the store contradict its
+    manifest for good.
+    """
+    key = manifest_key(manifest_id)
+    fresh = manifest_store.latest()
+    still = fresh is not None and any(
+        cp.manifest_id == manifest_id and cp.kind != KIND_WRITER
+        for cp in fresh.manifest.live_checkpoints(now)
+    )
+    if still:
+        detail = "manifest pinned by a live checkpoint is missing; GC stops here"
+        return CorruptionError(key, detail)
+    return NotFoundError(
+        f"manifest {manifest_id} in {manifest_store.url}, pinned by a checkpoint when this GC pass "
+        "read the latest manifest, is gone: the checkpoint lapsed and was collected meanwhile. "
+        "GC stops here; run GC again",
+        key=key,
+    )
 
 
 def run_gc(

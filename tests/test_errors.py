@@ -9,6 +9,7 @@ import pytest
 
 from inkpen.errors import (
     AlreadyExistsError,
+    CheckpointLapsedError,
     CorruptionError,
     FencedError,
     NotFoundError,
@@ -24,6 +25,7 @@ from inkpen.errors import (
         StoreError("refused", definite=True),
         NotFoundError("no such object", key="ledger/x.sst"),
         AlreadyExistsError("taken", key="manifest/2.manifest"),
+        CheckpointLapsedError("checkpoint c1 lapsed", key="c1"),
         CorruptionError("ledger/x.sst", "block checksum mismatch", offset=4096),
         UsageError("bucket must not be empty"),
         FencedError("a newer writer opened the database"),

@@ -218,7 +218,7 @@ def test_lease_logs_failed_refreshes_and_recovers(store: ObjectStore) -> None:
     ms = ManifestStore(faulty)
     with faulty.paused():
         ms.create(Manifest())
-        lease = CheckpointLease.establish(ms, lifetime=0.4)
+        lease = CheckpointLease.establish(ms, lifetime=2.0)
     start = lease.checkpoint.expire_time
     with capture_logs() as logs:
         wait_until(

@@ -1,0 +1,78 @@
+"""A store that runs a test's callback at one chosen moment of the protocol under test.
+
+:class:`HookedStore` passes every call through to its inner store; ``after_list(prefix, hook)``
+runs ``hook`` once, right after the first listing of ``prefix`` returns its first page, so a test
+can make another party act exactly between a reader's listing and its next step;
+``before_create(prefix, hook)`` runs ``hook`` once, before the next create-if-absent of a key
+under ``prefix`` reaches the store (a slow request, or a step of someone else's first);
+``before_get(key, hook)`` likewise before the next get of ``key``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+
+from inkpen.objectstore import ObjectStore
+from inkpen.objectstore.base import DEFAULT_PAGE_SIZE, ListPage
+from inkpen.objectstore.faults import FaultPlan, FaultyStore
+
+
+class HookedStore(FaultyStore):
+    """Injects no fault; runs each registered hook once, after the listing it waits for."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner, FaultPlan())
+        self._lock_hooks = threading.Lock()
+        self._after_list: list[tuple[str, Callable[[], None]]] = []
+        self._before_create: list[tuple[str, Callable[[], None]]] = []
+        self._before_get: list[tuple[str, Callable[[], None]]] = []
+        self.fired: list[str] = []
+
+    def after_list(self, prefix: str, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once, after the next listing of ``prefix`` (its first page)."""
+        with self._lock_hooks:
+            self._after_list.append((prefix, hook))
+
+    def before_create(self, prefix: str, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once, before the next ``put_if_absent`` of a key under ``prefix``."""
+        with self._lock_hooks:
+            self._before_create.append((prefix, hook))
+
+    def before_get(self, key: str, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once, before the next ``get`` of ``key``."""
+        with self._lock_hooks:
+            self._before_get.append((key, hook))
+
+    def get(self, key: str) -> bytes:
+        with self._lock_hooks:
+            due = [h for h in self._before_get if h[0] == key]
+            self._before_get = [h for h in self._before_get if h[0] != key]
+        for name, hook in due:
+            self.fired.append(name)
+            hook()
+        return super().get(key)
+
+    def put_if_absent(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        with self._lock_hooks:
+            due = [h for h in self._before_create if key.startswith(h[0])]
+            self._before_create = [h for h in self._before_create if h not in due]
+        for prefix, hook in due:
+            self.fired.append(prefix)
+            hook()
+        super().put_if_absent(key, data, metadata=metadata)
+
+    def list_page(
+        self, prefix: str = "", *, token: str | None = None, limit: int = DEFAULT_PAGE_SIZE
+    ) -> ListPage:
+        page = super().list_page(prefix, token=token, limit=limit)
+        if token is None:
+            with self._lock_hooks:
+                due = [h for h in self._after_list if h[0] == prefix]
+                self._after_list = [h for h in self._after_list if h[0] != prefix]
+            for _, hook in due:
+                self.fired.append(prefix)
+                hook()
+        return page
