@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inkpen.actors.journal.intake import Batch
+from inkpen.actors.read.views import MemTable
 from inkpen.errors import FencedError
 from inkpen.formats.journal import JournalEntry
-
-from .intake import Batch
-from .views import MemTable
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,9 @@ See README.md and DESIGN.md.
 
 from __future__ import annotations
 
-from inkpen.actors.backup import BackupReport, HotBackup
-from inkpen.actors.inker_clerk import CompactionReport
-from inkpen.actors.reads import Head
+from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
+from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.read.path import Head
 from inkpen.manifest.gc import GcReport
 
 from ._version import __version__

@@ -19,21 +19,21 @@ import concurrent.futures
 from collections.abc import Iterable
 from typing import Any
 
-from inkpen.actors.backup import HotBackup
 from inkpen.actors.base import call, send
-from inkpen.actors.bookie import CloseSnapshot, CompactJournal, TakeSnapshot
-from inkpen.actors.changes import ChangeMaker
-from inkpen.actors.engine import Engine
-from inkpen.actors.gc import RunGc
-from inkpen.actors.inker import TakeCheckpoint
-from inkpen.actors.inker_clerk import CompactionReport
-from inkpen.actors.reads import Views, ViewSource
+from inkpen.actors.engine.bookie_actor import CloseSnapshot, CompactJournal, TakeSnapshot
+from inkpen.actors.engine.gc import RunGc
+from inkpen.actors.engine.hot_backup import HotBackup
+from inkpen.actors.engine.startup import Engine
+from inkpen.actors.journal.changes import ChangeMaker
+from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.journal.inker import TakeCheckpoint
+from inkpen.actors.read.path import Views, ViewSource
 from inkpen.manifest.gc import GcReport
 from inkpen.objectstore import ObjectStore, open_store
 
 from .errors import UsageError
 from .options import Options
-from .reading import ReadAPI
+from .read_api import ReadAPI
 from .snapshot import PartsSource, Snapshot
 
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]

@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from inkpen.actors.reader import ManifestViews, load_views
-from inkpen.actors.reads import Head
+from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
+from inkpen.actors.read.path import Head
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
@@ -36,7 +36,7 @@ from inkpen.objectstore import ObjectStore, open_store, parse_store_url
 
 from .errors import CheckpointLapsedError, InkpenError, NotFoundError, UsageError
 from .options import Options
-from .reading import FoldIterator, ReadAPI
+from .read_api import FoldIterator, ReadAPI
 
 log = get_logger("inkpen.reader")
 

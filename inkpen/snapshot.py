@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from inkpen.actors.clones import SnapshotParts
-from inkpen.actors.reads import Views
+from inkpen.actors.engine.snapshot_clones import SnapshotParts
+from inkpen.actors.read.path import Views
 
 from .errors import UsageError
-from .reading import ReadAPI
+from .read_api import ReadAPI
 
 
 class PartsSource:

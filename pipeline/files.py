@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from inkpen.actors.sst_clerk import descriptor_for
+from inkpen.actors.files.sst_clerk import descriptor_for
 from inkpen.formats.journal import JournalEntry, build_journal
 from inkpen.formats.keys import LedgerValue
 from inkpen.formats.sst import SstBuilder

@@ -5,12 +5,13 @@ numbers its entries from 1 and the commit later gives every file of the task one
 (readers add it to every SQN stored in the file). Steps:
 
 1. check and encode every row as a put, exactly as ``Bookie.put`` would
-   (:class:`inkpen.actors.changes.ChangeMaker`: limits, index specs, TTL from the task's clock);
+   (:class:`inkpen.actors.journal.changes.ChangeMaker`: limits, index specs, TTL from the task's
+   clock);
 2. sort the puts by ledger key, stably, so rows with the same key stay in input order;
 3. number them 1..n in that order: within the task, a key's last row gets its highest SQN;
 4. write the journal entries in SQN order as journal files (a new one at about
    ``journal_bytes``), every row kept, as a run of puts would have journalled them;
-5. turn each entry into its ledger entries (:func:`inkpen.actors.changes.ledger_entries`:
+5. turn each entry into its ledger entries (:func:`inkpen.actors.journal.changes.ledger_entries`:
    the object plus one entry per index spec), keep the highest SQN's per ledger key, and write
    them in key order as SSTs (a new one at about ``sst_bytes``).
 
@@ -31,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from inkpen.actors.changes import Change, ChangeMaker, ledger_entries
+from inkpen.actors.journal.changes import Change, ChangeMaker, ledger_entries
 from inkpen.errors import UsageError
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue

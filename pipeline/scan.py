@@ -1,9 +1,10 @@
 """Reading one partition of a Spark read, in its task: views of the checkpoint, rows as Arrow.
 
 A task opens the views of its partition's cut-down manifest once
-(:func:`inkpen.actors.reader.load_views`: SST readers, journal readers, the unfolded segments and
-the replayed journal tail), then walks its key ranges with the read path every inkpen reader
-uses (:func:`inkpen.actors.reads.live_range`: every source merged in key order, the newest
+(:func:`inkpen.actors.read.checkpoint_views.load_views`: SST readers, journal readers, the unfolded
+segments and the replayed journal tail), then walks its key ranges with the read path every inkpen
+reader uses (:func:`inkpen.actors.read.path.live_range`: every source merged in key order, the
+newest
 version of each key, tombstones and expired objects skipped) and, when values are read, looks
 each value up in the journal by its SQN. Rows leave in key order, in Arrow record batches of
 ``batch_rows``.
@@ -25,9 +26,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from inkpen.actors.reader import ManifestViews, load_views
-from inkpen.actors.reads import live_range
-from inkpen.actors.views import CacheView, LedgerView
+from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
+from inkpen.actors.read.path import live_range
+from inkpen.actors.read.views import CacheView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.formats.journal import Kind
 from inkpen.formats.keys import Tag, bucket_prefix, decode_key, object_key, object_parts, prefix_end

@@ -18,9 +18,9 @@ After :func:`inkpen.manifest.fencing.claim_writer`, no older writer can add a se
 holds the slot after the last one) or change the manifest (its epoch is stale), so the tail is
 fixed: the accepted segments between ``last_folded_segment`` and the claim's fence, and the
 journal files above ``persisted_sqn``. It is read with the same view builder every reader uses
-(:func:`inkpen.actors.reader.load_views` on the claimed manifest, its segment range stretched to
-the fence and its SSTs left out), so the tail's ledger entries are exactly those start-up replay
-would produce, newest per key, tombstones and index entries included.
+(:func:`inkpen.actors.read.checkpoint_views.load_views` on the claimed manifest, its segment range
+stretched to the fence and its SSTs left out), so the tail's ledger entries are exactly those
+start-up replay would produce, newest per key, tombstones and index entries included.
 
 The same pass finds the highest SQN anywhere in the database (SSTs, journal files, the
 accepted segments, the tail): the load's SQNs start above it.
@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from inkpen.actors.inker_clerk import fold_entries
-from inkpen.actors.reader import load_views
+from inkpen.actors.journal.clerk import fold_entries
+from inkpen.actors.read.checkpoint_views import load_views
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue
 from inkpen.manifest.clones import StoreResolver

@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from inkpen.actors import compute
+from inkpen.actors.engine import compute
 from inkpen.errors import CorruptionError
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
 from inkpen.formats.sst import SstReader, build_sst

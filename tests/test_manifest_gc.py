@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from inkpen.actors.in_flight import InFlight
+from inkpen.actors.files.in_flight import InFlight
 from inkpen.errors import UsageError
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, JournalEntry, Kind, build_journal
 from inkpen.manifest.checkpoints import create_checkpoint

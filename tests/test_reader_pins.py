@@ -16,9 +16,9 @@ import pytest
 from structlog.testing import capture_logs
 
 import inkpen
-from inkpen.actors import registry
-from inkpen.actors.keeper import ManifestKeeper
-from inkpen.actors.registry import CheckpointGuard
+from inkpen.actors.engine import registry
+from inkpen.actors.engine.keeper import ManifestKeeper
+from inkpen.actors.engine.registry import CheckpointGuard
 from inkpen.manifest.checkpoints import create_checkpoint, delete_checkpoint, refresh_checkpoint
 from inkpen.manifest.gc import GcOptions, run_gc
 from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor

@@ -41,7 +41,7 @@ from hypothesis.stateful import (
 )
 
 import inkpen
-from inkpen.actors.throttle import STOP
+from inkpen.actors.engine.throttle import STOP
 from inkpen.manifest.checkpoints import delete_checkpoint as remove_checkpoint
 from inkpen.manifest.gc import GcOptions, run_gc
 from inkpen.manifest.store import ManifestStore

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from inkpen.actors.changes import ChangeMaker
+from inkpen.actors.journal.changes import ChangeMaker
 from inkpen.errors import NotFoundError
 from inkpen.options import Options
 

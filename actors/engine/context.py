@@ -5,17 +5,16 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from inkpen.actors.engine.keeper import ManifestKeeper
+from inkpen.actors.engine.scheduler import Scheduler
+from inkpen.actors.engine.throttle import Throttle
+from inkpen.actors.files.in_flight import InFlight
+from inkpen.actors.read.views import ViewBoard
 from inkpen.errors import InkpenError
 from inkpen.formats.cache import LruCache
 from inkpen.manifest.clones import StoreResolver
 from inkpen.objectstore.base import ObjectStore
 from inkpen.options import Options
-
-from .in_flight import InFlight
-from .keeper import ManifestKeeper
-from .scheduler import Scheduler
-from .throttle import Throttle
-from .views import ViewBoard
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,9 @@
 """The Inker's intake: where application threads leave changes for the next journal segment.
 
 Puts from many threads must cost few actor messages, so a put does not message the Inker: it adds
-its :class:`~inkpen.actors.changes.Change` to the open :class:`Batch` under a lock and waits on the
-batch's event. The intake tells the Inker only when a batch opens (its first change) or fills up
-(``max_batch_bytes``); the Inker takes the whole batch in one step, writes it as one segment and
+its :class:`~inkpen.actors.journal.changes.Change` to the open :class:`Batch` under a lock and waits
+on the batch's event. The intake tells the Inker only when a batch opens (its first change) or fills
+up (``max_batch_bytes``); the Inker takes the whole batch in one step, writes it as one segment and
 the Bookie releases every waiter of the batch at once (group commit).
 
 The notifications are sent under the intake's lock (a tell only queues a message), so the Inker
@@ -19,9 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from inkpen.actors.journal.changes import Change
 from inkpen.errors import InkpenError
-
-from .changes import Change
 
 
 class Batch:

@@ -11,8 +11,8 @@ Whenever the ledger changes, the Penciller offers the clerk its current view
 A source file with no overlap in the level below is **moved**: a manifest change alone, no bytes
 rewritten. Otherwise the clerk reads the inputs, has them merged in key order (the highest SQN of
 a key wins) into new SST files of about ``sst_target_bytes`` by the compute pool
-(:mod:`inkpen.actors.compute`, off the interpreter that serves reads and writes), and writes each
-through its own SST clerk. Tombstones and expired entries are dropped only when the target is
+(:mod:`inkpen.actors.engine.compute`, off the interpreter that serves reads and writes), and writes
+each through its own SST clerk. Tombstones and expired entries are dropped only when the target is
 the **basement** (no level below it holds files), since above it they must keep shadowing older
 entries.
 
@@ -30,16 +30,15 @@ from typing import Any
 
 import pykka
 
+from inkpen.actors.base import InkpenActor, call, handles, send, stop
+from inkpen.actors.engine import compute
+from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.files.sst_clerk import SstClerk, WriteSst
+from inkpen.actors.read.views import LedgerView, SstHandle
 from inkpen.errors import NotFoundError
 from inkpen.formats.sst import SstInfo
 from inkpen.logs import get_logger
 from inkpen.manifest.paths import new_file_id, sst_key
-
-from . import compute
-from .base import InkpenActor, call, handles, send, stop
-from .context import EngineContext
-from .sst_clerk import SstClerk, WriteSst
-from .views import LedgerView, SstHandle
 
 log = get_logger("inkpen.penciller")
 

@@ -13,9 +13,9 @@ small and lets GC remove the segments.
 request was made:
 
 1. score every journal file by sampling ``compaction_sample_size`` of its records: the score is
-   the percentage of sampled bytes the rules of :mod:`inkpen.actors.retention` would keep;
+   the percentage of sampled bytes the rules of :mod:`inkpen.actors.journal.retention` would keep;
 2. pick the best contiguous run of files (Leveled's single-file and max-run thresholds,
-   :func:`~inkpen.actors.retention.best_run`); if no run scores above zero, stop;
+   :func:`~inkpen.actors.journal.retention.best_run`); if no run scores above zero, stop;
 3. rewrite the run's entries through the same rules (per tag: ``retain`` keeps key changes,
    ``recovr`` drops them) into new journal files;
 4. tell the Inker (:class:`CompactionDone`); it commits the swap in one manifest change and sets
@@ -33,18 +33,17 @@ from typing import Any, Protocol
 
 import pykka
 
+from inkpen.actors.base import ActorGone, InkpenActor, call, handles, send, stop
+from inkpen.actors.engine import compute
+from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.files.journal_clerk import JournalClerk, WriteJournal
+from inkpen.actors.journal.retention import best_run, entry_weight, judge, retained_weight
+from inkpen.actors.read.views import JournalHandle, SegmentTable
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue, Tag
 from inkpen.logs import get_logger
 from inkpen.manifest.model import JournalFileDescriptor
 from inkpen.manifest.paths import journal_file_key, new_file_id
-
-from . import compute
-from .base import ActorGone, InkpenActor, call, handles, send, stop
-from .context import EngineContext
-from .journal_clerk import JournalClerk, WriteJournal
-from .retention import best_run, entry_weight, judge, retained_weight
-from .views import JournalHandle, SegmentTable
 
 log = get_logger("inkpen.inker")
 

@@ -1,6 +1,6 @@
 """The SST clerk: one actor per ledger file.
 
-Life cycle (the shared end of life is in :mod:`inkpen.actors.file_clerk`)::
+Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
 
     writing ──▶ reading ──▶ delete_pending ──▶ deleted
 
@@ -23,18 +23,17 @@ from typing import Any
 
 import pykka
 
+from inkpen.actors.base import handles, send
+from inkpen.actors.engine import compute
+from inkpen.actors.files.clerk import FileClerk
+from inkpen.actors.files.fetch import DirectFetch
+from inkpen.actors.read.views import MemTable, SstHandle
 from inkpen.errors import InkpenError
 from inkpen.formats.cache import LruCache
 from inkpen.formats.keys import LedgerValue
 from inkpen.formats.sst import SstInfo, SstReader
 from inkpen.logs import get_logger
 from inkpen.manifest.model import SstDescriptor
-
-from . import compute
-from .base import handles, send
-from .fetch import DirectFetch
-from .file_clerk import FileClerk
-from .views import MemTable, SstHandle
 
 log = get_logger("inkpen.clerk")
 
@@ -109,7 +108,7 @@ class SstClerk(FileClerk):
     """Owns one SST object: writes it, opens its reader, and later deletes it.
 
     Answers :class:`OpenSst`, :class:`WriteSst` (asks) and :class:`BuildL0` (tell), plus the
-    delete_pending messages of :class:`~inkpen.actors.file_clerk.FileClerk`.
+    delete_pending messages of :class:`~inkpen.actors.files.clerk.FileClerk`.
     """
 
     kind = "sst"

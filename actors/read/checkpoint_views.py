@@ -1,7 +1,7 @@
 """Views of one manifest for read-only clients (Readers, Spark tasks), built without actors.
 
 A read-only client writes nothing and owns nothing, so it needs no actor system: it builds the same
-immutable views a writer publishes (:mod:`inkpen.actors.views`) straight from one manifest —
+immutable views a writer publishes (:mod:`inkpen.actors.read.views`) straight from one manifest —
 typically a checkpoint's — and reads through the ordinary read path. Building them is what a
 writer's start-up does, minus the claim:
 
@@ -20,6 +20,18 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from inkpen.actors.files.fetch import ChunkedFetch, DirectFetch
+from inkpen.actors.journal.changes import replayed_entries
+from inkpen.actors.read.views import (
+    CacheView,
+    JournalHandle,
+    JournalView,
+    LedgerView,
+    Level,
+    MemTable,
+    SegmentTable,
+    SstHandle,
+)
 from inkpen.formats.cache import LruCache
 from inkpen.formats.journal import JournalEntry, JournalReader, decode_journal
 from inkpen.formats.keys import LedgerValue
@@ -30,25 +42,12 @@ from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
 from inkpen.manifest.paths import segment_key
 from inkpen.options import Options
 
-from .changes import replayed_entries
-from .fetch import ChunkedFetch, DirectFetch
-from .views import (
-    CacheView,
-    JournalHandle,
-    JournalView,
-    LedgerView,
-    Level,
-    MemTable,
-    SegmentTable,
-    SstHandle,
-)
-
 OPENERS = 8
 
 
 @dataclass(frozen=True, slots=True)
 class ManifestViews:
-    """The three views of one manifest, ready for :mod:`inkpen.actors.reads`."""
+    """The three views of one manifest, ready for :mod:`inkpen.actors.read.path`."""
 
     cache: CacheView
     ledger: LedgerView

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, Literal, TypeVar
 
-from inkpen.actors.changes import as_bytes
-from inkpen.actors.reads import (
+from inkpen.actors.journal.changes import as_bytes
+from inkpen.actors.read.path import (
     Head,
     ViewSource,
     fold_heads,

@@ -47,10 +47,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+from inkpen.actors.journal.changes import INDEX_REMOVE
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, decode_key, index_key
-
-from .changes import INDEX_REMOVE
 
 Lookup = Callable[[bytes], LedgerValue | None]
 Strategy = Literal["retain", "recovr"]

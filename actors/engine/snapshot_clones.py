@@ -23,12 +23,11 @@ from typing import Any
 
 import pykka
 
+from inkpen.actors.base import InkpenActor, call, handles, send
+from inkpen.actors.journal.inker import RegisterJournal, ReleaseJournal
+from inkpen.actors.ledger.penciller import RegisterLedger, ReleaseLedger
+from inkpen.actors.read.views import CacheView, JournalView, LedgerView
 from inkpen.formats.journal import JournalEntry, Kind
-
-from .base import InkpenActor, call, handles, send
-from .inker import RegisterJournal, ReleaseJournal
-from .penciller import RegisterLedger, ReleaseLedger
-from .views import CacheView, JournalView, LedgerView
 
 
 @dataclass(frozen=True, slots=True)

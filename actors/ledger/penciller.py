@@ -15,13 +15,13 @@ above). Pushes are taken while memory is below twice ``l0_cache_entries``; beyon
 refused, the Bookie keeps its cache, and writers are slowed and then blocked: memory stays
 bounded however far merges fall behind.
 
-The Penciller's clerk (:mod:`inkpen.actors.penciller_clerk`) chooses and runs merges; the
+The Penciller's clerk (:mod:`inkpen.actors.ledger.clerk`) chooses and runs merges; the
 Penciller commits each result in one manifest change and sets the replaced files' clerks to
 delete_pending, confirming each deletion only when no registered snapshot older than the change
 and no live checkpoint can still read the file.
 
-Lookups never come here: the Penciller publishes a :class:`~inkpen.actors.views.LedgerView` after
-every change, and readers search it (memory, then L0, then each level; bloom filters first).
+Lookups never come here: the Penciller publishes a :class:`~inkpen.actors.read.views.LedgerView`
+after every change, and readers search it (memory, then L0, then each level; bloom filters first).
 
 Messages: ``AttachPenciller``, ``PushMem``, ``L0Written``/``L0Failed`` (SST clerks), ``FlushMem``,
 ``MergeDone``/``MergeIdle`` (the clerk), ``RegisterLedger``, ``ReleaseLedger``,
@@ -36,19 +36,18 @@ from typing import Any
 
 import pykka
 
+from inkpen.actors.base import handles, send, stop
+from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.engine.registry import FileOwner
+from inkpen.actors.files.clerk import SetForDelete
+from inkpen.actors.files.sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
+from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, MergeWork, choose_job
+from inkpen.actors.messages import LedgerRoom, PushMem
+from inkpen.actors.read.views import LedgerView, Level, MemTable, SstHandle
 from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
 from inkpen.logs import get_logger
 from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import new_file_id, sst_key
-
-from .base import handles, send, stop
-from .context import EngineContext
-from .file_clerk import SetForDelete
-from .messages import LedgerRoom, PushMem
-from .penciller_clerk import MergeDone, MergeIdle, MergeWork, choose_job
-from .registry import FileOwner
-from .sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
-from .views import LedgerView, Level, MemTable, SstHandle
 
 log = get_logger("inkpen.penciller")
 

@@ -4,8 +4,8 @@ Files a manifest change drops are normally deleted by their clerks (delete_pendi
 what no clerk owns: journal segments once folded, manifests no live checkpoint names, and the
 orphans a crash leaves (files written but never committed). It runs the manifest layer's planner
 (:func:`inkpen.manifest.gc.run_gc`), never touching an object younger than ``gc_min_age`` nor one
-this writer is still writing (:mod:`inkpen.actors.in_flight`). Open snapshots are safe because the
-writer checkpoint points at the oldest manifest they read.
+this writer is still writing (:mod:`inkpen.actors.files.in_flight`). Open snapshots are safe
+because the writer checkpoint points at the oldest manifest they read.
 
 It runs once when the Bookie opens, then every ``gc_interval`` — but only if the manifest changed
 since the last run, so an idle Bookie makes no requests for GC. A fenced writer never collects:
@@ -20,12 +20,11 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from inkpen.actors.base import InkpenActor, handles
+from inkpen.actors.engine.context import EngineContext
 from inkpen.errors import FencedError
 from inkpen.logs import get_logger
 from inkpen.manifest.gc import GcOptions, GcReport, run_gc
-
-from .base import InkpenActor, handles
-from .context import EngineContext
 
 log = get_logger("inkpen.gc")
 

@@ -8,8 +8,8 @@ store on their own threads — choosing the job, reading its inputs, writing its
 file clerks, reporting to the owner — and hand only the computation to :func:`run`, which runs it
 in a worker process (option ``compute_workers``; 0 runs it in the calling thread).
 
-The workers are plain child processes running ``python -m inkpen.actors.compute_worker``, shared
-by every Bookie of the process and started on first use. They never import the application's
+The workers are plain child processes running ``python -m inkpen.actors.engine.compute_worker``,
+shared by every Bookie of the process and started on first use. They never import the application's
 main module (as multiprocessing's ``spawn`` would), so embedding inkpen needs no ``__main__``
 guard. A request is one length-prefixed pickle frame ``(function name, arguments)`` on the
 worker's stdin, the answer one frame ``(ok, result or error)`` on its stdout; only the
@@ -66,7 +66,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "inkpen.actors.compute_worker"],
+            [sys.executable, "-m", "inkpen.actors.engine.compute_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -14,13 +14,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from inkpen.actors.base import InkpenActor, handles, send
+from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.engine.keeper import ManifestKeeper
+from inkpen.actors.files.clerk import ConfirmDelete, DeleteConfirmed, DeleteDeferred, FileDeleted
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
-
-from .base import InkpenActor, handles, send
-from .context import EngineContext
-from .file_clerk import ConfirmDelete, DeleteConfirmed, DeleteDeferred, FileDeleted
-from .keeper import ManifestKeeper
 
 log = get_logger("inkpen.snapshots")
 

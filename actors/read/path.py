@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal, Protocol, cast
 
+from inkpen.actors.read.views import CacheView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import (
@@ -35,8 +36,6 @@ from inkpen.formats.keys import (
     object_parts,
     prefix_end,
 )
-
-from .views import CacheView, LedgerView
 
 READ_ATTEMPTS = 4
 

@@ -26,6 +26,35 @@ from typing import Any
 
 import pykka
 
+from inkpen.actors.base import call, call_async, send, stop
+from inkpen.actors.engine.bookie_actor import (
+    AttachBookie,
+    Bookie,
+    BookieStats,
+    PushAll,
+    ShutdownBookie,
+)
+from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.engine.gc import GarbageCollector
+from inkpen.actors.engine.keeper import ManifestKeeper
+from inkpen.actors.engine.scheduler import Scheduler
+from inkpen.actors.engine.throttle import Throttle
+from inkpen.actors.files.journal_clerk import JournalClerk, OpenJournal
+from inkpen.actors.files.sst_clerk import OpenSst, SstClerk
+from inkpen.actors.journal.clerk import InkerClerk
+from inkpen.actors.journal.inker import Attach, FoldNow, Inker, LoadJournal, Replay, Shutdown, Sync
+from inkpen.actors.journal.intake import WriteIntake
+from inkpen.actors.ledger.clerk import PencillerClerk
+from inkpen.actors.ledger.penciller import (
+    AttachPenciller,
+    CompactLedger,
+    FlushMem,
+    LoadLevels,
+    Penciller,
+    ShutdownPenciller,
+)
+from inkpen.actors.messages import Fenced
+from inkpen.actors.read.views import SegmentTable, ViewBoard
 from inkpen.errors import FencedError, InkpenError, UsageError
 from inkpen.formats.cache import LruCache
 from inkpen.formats.journal import decode_journal
@@ -37,30 +66,6 @@ from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore.base import ObjectStore
 from inkpen.options import Options
-
-from .base import call, call_async, send, stop
-from .bookie import AttachBookie, Bookie, BookieStats, PushAll, ShutdownBookie
-from .context import EngineContext
-from .gc import GarbageCollector
-from .inker import Attach, FoldNow, Inker, LoadJournal, Replay, Shutdown, Sync
-from .inker_clerk import InkerClerk
-from .intake import WriteIntake
-from .journal_clerk import JournalClerk, OpenJournal
-from .keeper import ManifestKeeper
-from .messages import Fenced
-from .penciller import (
-    AttachPenciller,
-    CompactLedger,
-    FlushMem,
-    LoadLevels,
-    Penciller,
-    ShutdownPenciller,
-)
-from .penciller_clerk import PencillerClerk
-from .scheduler import Scheduler
-from .sst_clerk import OpenSst, SstClerk
-from .throttle import Throttle
-from .views import SegmentTable, ViewBoard
 
 log = get_logger("inkpen.bookie")
 

@@ -1,6 +1,6 @@
 """The journal-file clerk: one actor per journal file (segments folded, or compaction output).
 
-Life cycle (the shared end of life is in :mod:`inkpen.actors.file_clerk`)::
+Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
 
     writing ──▶ reading ──▶ delete_pending ──▶ deleted
 
@@ -20,15 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from inkpen.actors.base import handles
+from inkpen.actors.files.clerk import FileClerk
+from inkpen.actors.files.fetch import ChunkedFetch, DirectFetch
+from inkpen.actors.read.views import JournalHandle
 from inkpen.errors import InkpenError
 from inkpen.formats.cache import LruCache
 from inkpen.formats.journal import JournalReader
 from inkpen.manifest.model import JournalFileDescriptor
-
-from .base import handles
-from .fetch import ChunkedFetch, DirectFetch
-from .file_clerk import FileClerk
-from .views import JournalHandle
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +49,7 @@ class JournalClerk(FileClerk):
     """Owns one journal-file object: writes it, opens its reader, and later deletes it.
 
     Answers :class:`OpenJournal`, :class:`WriteJournal`, and the delete_pending messages of
-    :class:`~inkpen.actors.file_clerk.FileClerk`.
+    :class:`~inkpen.actors.files.clerk.FileClerk`.
     """
 
     kind = "journal"

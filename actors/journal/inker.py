@@ -3,9 +3,9 @@
 The Inker assigns sequence numbers (SQNs), writes the journal, and owns the journal half of the
 manifest. Its pieces:
 
-- the **intake** (:mod:`inkpen.actors.intake`): puts from any thread gather into a batch; the
-  Inker writes each batch as one **journal segment** (``journal/<id>.jnl``, create-if-absent at the
-  next contiguous id, stamped with the writer epoch). A put's caller is released only after its
+- the **intake** (:mod:`inkpen.actors.journal.intake`): puts from any thread gather into a batch;
+  the Inker writes each batch as one **journal segment** (``journal/<id>.jnl``, create-if-absent at
+  the next contiguous id, stamped with the writer epoch). A put's caller is released only after its
   segment is durably written and the Bookie has cached its ledger entries. ``flush_policy``
   decides when a batch is written: ``idle`` as soon as the Inker is free (a batch fills while the
   previous segment is being written: group commit), ``interval`` at most one segment per
@@ -41,18 +41,13 @@ from typing import Any
 
 import pykka
 
-from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
-from inkpen.formats.journal import build_journal
-from inkpen.logs import get_logger
-from inkpen.manifest.fencing import write_segment
-from inkpen.manifest.model import Checkpoint, Manifest
-from inkpen.manifest.paths import segment_key
-
-from .base import ActorGone, call, handles, send, stop
-from .changes import replayed_entries
-from .context import EngineContext
-from .file_clerk import SetForDelete
-from .inker_clerk import (
+from inkpen.actors.base import ActorGone, call, handles, send, stop
+from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.engine.registry import FileOwner
+from inkpen.actors.engine.throttle import NONE, SLOW, STOP
+from inkpen.actors.files.clerk import SetForDelete
+from inkpen.actors.journal.changes import replayed_entries
+from inkpen.actors.journal.clerk import (
     CompactionDone,
     Folded,
     FoldFailed,
@@ -60,11 +55,15 @@ from .inker_clerk import (
     fold_entries,
     write_journal_files,
 )
-from .intake import Batch, WriteIntake
-from .messages import ApplyBatch, Fenced, PushMem
-from .registry import FileOwner
-from .throttle import NONE, SLOW, STOP
-from .views import JournalHandle, JournalView, MemTable, SegmentTable
+from inkpen.actors.journal.intake import Batch, WriteIntake
+from inkpen.actors.messages import ApplyBatch, Fenced, PushMem
+from inkpen.actors.read.views import JournalHandle, JournalView, MemTable, SegmentTable
+from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
+from inkpen.formats.journal import build_journal
+from inkpen.logs import get_logger
+from inkpen.manifest.fencing import write_segment
+from inkpen.manifest.model import Checkpoint, Manifest
+from inkpen.manifest.paths import segment_key
 
 log = get_logger("inkpen.inker")
 

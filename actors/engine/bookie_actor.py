@@ -31,20 +31,25 @@ from typing import Any
 
 import pykka
 
+from inkpen.actors.base import ActorGone, InkpenActor, call, handles, send, stop
+from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.engine.snapshot_clones import (
+    Establish,
+    JournalClone,
+    LedgerClone,
+    PairedJournal,
+    SnapshotParts,
+)
+from inkpen.actors.engine.throttle import NONE, SLOW, STOP
+from inkpen.actors.journal.changes import ledger_entries
+from inkpen.actors.journal.clerk import Compact, CompactionReport
+from inkpen.actors.journal.inker import InkerStats
+from inkpen.actors.ledger.penciller import PencillerStats
+from inkpen.actors.messages import ApplyBatch, Fenced, LedgerRoom, PushMem
+from inkpen.actors.read.path import lookup
+from inkpen.actors.read.views import CacheView, MemTable
 from inkpen.errors import FencedError, InkpenError
 from inkpen.logs import get_logger
-
-from .base import ActorGone, InkpenActor, call, handles, send, stop
-from .changes import ledger_entries
-from .clones import Establish, JournalClone, LedgerClone, PairedJournal, SnapshotParts
-from .context import EngineContext
-from .inker import InkerStats
-from .inker_clerk import Compact, CompactionReport
-from .messages import ApplyBatch, Fenced, LedgerRoom, PushMem
-from .penciller import PencillerStats
-from .reads import lookup
-from .throttle import NONE, SLOW, STOP
-from .views import CacheView, MemTable
 
 log = get_logger("inkpen.bookie")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pykka
 
-from .base import send
+from inkpen.actors.base import send
 
 
 class Timer:

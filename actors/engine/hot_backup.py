@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inkpen.actors.journal.clerk import fold_entries
+from inkpen.actors.read.views import JournalView
 from inkpen.errors import AlreadyExistsError, UsageError
 from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
@@ -46,9 +48,6 @@ from inkpen.manifest.model import (
 from inkpen.manifest.paths import journal_file_key, new_file_id
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.objectstore import ObjectStore, open_store
-
-from .inker_clerk import fold_entries
-from .views import JournalView
 
 log = get_logger("inkpen.backup")
 

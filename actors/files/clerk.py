@@ -25,13 +25,12 @@ from typing import Any
 
 import pykka
 
+from inkpen.actors.base import InkpenActor, handles, send
+from inkpen.actors.engine.scheduler import Scheduler
+from inkpen.actors.files.in_flight import InFlight
 from inkpen.errors import StoreError
 from inkpen.logs import get_logger
 from inkpen.objectstore.base import ObjectStore
-
-from .base import InkpenActor, handles, send
-from .in_flight import InFlight
-from .scheduler import Scheduler
 
 log = get_logger("inkpen.clerk")
 
