@@ -34,7 +34,7 @@ from inkpen.errors import AlreadyExistsError, UsageError
 from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
-from inkpen.manifest.fencing import list_segments
+from inkpen.manifest.fencing import scan_segments
 from inkpen.manifest.gc import GcOptions, run_gc
 from inkpen.manifest.model import (
     JournalFileDescriptor,
@@ -176,8 +176,8 @@ class HotBackup:
     ) -> VersionedManifest:
         def change(current: VersionedManifest) -> Manifest:
             old = current.manifest
-            segments = list_segments(dest, old.journal.last_folded_segment)
-            last = segments[-1].id if segments else old.journal.last_folded_segment
+            # Every segment there is superseded by the backup: fold past the highest.
+            last = scan_segments(dest, old.journal.last_folded_segment).last
             return dataclasses.replace(
                 old.without_checkpoints_of_kind("writer"),
                 writer_epoch=old.writer_epoch + 1,

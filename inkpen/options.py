@@ -65,6 +65,17 @@ class Options:
         interpreter lock the actors serving reads and writes need; 0 does it in the clerks'
         threads.
 
+    Damage
+        ``allow_missing_segments``: open a database whose journal lacks a segment that must
+        exist (an id below a later segment, or below the manifest's ``next_segment``). By
+        default ``inkpen.open`` and ``inkpen.open_reader`` refuse such a database with a
+        ``CorruptionError`` naming the missing segment, writing nothing: the writes it held
+        are lost, and a key it updated would read as its older value. With True the
+        operator opens what is left: a warning (``journal.segments_missing``) names the
+        missing segments, every other segment is read, and a writer folds the survivors at
+        once and moves ``last_folded_segment`` past the gap, so later opens need the option no
+        more. Restore the missing objects from a backup first when there is one.
+
     Caches and limits
         ``block_cache_bytes``: decoded SST blocks; ``journal_cache_bytes``: journal file chunks.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
@@ -109,6 +120,8 @@ class Options:
 
     compute_workers: int = 1
 
+    allow_missing_segments: bool = False
+
     block_cache_bytes: int = 64 * MiB
     journal_cache_bytes: int = 64 * MiB
     journal_chunk_bytes: int = 256 * KiB
@@ -121,6 +134,11 @@ class Options:
 
     def __post_init__(self) -> None:
         _check_choice("flush_policy", self.flush_policy, ("idle", "interval"))
+        if not isinstance(self.allow_missing_segments, bool):
+            raise UsageError(
+                "option allow_missing_segments must be True or False, got "
+                f"{self.allow_missing_segments!r}"
+            )
         for name in ("flush_interval", "merge_poll_interval"):
             _check_range(name, getattr(self, name), 0.0, 60.0)
         for name in (

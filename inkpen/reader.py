@@ -137,7 +137,10 @@ def open_reader(
         latest = manifests.open_database(create_if_missing=False)
         if checkpoint is None:
             lease = CheckpointLease.establish(
-                manifests, lifetime=opts.checkpoint_lifetime, metadata={"kind": "reader"}
+                manifests,
+                lifetime=opts.checkpoint_lifetime,
+                metadata={"kind": "reader"},
+                allow_missing_segments=opts.allow_missing_segments,
             )
             checkpoint_id, manifest_id, manifest = (
                 lease.checkpoint.id,

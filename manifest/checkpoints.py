@@ -7,8 +7,10 @@ updates.
 
 Creating one from the latest manifest (at id ``n``): refuse a destroyed or unfinished database;
 point the checkpoint at ``n + 1``, the id of the very update that adds it; and record in that
-manifest ``journal.next_segment``, one past the last contiguous journal segment listed just
-before, so the checkpoint also covers segments that are acknowledged but not yet folded. Creating
+manifest ``journal.next_segment``, one past the last journal segment listed just
+before, so the checkpoint also covers segments that are acknowledged but not yet folded (a
+segment missing below a later one is damage: a :class:`CorruptionError`, unless the caller allows
+missing segments, when the checkpoint covers every segment present). Creating
 one from a live source checkpoint: the new checkpoint names the source's manifest id. Refreshing
 moves ``expire_time``; an expired checkpoint can no longer be refreshed (GC may already have
 removed what it pinned).
@@ -30,7 +32,7 @@ from dataclasses import replace
 from inkpen.errors import InkpenError, NotFoundError, UsageError
 from inkpen.logs import get_logger
 
-from .fencing import list_segments
+from .fencing import scan_latest, settle_missing
 from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, VersionedManifest
 from .store import ManifestStore, require_live
 
@@ -84,14 +86,17 @@ def create_checkpoint(
     metadata: Mapping[str, str] | None = None,
     next_segment: int | None = None,
     include_segments: bool = True,
+    allow_missing_segments: bool = False,
     now: float | None = None,
 ) -> Checkpoint:
     """Add a checkpoint to the database and return it.
 
     ``lifetime`` seconds until it expires (None: never; its holder must delete it). Without
     ``source`` it pins the latest state, including journal segments up to ``next_segment``
-    (exclusive) when given, else, when ``include_segments``, every contiguous segment present
-    now. With ``source`` (the id of a live checkpoint) it pins the same manifest as the source.
+    (exclusive) when given, else, when ``include_segments``, every segment present now (a
+    segment missing below a later one raises :class:`CorruptionError` unless
+    ``allow_missing_segments``). With ``source`` (the id of a live checkpoint) it pins the same
+    manifest as the source.
     """
     return ensure_checkpoint(
         manifest_store,
@@ -102,6 +107,7 @@ def create_checkpoint(
         metadata=metadata,
         next_segment=next_segment,
         include_segments=include_segments,
+        allow_missing_segments=allow_missing_segments,
         now=now,
     )
 
@@ -116,6 +122,7 @@ def ensure_checkpoint(
     metadata: Mapping[str, str] | None = None,
     next_segment: int | None = None,
     include_segments: bool = True,
+    allow_missing_segments: bool = False,
     now: float | None = None,
 ) -> Checkpoint:
     """Like :func:`create_checkpoint` with a chosen id; a checkpoint already holding that id is
@@ -143,8 +150,9 @@ def ensure_checkpoint(
         if before is None:
             raise NotFoundError(f"no inkpen database at {url}")
         require_live(before, url)
-        refs = list_segments(manifest_store.store, before.manifest.journal.last_folded_segment)
-        segment_floor = refs[-1].id + 1 if refs else None
+        _, scan = scan_latest(manifest_store, before)
+        settle_missing(url, scan, allow=allow_missing_segments)
+        segment_floor = scan.last + 1 if scan.refs else None
 
     def change(versioned: VersionedManifest) -> Manifest | None:
         require_live(versioned, url)
@@ -281,12 +289,23 @@ class CheckpointLease:
         lifetime: float,
         name: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        allow_missing_segments: bool = False,
     ) -> CheckpointLease:
-        """Create a reader checkpoint on the latest state and start refreshing it."""
+        """Create a reader checkpoint on the latest state and start refreshing it.
+
+        Missing journal segments raise :class:`CorruptionError` (nothing is written) unless
+        ``allow_missing_segments`` (see :func:`create_checkpoint`).
+        """
         life = _check_lifetime(lifetime, optional=False)
         assert life is not None
         tags = {**_check_metadata(metadata), CHECKPOINT_KIND: KIND_READER}
-        checkpoint = create_checkpoint(manifest_store, lifetime=life, name=name, metadata=tags)
+        checkpoint = create_checkpoint(
+            manifest_store,
+            lifetime=life,
+            name=name,
+            metadata=tags,
+            allow_missing_segments=allow_missing_segments,
+        )
         try:
             manifest = manifest_store.read(checkpoint.manifest_id)
         except BaseException:
