@@ -85,6 +85,11 @@ class HotBackup:
     def __call__(self, destination: str | ObjectStore) -> BackupReport:
         if self._release is None:
             raise UsageError("this backup was already taken; call book.hot_backup() again")
+        if not isinstance(destination, str | ObjectStore):
+            raise UsageError(
+                "backup destination must be a store URL or an ObjectStore, got "
+                f"{type(destination).__name__}"
+            )
         store, owns = (
             (open_store(destination), True)
             if isinstance(destination, str)

@@ -22,7 +22,7 @@ from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store, parse_store_url
 
 from .errors import NotFoundError, UsageError
-from .options import Options
+from .options import Options, check_text
 from .reading import ReadAPI
 
 
@@ -120,6 +120,7 @@ def open_reader(
     opts = Options.build(options, **overrides)
     if checkpoint is not None and not isinstance(checkpoint, str):
         raise UsageError(f"checkpoint must be a checkpoint id (str), got {checkpoint!r}")
+    check_text("checkpoint", checkpoint, optional=True)
     if isinstance(url, str):
         parsed = parse_store_url(url)
         if parsed.scheme == "file" and not os.path.isdir(parsed.location):

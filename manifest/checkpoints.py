@@ -22,7 +22,6 @@ it at half its lifetime; an idle lease makes no other store requests.
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 import uuid
@@ -31,6 +30,7 @@ from dataclasses import replace
 
 from inkpen.errors import InkpenError, NotFoundError, UsageError
 from inkpen.logs import get_logger
+from inkpen.options import check_flag, check_seconds, check_text
 
 from .fencing import scan_latest, settle_missing
 from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, VersionedManifest
@@ -42,15 +42,7 @@ log = get_logger("inkpen.manifest")
 def _check_lifetime(lifetime: object, *, optional: bool) -> float | None:
     if lifetime is None and optional:
         return None
-    if (
-        not isinstance(lifetime, int | float)
-        or isinstance(lifetime, bool)
-        or not math.isfinite(lifetime)
-        or lifetime <= 0
-    ):
-        allowed = "a positive number of seconds" + (" or None (never expires)" if optional else "")
-        raise UsageError(f"checkpoint lifetime must be {allowed}, got {lifetime!r}")
-    return float(lifetime)
+    return check_seconds("checkpoint lifetime", lifetime, above_minimum=True)
 
 
 def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
@@ -60,6 +52,9 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
         raise UsageError("checkpoint metadata must be a mapping of str to str")
+    for k, v in metadata.items():
+        check_text("checkpoint metadata key", k)
+        check_text(f"checkpoint metadata {k!r}", v)
     return dict(metadata)
 
 
@@ -129,10 +124,11 @@ def ensure_checkpoint(
     returned unchanged (so a retried creation, as a resumed clone makes, adds one pin only)."""
     if not isinstance(checkpoint_id, str) or not checkpoint_id:
         raise UsageError("checkpoint id must be a non-empty str")
+    check_text("checkpoint id", checkpoint_id)
+    check_flag("allow_missing_segments", allow_missing_segments)
     life = _check_lifetime(lifetime, optional=True)
     extra = _check_metadata(metadata)
-    if name is not None and not isinstance(name, str):
-        raise UsageError(f"checkpoint name must be a str or None, got {name!r}")
+    check_text("checkpoint name", name, optional=True)
     if source is not None and (not isinstance(source, str) or not source):
         raise UsageError(f"source must be a checkpoint id (str) or None, got {source!r}")
     if next_segment is not None and (
