@@ -76,7 +76,10 @@ class Options:
         operator opens what is left: a warning (``journal.segments_missing``) names the
         missing segments, every other segment is read, and a writer folds the survivors at
         once and moves ``last_folded_segment`` past the gap, so later opens need the option no
-        more. Restore the missing objects from a backup first when there is one.
+        more. The writes the missing segments held are gone: a key they updated reads as its
+        previous value, or, when the ledger had already recorded the lost write, reading it
+        raises ``CorruptionError``. Restore the missing objects from a backup first when there
+        is one.
 
     Caches and limits
         ``block_cache_bytes``: decoded SST blocks; ``journal_cache_bytes``: journal file chunks.

@@ -461,9 +461,9 @@ def claim_writer(
     journal = claimed.manifest.journal
     # No older writer can fold any more (its epoch is stale), so this scan sees a settled tail.
     scan = scan_segments(store, journal.last_folded_segment, next_segment=journal.next_segment)
-    if scan.missing:
+    if scan.missing and not allow_missing_segments:
         _require_epoch(manifest_store, epoch)  # a newer writer may have folded and collected
-    settle_missing(url, scan, allow=allow_missing_segments)
+        raise missing_segments_error(url, scan.missing)
     candidate = max(scan.last + 1, journal.next_segment)
     fence = build_journal([], writer_epoch=epoch)
     while True:

@@ -100,3 +100,22 @@ def test_missing_segments_option_must_be_a_bool(store_url: str) -> None:
         with pytest.raises(inkpen.UsageError, match="allow_missing_segments"):
             inkpen.open(store_url, allow_missing_segments=bad)
     assert listing(open_store(store_url)) == []
+
+
+def test_a_lost_write_the_ledger_recorded_is_never_read_as_data(store_url: str) -> None:
+    """The ledger persisted the lost write before the crash: with the option, reading that key
+    raises CorruptionError (it never answers with the older value or any other bytes)."""
+    book = inkpen.open(store_url, **UNFOLDED)
+    store = open_store(store_url)
+    book.put("b", "k", b"old")
+    before = set(segments(store))
+    book.put("b", "k", b"new")
+    (lost,) = set(segments(store)) - before
+    book.put("b", "other", b"kept")
+    book.flush()  # the ledger now names the lost write's SQN
+    book.abandon()
+    store.delete(segments(store)[lost])
+    with inkpen.open(store_url, allow_missing_segments=True, **UNFOLDED) as book:
+        assert book.get("b", "other") == b"kept"
+        with pytest.raises(inkpen.CorruptionError, match="no journal"):
+            book.get("b", "k")
