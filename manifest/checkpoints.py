@@ -53,8 +53,8 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     ):
         raise UsageError("checkpoint metadata must be a mapping of str to str")
     for k, v in metadata.items():
-        check_text("checkpoint metadata key", k)
-        check_text(f"checkpoint metadata {k!r}", v)
+        check_text("checkpoint metadata key", k, limit=256)
+        check_text(f"checkpoint metadata {k!r}", v, limit=64 * 1024)
     return dict(metadata)
 
 

@@ -309,16 +309,14 @@ def missing_segments_error(url: str, missing: Sequence[int]) -> CorruptionError:
     )
 
 
-def settle_missing(
-    url: str, scan: SegmentScan, *, allow: bool, logger_event: str = "journal.segments_missing"
-) -> None:
+def settle_missing(url: str, scan: SegmentScan, *, allow: bool) -> None:
     """Raise :func:`missing_segments_error` for ``scan.missing``, or log it when ``allow``."""
     if not scan.missing:
         return
     if not allow:
         raise missing_segments_error(url, scan.missing)
     log.warning(
-        logger_event,
+        "journal.segments_missing",
         url=url,
         missing=[segment_key(i) for i in scan.missing],
         after=scan.after,
