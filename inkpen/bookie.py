@@ -32,7 +32,7 @@ from inkpen.manifest.gc import GcReport
 from inkpen.objectstore import ObjectStore, open_store
 
 from .errors import UsageError
-from .options import Options
+from .options import Options, check_flag, check_seconds, check_text
 from .read_api import ReadAPI
 from .snapshot import PartsSource, Snapshot
 
@@ -141,6 +141,8 @@ class Bookie(ReadAPI):
     def snapshot(self, *, long_running: bool = False, ledger_only: bool = False) -> Snapshot:
         """An isolated read-only view of the database as it is now (see :class:`Snapshot`)."""
         self._check_open()
+        check_flag("long_running", long_running)
+        check_flag("ledger_only", ledger_only)
         parts = call(self._engine.bookie, TakeSnapshot(long_running, ledger_only))
         bookie = self._engine.bookie
         return Snapshot(
@@ -170,15 +172,9 @@ class Bookie(ReadAPI):
         ``inkpen checkpoint delete``).
         """
         self._check_open()
-        if lifetime is not None and (
-            isinstance(lifetime, bool) or not isinstance(lifetime, int | float) or lifetime <= 0
-        ):
-            raise UsageError(
-                f"lifetime must be a positive number of seconds or None, got {lifetime!r}"
-            )
-        if name is not None and not isinstance(name, str):
-            raise UsageError(f"checkpoint name must be a str, got {type(name).__name__}")
-        made = call(self._engine.inker, TakeCheckpoint(lifetime, name))
+        life = None if lifetime is None else check_seconds("lifetime", lifetime, above_minimum=True)
+        name = check_text("checkpoint name", name, optional=True)
+        made = call(self._engine.inker, TakeCheckpoint(life, name))
         return made.id
 
     def hot_backup(self) -> HotBackup:
@@ -208,12 +204,10 @@ class Bookie(ReadAPI):
         are never deleted whatever their age.
         """
         self._check_open()
-        if min_age is not None and (
-            isinstance(min_age, bool) or not isinstance(min_age, int | float) or min_age < 0
-        ):
-            raise UsageError(f"min_age must be a number of seconds >= 0, got {min_age!r}")
+        age = None if min_age is None else check_seconds("min_age", min_age)
+        check_flag("dry_run", dry_run)
         result: concurrent.futures.Future[GcReport] = concurrent.futures.Future()
-        if not send(self._engine.collector, RunGc(result, min_age, dry_run)):
+        if not send(self._engine.collector, RunGc(result, age, dry_run)):
             raise UsageError("this Bookie is closed; open the database again with inkpen.open")
         return self._await(result)
 

@@ -20,6 +20,8 @@ ReloadStrategy = Literal["retain", "recovr"]
 
 KiB = 1024
 MiB = 1024 * KiB
+MAX_SECONDS = 10 * 365 * 86400.0
+"""The longest duration any option or argument takes (ten years, in seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,20 @@ class Options:
         interpreter lock the actors serving reads and writes need; 0 does it in the clerks'
         threads.
 
+    Damage
+        ``allow_missing_segments``: open a database whose journal lacks a segment that must
+        exist (an id below a later segment, or below the manifest's ``next_segment``). By
+        default ``inkpen.open`` and ``inkpen.open_reader`` refuse such a database with a
+        ``CorruptionError`` naming the missing segment, writing nothing: the writes it held
+        are lost, and a key it updated would read as its older value. With True the
+        operator opens what is left: a warning (``journal.segments_missing``) names the
+        missing segments, every other segment is read, and a writer folds the survivors at
+        once and moves ``last_folded_segment`` past the gap, so later opens need the option no
+        more. The writes the missing segments held are gone: a key they updated reads as its
+        previous value, or, when the ledger had already recorded the lost write, reading it
+        raises ``CorruptionError``. Restore the missing objects from a backup first when there
+        is one.
+
     Caches and limits
         ``block_cache_bytes``: decoded SST blocks; ``journal_cache_bytes``: journal file chunks.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
@@ -109,6 +125,8 @@ class Options:
 
     compute_workers: int = 1
 
+    allow_missing_segments: bool = False
+
     block_cache_bytes: int = 64 * MiB
     journal_cache_bytes: int = 64 * MiB
     journal_chunk_bytes: int = 256 * KiB
@@ -121,6 +139,8 @@ class Options:
 
     def __post_init__(self) -> None:
         _check_choice("flush_policy", self.flush_policy, ("idle", "interval"))
+        for name in ("fold_on_close", "allow_missing_segments"):
+            check_flag(f"option {name}", getattr(self, name))
         for name in ("flush_interval", "merge_poll_interval"):
             _check_range(name, getattr(self, name), 0.0, 60.0)
         for name in (
@@ -131,8 +151,8 @@ class Options:
             "manifest_update_timeout",
             "delete_poll_interval",
         ):
-            _check_range(name, getattr(self, name), 0.001, 10 * 365 * 86400.0)
-        _check_range("gc_min_age", self.gc_min_age, 0.0, 10 * 365 * 86400.0)
+            _check_range(name, getattr(self, name), 0.001, MAX_SECONDS)
+        _check_range("gc_min_age", self.gc_min_age, 0.0, MAX_SECONDS)
         if self.compaction_interval is not None:
             _check_range("compaction_interval", self.compaction_interval, 0.01, 365 * 86400.0)
         int_limits: dict[str, tuple[int, int]] = {
@@ -201,6 +221,54 @@ class Options:
     def strategy_for(self, tag: str) -> ReloadStrategy:
         """The reload strategy of a tag ('o' objects, 'h' head-only objects)."""
         return self.reload_strategy.get(tag, "retain")
+
+
+def check_seconds(
+    name: str, value: Any, *, minimum: float = 0.0, above_minimum: bool = False
+) -> float:
+    """A duration argument as a float: a real number (not a bool, not NaN or infinite, not an
+    int too large for a float) in ``[minimum, MAX_SECONDS]`` (``(minimum, ...]`` with
+    ``above_minimum``); anything else is a :class:`UsageError`."""
+    if minimum == 0:
+        what = "a positive number of seconds" if above_minimum else "a number of seconds >= 0"
+    else:
+        what = f"a number of seconds {'above' if above_minimum else 'at least'} {minimum:g}"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        # Comparisons first: they are exact for any int and false for NaN.
+        or not (value > minimum if above_minimum else value >= minimum)
+        or not value <= MAX_SECONDS
+    ):
+        raise UsageError(f"{name} must be {what} up to {MAX_SECONDS:.0f}, got {value!r}")
+    return float(value)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A True/False argument; anything else (1, "yes", None) is a :class:`UsageError`."""
+    if not isinstance(value, bool):
+        raise UsageError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_text(name: str, value: Any, *, limit: int = 1024, optional: bool = False) -> str | None:
+    """A name stored as UTF-8 (a checkpoint name, say): a str of at most ``limit`` characters
+    with no NUL and no lone surrogate; None when ``optional``."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise UsageError(f"{name} must be a str, got {type(value).__name__}")
+    if len(value) > limit:
+        raise UsageError(f"{name} is {len(value)} characters; the limit is {limit}")
+    if "\x00" in value:
+        raise UsageError(f"{name} must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"{name} {value!r} is not valid Unicode text (a lone surrogate at {exc.start})"
+        ) from None
+    return value
 
 
 def _check_range(name: str, value: Any, lo: float, hi: float) -> None:

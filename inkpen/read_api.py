@@ -30,6 +30,7 @@ from inkpen.actors.read.path import (
 from inkpen.formats.keys import MAX_KEY_BYTES, object_key
 
 from .errors import UsageError
+from .options import check_flag
 
 T = TypeVar("T")
 
@@ -166,6 +167,8 @@ class ReadAPI:
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
         s, e = _optional("start", start), _optional("end", end)
         _range_needs_bucket(b, s, e)
+        if not isinstance(order, str):
+            raise UsageError(f"order must be 'key' or 'sqn', got {order!r}")
         if order == "key":
             return self._fold(
                 lambda src, now: fold_objects_by_key(src, b, s, e, now), long_running=True
@@ -196,13 +199,14 @@ class ReadAPI:
         f = as_bytes("index field", field, MAX_KEY_BYTES)
         lo = as_bytes("start", start, MAX_KEY_BYTES, allow_empty=True)
         hi = as_bytes("end", end, MAX_KEY_BYTES, allow_empty=True)
+        check_flag("return_terms", return_terms)
         if regex is not None and not isinstance(regex, str | bytes | re.Pattern):
             raise UsageError(f"regex must be a str, bytes or compiled pattern, got {regex!r}")
         if isinstance(regex, str | bytes):
             try:
                 regex = re.compile(regex)
-            except re.error as exc:
-                raise UsageError(f"regex {regex!r} does not compile: {exc}") from exc
+            except (re.error, OverflowError, RecursionError) as exc:
+                raise UsageError(f"regex {regex!r} does not compile: {exc}") from None
         return self._fold(
             lambda src, now: fold_index(
                 src, b, f, lo, hi, now, regex=regex, return_terms=return_terms

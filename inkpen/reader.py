@@ -35,7 +35,7 @@ from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store, parse_store_url
 
 from .errors import CheckpointLapsedError, InkpenError, NotFoundError, UsageError
-from .options import Options
+from .options import Options, check_text
 from .read_api import FoldIterator, ReadAPI
 
 log = get_logger("inkpen.reader")
@@ -230,6 +230,7 @@ def open_reader(
     opts = Options.build(options, **overrides)
     if checkpoint is not None and not isinstance(checkpoint, str):
         raise UsageError(f"checkpoint must be a checkpoint id (str), got {checkpoint!r}")
+    check_text("checkpoint", checkpoint, optional=True)
     if isinstance(url, str):
         parsed = parse_store_url(url)
         if parsed.scheme == "file" and not os.path.isdir(parsed.location):
@@ -247,7 +248,10 @@ def open_reader(
         latest = manifests.open_database(create_if_missing=False)
         if checkpoint is None:
             lease = CheckpointLease.establish(
-                manifests, lifetime=opts.checkpoint_lifetime, metadata={"kind": "reader"}
+                manifests,
+                lifetime=opts.checkpoint_lifetime,
+                metadata={"kind": "reader"},
+                allow_missing_segments=opts.allow_missing_segments,
             )
             checkpoint_id, manifest_id, manifest = (
                 lease.checkpoint.id,

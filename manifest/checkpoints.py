@@ -7,10 +7,12 @@ updates.
 
 Creating one from the latest manifest (at id ``n``): refuse a destroyed or unfinished database;
 point the checkpoint at ``n + 1``, the id of the very update that adds it; and record in that
-manifest ``journal.next_segment``, one past the last contiguous journal segment listed *after
-reading manifest n* (inside the CAS change, once per attempt), so the checkpoint covers every
-segment manifest n's ledger may name — a flush persists SQNs only of segments already written —
-and every segment acknowledged but not yet folded. Creating
+manifest ``journal.next_segment``, one past the last journal segment listed *after reading
+manifest n* (inside the CAS change, once per attempt), so the checkpoint covers every segment
+manifest n's ledger may name — a flush persists SQNs only of segments already written — and every
+segment acknowledged but not yet folded. A segment missing below a later one, or below
+``next_segment``, is damage: a :class:`CorruptionError`, unless the caller allows missing
+segments, when the checkpoint covers every segment present. Creating
 one from a live source checkpoint: the new checkpoint names the source's manifest id. Refreshing
 moves ``expire_time``; an expired checkpoint can no longer be refreshed (GC may already have
 removed what it pinned).
@@ -26,7 +28,6 @@ never refreshed again.
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 import uuid
@@ -35,8 +36,9 @@ from dataclasses import replace
 
 from inkpen.errors import InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.logs import get_logger
+from inkpen.options import check_flag, check_seconds, check_text
 
-from .fencing import list_segments
+from .fencing import scan_segments, settle_missing
 from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, VersionedManifest
 from .store import ManifestStore, require_live
 
@@ -46,15 +48,7 @@ log = get_logger("inkpen.manifest")
 def _check_lifetime(lifetime: object, *, optional: bool) -> float | None:
     if lifetime is None and optional:
         return None
-    if (
-        not isinstance(lifetime, int | float)
-        or isinstance(lifetime, bool)
-        or not math.isfinite(lifetime)
-        or lifetime <= 0
-    ):
-        allowed = "a positive number of seconds" + (" or None (never expires)" if optional else "")
-        raise UsageError(f"checkpoint lifetime must be {allowed}, got {lifetime!r}")
-    return float(lifetime)
+    return check_seconds("checkpoint lifetime", lifetime, above_minimum=True)
 
 
 def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
@@ -64,6 +58,9 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
         raise UsageError("checkpoint metadata must be a mapping of str to str")
+    for k, v in metadata.items():
+        check_text("checkpoint metadata key", k, limit=256)
+        check_text(f"checkpoint metadata {k!r}", v, limit=64 * 1024)
     return dict(metadata)
 
 
@@ -90,14 +87,17 @@ def create_checkpoint(
     metadata: Mapping[str, str] | None = None,
     next_segment: int | None = None,
     include_segments: bool = True,
+    allow_missing_segments: bool = False,
     now: float | None = None,
 ) -> Checkpoint:
     """Add a checkpoint to the database and return it.
 
     ``lifetime`` seconds until it expires (None: never; its holder must delete it). Without
     ``source`` it pins the latest state, including journal segments up to ``next_segment``
-    (exclusive) when given, else, when ``include_segments``, every contiguous segment present
-    now. With ``source`` (the id of a live checkpoint) it pins the same manifest as the source.
+    (exclusive) when given, else, when ``include_segments``, every segment present now (a
+    segment missing below a later one raises :class:`CorruptionError` unless
+    ``allow_missing_segments``). With ``source`` (the id of a live checkpoint) it pins the same
+    manifest as the source.
     """
     return ensure_checkpoint(
         manifest_store,
@@ -108,6 +108,7 @@ def create_checkpoint(
         metadata=metadata,
         next_segment=next_segment,
         include_segments=include_segments,
+        allow_missing_segments=allow_missing_segments,
         now=now,
     )
 
@@ -122,16 +123,18 @@ def ensure_checkpoint(
     metadata: Mapping[str, str] | None = None,
     next_segment: int | None = None,
     include_segments: bool = True,
+    allow_missing_segments: bool = False,
     now: float | None = None,
 ) -> Checkpoint:
     """Like :func:`create_checkpoint` with a chosen id; a checkpoint already holding that id is
     returned unchanged (so a retried creation, as a resumed clone makes, adds one pin only)."""
     if not isinstance(checkpoint_id, str) or not checkpoint_id:
         raise UsageError("checkpoint id must be a non-empty str")
+    check_text("checkpoint id", checkpoint_id)
+    check_flag("allow_missing_segments", allow_missing_segments)
     life = _check_lifetime(lifetime, optional=True)
     extra = _check_metadata(metadata)
-    if name is not None and not isinstance(name, str):
-        raise UsageError(f"checkpoint name must be a str or None, got {name!r}")
+    check_text("checkpoint name", name, optional=True)
     if source is not None and (not isinstance(source, str) or not source):
         raise UsageError(f"source must be a checkpoint id (str) or None, got {source!r}")
     if next_segment is not None and (
@@ -155,8 +158,19 @@ def ensure_checkpoint(
             # its ledger may name (a flush persists SQNs of segments written before it) is
             # listed: a listing taken before reading it misses a flush that lands in between.
             # A segment GC removes meanwhile was already folded into this manifest.
-            refs = list_segments(manifest_store.store, manifest.journal.last_folded_segment)
-            segment_floor = refs[-1].id + 1 if refs else None
+            # A segment missing below a later one or below next_segment is damage, unless a
+            # newer manifest folded it (then this CAS fails and the next attempt lists again).
+            journal = manifest.journal
+            scan = scan_segments(
+                manifest_store.store,
+                journal.last_folded_segment,
+                next_segment=journal.next_segment,
+            )
+            if scan.missing:
+                latest = manifest_store.latest()
+                if latest is None or latest.id == versioned.id:
+                    settle_missing(url, scan, allow=allow_missing_segments)
+            segment_floor = scan.last + 1 if scan.refs else None
         if source is not None:
             origin = _require_checkpoint(versioned, source, url)
             if not origin.is_live(when):
@@ -296,17 +310,25 @@ class CheckpointLease:
         lifetime: float,
         name: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        allow_missing_segments: bool = False,
     ) -> CheckpointLease:
         """Create a reader checkpoint on the latest state and start refreshing it.
 
         A creation that returns only after the checkpoint's expiry (a store slower than the
         lifetime) deletes it again and raises :class:`StoreError`: it never pinned anything
-        for sure.
+        for sure. Missing journal segments raise :class:`CorruptionError` (nothing is written)
+        unless ``allow_missing_segments`` (see :func:`create_checkpoint`).
         """
         life = _check_lifetime(lifetime, optional=False)
         assert life is not None
         tags = {**_check_metadata(metadata), CHECKPOINT_KIND: KIND_READER}
-        checkpoint = create_checkpoint(manifest_store, lifetime=life, name=name, metadata=tags)
+        checkpoint = create_checkpoint(
+            manifest_store,
+            lifetime=life,
+            name=name,
+            metadata=tags,
+            allow_missing_segments=allow_missing_segments,
+        )
         try:
             manifest = manifest_store.read(checkpoint.manifest_id)
             if checkpoint.expire_time is not None and time.time() >= checkpoint.expire_time:

@@ -42,7 +42,7 @@ from inkpen.objectstore import ObjectStore
 
 from .checkpoints import CheckpointLease
 from .clones import StoreResolver
-from .fencing import SegmentRef, accepted_segments, list_segments
+from .fencing import SegmentRef, accepted_segments, scan_segments
 from .gc import collect_as_writer
 from .model import (
     KIND_WRITER,
@@ -240,8 +240,8 @@ def commit(
 
     def change(current: VersionedManifest) -> Manifest:
         old = current.manifest
-        segments = list_segments(store, old.journal.last_folded_segment)
-        last = segments[-1].id if segments else old.journal.last_folded_segment
+        # Every segment there is superseded by the copy, a gap or not: fold past the highest.
+        last = scan_segments(store, old.journal.last_folded_segment).last
         return replace(
             old.without_checkpoints_of_kind(KIND_WRITER),
             writer_epoch=old.writer_epoch + 1,

@@ -37,6 +37,17 @@ Invariants:
 - with writers that write one segment at a time, the slot right after the last segment of any
   epoch holds a newer writer's fence. GC therefore keeps fence segments: deleting one would let a
   stalled writer write into the freed slot and acknowledge writes nobody will replay.
+
+**Missing segments.** Because ids are contiguous, an id after ``last_folded_segment`` that is
+absent while a higher segment exists, or that lies below the manifest's ``next_segment``, is
+damage: the segment held acknowledged writes (and possibly newer values of keys an older segment
+also holds). :func:`scan_segments` lists every segment after ``last_folded_segment`` without
+stopping at a gap and names the missing ids; :func:`settle_missing` raises a
+:class:`CorruptionError` naming them, or, when the operator allowed it
+(``allow_missing_segments``), logs ``journal.segments_missing`` and lets the caller go on with
+what is left. Only the tail may legitimately be short: a write in flight at a crash never landed,
+and nothing was written above it. A writer that claims a database with missing segments allowed
+fences above the highest segment present, so none of the remaining segments is rejected.
 """
 
 from __future__ import annotations
@@ -88,13 +99,15 @@ class WriterClaim:
     ``epoch`` is its writer epoch, ``versioned`` the manifest it confirmed its claim against,
     ``fence_segment`` the id of its empty fence segment (its first own segment is the next id),
     and ``segments`` the accepted segments in ``(last_folded_segment, fence_segment)`` that it
-    must replay, each with its epoch.
+    must replay, each with its epoch. ``missing`` are the segment ids found missing there (only
+    ever non-empty when the claim was made with ``allow_missing_segments``).
     """
 
     epoch: int
     versioned: VersionedManifest
     fence_segment: int
     segments: tuple[SegmentRef, ...]
+    missing: tuple[int, ...] = ()
 
     @property
     def next_segment(self) -> int:
@@ -237,6 +250,107 @@ def list_segments(store: ObjectStore, after: int) -> list[SegmentRef]:
     return refs
 
 
+@dataclass(frozen=True, slots=True)
+class SegmentScan:
+    """Every journal segment after ``after``, and the ids missing among them (see module doc).
+
+    ``refs`` are the segments present, in id order, not stopping at a gap. ``missing`` are the
+    ids in ``(after, end)`` that are absent, ``end`` being one past the highest segment present
+    or the manifest's ``next_segment``, whichever is higher.
+    """
+
+    after: int
+    refs: tuple[SegmentRef, ...]
+    missing: tuple[int, ...]
+
+    @property
+    def last(self) -> int:
+        """The highest segment id present, or ``after`` when there is none."""
+        return self.refs[-1].id if self.refs else self.after
+
+
+def scan_segments(store: ObjectStore, after: int, *, next_segment: int = 1) -> SegmentScan:
+    """Every segment with an id above ``after`` and the ids missing below the highest one or
+    below ``next_segment`` (one listing)."""
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise UsageError(f"after must be an int >= 0, got {after!r}")
+    refs: list[SegmentRef] = []
+    start = segment_key(after + 1)
+    for info in store.list(JOURNAL_PREFIX):
+        if info.key < start:
+            continue
+        segment_id = parse_segment_key(info.key)
+        if segment_id is None:
+            if info.key.startswith(JOURNAL_PREFIX + "compacted/"):
+                break  # "compacted/" sorts after every 20-digit segment key
+            continue
+        refs.append(SegmentRef(segment_id, info.size))
+    present = {r.id for r in refs}
+    end = max(refs[-1].id + 1 if refs else after + 1, next_segment)
+    missing = tuple(i for i in range(after + 1, end) if i not in present)
+    return SegmentScan(after, tuple(refs), missing)
+
+
+def describe_missing(missing: Sequence[int]) -> str:
+    """``journal/...5.jnl, journal/...6.jnl`` (the first few keys of ``missing``)."""
+    shown = ", ".join(segment_key(i) for i in missing[:5])
+    more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+    return shown + more
+
+
+def missing_segments_error(url: str, missing: Sequence[int]) -> CorruptionError:
+    """The error for journal segments that should exist and do not."""
+    return CorruptionError(
+        f"{url}/{segment_key(missing[0])}",
+        f"journal segment(s) {describe_missing(missing)} are missing below later segments or "
+        "below the manifest's next_segment: the acknowledged writes they held are lost. Restore "
+        "the missing objects from a backup, or open what is left with "
+        "allow_missing_segments=True (`inkpen verify` lists every damaged object)",
+    )
+
+
+def settle_missing(url: str, scan: SegmentScan, *, allow: bool) -> None:
+    """Raise :func:`missing_segments_error` for ``scan.missing``, or log it when ``allow``."""
+    if not scan.missing:
+        return
+    if not allow:
+        raise missing_segments_error(url, scan.missing)
+    log.warning(
+        "journal.segments_missing",
+        url=url,
+        missing=[segment_key(i) for i in scan.missing],
+        after=scan.after,
+        last=scan.last,
+    )
+
+
+def scan_latest(
+    manifest_store: ManifestStore, versioned: VersionedManifest
+) -> tuple[VersionedManifest, SegmentScan]:
+    """Scan the segments after ``versioned``'s ``last_folded_segment``, from a manifest that
+    explains every gap it can.
+
+    A fold committed after ``versioned`` was read lets GC remove the folded segments, which then
+    look missing from the older manifest's point of view: when the scan finds ids missing and
+    the latest manifest has folded further, the scan is repeated from the latest. Answers the
+    manifest the scan was made from and the scan.
+    """
+    store = manifest_store.store
+    for _ in range(_RESOLVE_ATTEMPTS):
+        journal = versioned.manifest.journal
+        scan = scan_segments(store, journal.last_folded_segment, next_segment=journal.next_segment)
+        if not scan.missing:
+            return versioned, scan
+        again = manifest_store.latest()
+        if (
+            again is None
+            or again.manifest.journal.last_folded_segment <= journal.last_folded_segment
+        ):
+            return versioned, scan
+        versioned = again
+    return versioned, scan
+
+
 def with_epochs(store: ObjectStore, refs: Sequence[SegmentRef]) -> list[SegmentRef]:
     """``refs`` with each segment's writer epoch filled in (segments that vanished are dropped)."""
     unknown = [r for r in refs if r.writer_epoch is None]
@@ -296,32 +410,59 @@ def _bump_epoch(
     return change
 
 
+def _require_epoch(manifest_store: ManifestStore, epoch: int) -> VersionedManifest:
+    """The latest manifest, which must still hold writer epoch ``epoch`` (else fenced)."""
+    confirmed = manifest_store.latest()
+    if confirmed is None or confirmed.manifest.writer_epoch != epoch:
+        found = confirmed.manifest.writer_epoch if confirmed is not None else None
+        raise FencedError(
+            f"while epoch {epoch} fenced the journal of {manifest_store.url}, the manifest "
+            f"moved to writer epoch {found}: a newer writer opened the database. Open it again "
+            "if this process should write"
+        )
+    return confirmed
+
+
 def claim_writer(
     manifest_store: ManifestStore,
     *,
     now: float | None = None,
     require_initialized: bool = True,
+    allow_missing_segments: bool = False,
 ) -> WriterClaim:
     """Become the database's writer: bump the epoch, fence the journal, confirm (see module doc).
 
     Raises :class:`FencedError` when a newer writer claims the database meanwhile, and the
     errors of :func:`require_live` for a destroyed (or, unless ``require_initialized`` is False,
-    an unfinished) database.
+    an unfinished) database. Missing journal segments raise :class:`CorruptionError` before
+    anything is written, unless ``allow_missing_segments``: then they are logged, the claim
+    fences above the highest segment present and replays every accepted segment below it.
     """
     if not isinstance(manifest_store, ManifestStore):
         raise UsageError("claim_writer needs a ManifestStore")
+    if not isinstance(allow_missing_segments, bool):
+        raise UsageError(
+            f"allow_missing_segments must be True or False, got {allow_missing_segments!r}"
+        )
     store = manifest_store.store
     url = manifest_store.url
     when = time.time() if now is None else now
+    if not allow_missing_segments:
+        # Damage is refused before the epoch moves: nothing is written.
+        current = manifest_store.latest()
+        if current is not None:
+            settle_missing(url, scan_latest(manifest_store, current)[1], allow=False)
     claimed = manifest_store.update(
         _bump_epoch(when, require_initialized=require_initialized, url=url)
     )
     epoch = claimed.manifest.writer_epoch
     journal = claimed.manifest.journal
-    refs = list_segments(store, journal.last_folded_segment)
-    candidate = max(
-        refs[-1].id + 1 if refs else journal.last_folded_segment + 1, journal.next_segment
-    )
+    # No older writer can fold any more (its epoch is stale), so this scan sees a settled tail.
+    scan = scan_segments(store, journal.last_folded_segment, next_segment=journal.next_segment)
+    if scan.missing and not allow_missing_segments:
+        _require_epoch(manifest_store, epoch)  # a newer writer may have folded and collected
+        raise missing_segments_error(url, scan.missing)
+    candidate = max(scan.last + 1, journal.next_segment)
     fence = build_journal([], writer_epoch=epoch)
     while True:
         outcome = _create_segment(store, candidate, fence, epoch)
@@ -336,16 +477,14 @@ def claim_writer(
             )
         log.info("writer.fence_slot_taken", url=url, segment=candidate, found=outcome, epoch=epoch)
         candidate += 1
-    confirmed = manifest_store.latest()
-    if confirmed is None or confirmed.manifest.writer_epoch != epoch:
-        found = confirmed.manifest.writer_epoch if confirmed is not None else None
-        raise FencedError(
-            f"while epoch {epoch} fenced the journal of {url}, the manifest moved to writer "
-            f"epoch {found}: a newer writer opened the database. Open it again if this "
-            "process should write"
-        )
+    confirmed = _require_epoch(manifest_store, epoch)
     folded = max(journal.last_folded_segment, confirmed.manifest.journal.last_folded_segment)
-    before = [r for r in list_segments(store, folded) if r.id < candidate]
+    tail = scan_segments(store, folded, next_segment=candidate)
+    missing = tuple(i for i in tail.missing if i < candidate)
+    if missing:
+        _require_epoch(manifest_store, epoch)
+    settle_missing(url, replace(tail, missing=missing), allow=allow_missing_segments)
+    before = [r for r in tail.refs if r.id < candidate]
     segments = accepted_segments(with_epochs(store, before))
     for ref in segments:
         if ref.writer_epoch is not None and ref.writer_epoch > epoch:
@@ -357,5 +496,6 @@ def claim_writer(
         manifest_id=claimed.id,
         fence_segment=candidate,
         replay_segments=len(segments),
+        missing_segments=len(missing),
     )
-    return WriterClaim(epoch, confirmed, candidate, tuple(segments))
+    return WriterClaim(epoch, confirmed, candidate, tuple(segments), missing)

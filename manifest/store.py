@@ -211,11 +211,18 @@ class ManifestStore:
         )
 
     def check_root_state(self) -> RootState:
-        """Whether the root is empty, holds an inkpen database, or holds something else."""
+        """Whether the root is empty, holds an inkpen database, or holds something else.
+
+        The root is listed before ``manifest/``: a database's first object is its manifest, so
+        objects seen in the root listing were either there with a manifest already or are not
+        a database's. (The other order took a database another process created between the two
+        listings for foreign objects, refusing one of several concurrent first opens.)
+        """
+        if not self._store.list_page("", limit=1).objects:
+            return RootState.EMPTY
         if any(parse_manifest_key(i.key) is not None for i in self._store.list(MANIFEST_PREFIX)):
             return RootState.DATABASE
-        page = self._store.list_page("", limit=1)
-        return RootState.FOREIGN if page.objects else RootState.EMPTY
+        return RootState.FOREIGN
 
     def open_database(self, *, create_if_missing: bool) -> VersionedManifest:
         """The latest manifest of a live database here, creating an empty one when asked.

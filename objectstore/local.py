@@ -82,6 +82,8 @@ class LocalStore(StoreBase):
     ) -> None:
         if not isinstance(root_dir, str | os.PathLike):
             raise UsageError(f"root_dir must be a path, got {type(root_dir).__name__}")
+        if "\x00" in str(os.fspath(root_dir)):
+            raise UsageError(f"root_dir {root_dir!r} contains a NUL character")
         if metadata not in ("auto", "xattr", "sidecar"):
             raise UsageError(f"metadata must be 'auto', 'xattr' or 'sidecar', got {metadata!r}")
         if not isinstance(max_open_files, int) or max_open_files < 1:
@@ -94,7 +96,8 @@ class LocalStore(StoreBase):
         self._temp_dir = os.path.join(root, TEMP_DIR)
         try:
             self._dirs = DurableDirs(root)
-            os.makedirs(self._temp_dir, exist_ok=True)
+            # The temp area is made on the first write: a store that only looked (an open
+            # refused for a directory holding other files, say) leaves nothing behind.
             self._meta = self._metadata_backend(metadata)
             self._dev = os.stat(root).st_dev
         except OSError as exc:
@@ -251,7 +254,8 @@ class LocalStore(StoreBase):
                 f"{self._root} keeps metadata in sidecar files; open it with metadata='sidecar' "
                 "or 'auto'"
             )
-        if xattrs_supported(self._temp_dir):
+        # The probe file is named with the reserved prefix: listings never show it.
+        if xattrs_supported(self._root, name_prefix=RESERVED_PREFIX):
             return XattrMetadata()
         if mode == "xattr":
             raise UsageError(
@@ -375,6 +379,10 @@ class LocalStore(StoreBase):
         src = origin._path(src_key)
         dest = self._path(dest_key)
         temp = os.path.join(self._temp_dir, uuid.uuid4().hex)
+        try:
+            os.makedirs(self._temp_dir, exist_ok=True)
+        except OSError as exc:
+            raise write_error(exc, dest_key, self._url, visible=False) from exc
         try:
             os.link(src, temp, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):

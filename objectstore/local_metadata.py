@@ -135,9 +135,10 @@ class SidecarMetadata:
             return
 
 
-def xattrs_supported(probe_dir: str) -> bool:
-    """Whether the filesystem holding ``probe_dir`` accepts user extended attributes."""
-    path = os.path.join(probe_dir, f"xattr-probe-{uuid.uuid4().hex}")
+def xattrs_supported(probe_dir: str, *, name_prefix: str = "") -> bool:
+    """Whether the filesystem holding ``probe_dir`` accepts user extended attributes (tried on
+    a fresh file ``<name_prefix>xattr-probe-<uuid>`` there, removed after)."""
+    path = os.path.join(probe_dir, f"{name_prefix}xattr-probe-{uuid.uuid4().hex}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         os.setxattr(fd, XATTR_PREFIX + "probe", b"1")

@@ -28,8 +28,14 @@ def parse_store_url(url: str) -> StoreURL:
         raise UsageError(
             "store URL must be a non-empty str (a directory, file://, s3://, memory://)"
         )
+    if "\x00" in url:
+        raise UsageError(f"store URL {url!r} contains a NUL character")
     if "://" not in url:
-        return StoreURL("file", os.path.abspath(os.path.expanduser(url)))
+        return StoreURL("file", _local_path(url, os.path.abspath(os.path.expanduser(url))))
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"store URL {url!r} is not valid Unicode text (lone surrogate)") from None
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     options = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -39,7 +45,7 @@ def parse_store_url(url: str) -> StoreURL:
         path = unquote(parts.path)
         if not path.startswith("/"):
             raise UsageError(f"file URL {url!r} must name an absolute path")
-        return StoreURL("file", os.path.abspath(path), options=options)
+        return StoreURL("file", _local_path(url, os.path.abspath(path)), options=options)
     if scheme == "memory":
         if not parts.netloc:
             raise UsageError(f"memory URL {url!r} needs a space name: memory://NAME")
@@ -52,6 +58,17 @@ def parse_store_url(url: str) -> StoreURL:
         f"unknown store URL scheme {parts.scheme!r} in {url!r}; "
         "use a directory path, file:///abs/path, s3://bucket/prefix or memory://name"
     )
+
+
+def _local_path(url: str, path: str) -> str:
+    """``path`` when the filesystem can name it (no NUL, encodable), else a UsageError."""
+    if "\x00" in path:
+        raise UsageError(f"store URL {url!r} names a path with a NUL character")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:
+        raise UsageError(f"store URL {url!r} names a path the filesystem cannot encode") from None
+    return path
 
 
 def open_store(url: str) -> ObjectStore:

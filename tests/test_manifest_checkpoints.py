@@ -205,9 +205,13 @@ def test_lease_refreshes_until_closed(database: ManifestStore) -> None:
         stored = latest.manifest.checkpoint(first.id)
         return stored is not None and (stored.expire_time or 0) > (first.expire_time or 0)
 
-    wait_until(refreshed, "the lease to refresh its checkpoint")
-    assert lease.checkpoint.expire_time is not None
-    assert lease.checkpoint.expire_time > first.expire_time
+    # The refresh thread commits to the manifest first and sets the lease's own field a moment
+    # later: wait on each state asserted, not on a neighbour of it.
+    wait_until(refreshed, "the lease to refresh its checkpoint in the manifest")
+    wait_until(
+        lambda: (lease.checkpoint.expire_time or 0) > (first.expire_time or 0),
+        "the lease to record its refreshed checkpoint",
+    )
     lease.close()
     lease.close()
     assert list_checkpoints(database) == ()

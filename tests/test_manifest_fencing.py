@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
-from inkpen.errors import FencedError, InkpenError, NotFoundError, UsageError
+from inkpen.errors import CorruptionError, FencedError, InkpenError, NotFoundError, UsageError
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, JournalEntry, Kind, build_journal
 from inkpen.manifest.fencing import (
     EPOCH_METADATA,
@@ -22,6 +23,7 @@ from inkpen.manifest.fencing import (
     accepted_segments,
     claim_writer,
     list_segments,
+    scan_segments,
     segment_epoch,
     with_epochs,
     write_segment,
@@ -58,18 +60,23 @@ def listing(store: ObjectStore) -> list[tuple[str, int]]:
 
 
 class JournalListingHook:
-    """A real store whose first listing of ``journal/`` runs ``action`` right after it: the
-    point where a concurrent writer's write lands between a claimant's listing and its fence."""
+    """A real store whose second listing of ``journal/`` runs ``action`` right after it: the
+    point where a concurrent writer's write lands between a claimant's listing and its fence.
+    (A claim's first listing looks for missing segments before the epoch moves; the second is
+    the one its fence follows.)"""
 
-    def __init__(self, inner: ObjectStore, action: Callable[[], None]) -> None:
+    def __init__(self, inner: ObjectStore, action: Callable[[], None], nth: int = 2) -> None:
         self.inner = inner
         self._action: Callable[[], None] | None = action
+        self._countdown = nth
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         found = list(self.inner.list(prefix))
         if prefix == "journal/" and self._action is not None:
-            action, self._action = self._action, None
-            action()
+            self._countdown -= 1
+            if self._countdown == 0:
+                action, self._action = self._action, None
+                action()
         return iter(found)
 
     def __getattr__(self, name: str) -> object:
@@ -134,9 +141,78 @@ def test_claim_starts_after_folded_segments_and_next_segment(
         return versioned.manifest.with_journal(journal)
 
     database.update(fold)
+    for segment_id in (7, 8):
+        write_segment(store, segment_id, segment_bytes(segment_id, 1), writer_epoch=1)
     claim = claim_writer(database)
     assert claim.fence_segment == 9
-    assert claim.segments == ()
+    assert [r.id for r in claim.segments] == [7, 8]
+    assert claim.missing == ()
+
+
+def test_claim_refuses_segments_missing_below_next_segment(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    """The manifest says segments 7 and 8 were written; both are gone: damage."""
+
+    def fold(versioned: VersionedManifest) -> Manifest:
+        journal = replace(versioned.manifest.journal, last_folded_segment=6, next_segment=9)
+        return versioned.manifest.with_journal(journal)
+
+    database.update(fold)
+    before = listing(store)
+    with pytest.raises(CorruptionError, match=r"journal/0+7\.jnl") as caught:
+        claim_writer(database)
+    assert caught.value.object_name.endswith(segment_key(7))
+    assert listing(store) == before  # refused before the epoch moved: nothing written
+    claim = claim_writer(database, allow_missing_segments=True)
+    assert claim.fence_segment == 9 and claim.missing == (7, 8) and claim.segments == ()
+
+
+def test_claim_refuses_a_segment_missing_below_a_later_one(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    first = claim_writer(database)  # fence at 1
+    for segment_id in range(2, 9):
+        write_segment(store, segment_id, segment_bytes(segment_id, 1), writer_epoch=first.epoch)
+    store.delete(segment_key(5))
+    before = listing(store)
+    with capture_logs() as logs, pytest.raises(CorruptionError, match="segment") as caught:
+        claim_writer(database)
+    assert caught.value.object_name.endswith(segment_key(5))
+    assert listing(store) == before
+    assert not any(e["event"] == "writer.claimed" for e in logs)
+    # Allowed: the fence goes above every segment present, all of which are replayed, so the
+    # survivors after the gap are not rejected by the reader rule.
+    with capture_logs() as logs:
+        claim = claim_writer(database, allow_missing_segments=True)
+    assert claim.fence_segment == 9
+    assert [r.id for r in claim.segments] == [1, 2, 3, 4, 6, 7, 8]
+    assert claim.missing == (5,)
+    warning = next(e for e in logs if e["event"] == "journal.segments_missing")
+    assert warning["log_level"] == "warning" and warning["missing"] == [segment_key(5)]
+
+
+def test_a_short_tail_is_not_damage(database: ManifestStore, store: ObjectStore) -> None:
+    """A write in flight at a crash never landed: nothing above it, nothing missing."""
+    first = claim_writer(database)
+    for segment_id in (2, 3):
+        write_segment(store, segment_id, segment_bytes(segment_id, 1), writer_epoch=first.epoch)
+    claim = claim_writer(database)
+    assert claim.fence_segment == 4 and claim.missing == ()
+    assert [r.id for r in claim.segments] == [1, 2, 3]
+
+
+def test_scan_segments_names_every_gap(store: ObjectStore) -> None:
+    for segment_id in (1, 2, 3, 5, 6, 9):
+        store.put_if_absent(segment_key(segment_id), segment_bytes(segment_id, 1))
+    store.put_if_absent("journal/compacted/0190000000000aaaaaaaaaaaa.jnl", b"x")
+    scan = scan_segments(store, 0)
+    assert [r.id for r in scan.refs] == [1, 2, 3, 5, 6, 9]
+    assert scan.missing == (4, 7, 8) and scan.last == 9
+    assert scan_segments(store, 6).missing == (7, 8)
+    assert scan_segments(store, 9, next_segment=12).missing == (10, 11)
+    assert scan_segments(store, 9, next_segment=10).missing == ()
+    assert scan_segments(store, 9).last == 9
 
 
 def test_fence_slot_taken_by_an_older_writer(database: ManifestStore, store: ObjectStore) -> None:
@@ -519,6 +595,7 @@ def test_racing_writers_in_processes(
 
         wait_until(lambda: count("READY") == writers, "every writer process to start")
         go_file.touch()
+
         def settled() -> bool:
             with lock:
                 return race_settled(logs)

@@ -251,3 +251,38 @@ def test_update_from_a_stale_cache_lands_above_a_gc_gap(store: ObjectStore) -> N
     latest = ManifestStore(store).latest()
     assert latest is not None and latest.id == 4
     assert latest.manifest.compactor_epoch == 3
+
+
+class CreatedAfterFirstListing:
+    """A real store on which another process creates the database (manifest 1 and a journal
+    fence) right after this process's first listing: the window of concurrent first opens."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self._pending = True
+
+    def _other_process_creates(self) -> None:
+        if self._pending:
+            self._pending = False
+            ManifestStore(self.inner).create(Manifest())
+            self.inner.put_if_absent("journal/00000000000000000001.jnl", b"fence")
+
+    def list(self, prefix: str = ""):  # type: ignore[no-untyped-def]
+        found = list(self.inner.list(prefix))
+        self._other_process_creates()
+        return iter(found)
+
+    def list_page(self, prefix: str = "", **kwargs):  # type: ignore[no-untyped-def]
+        page = self.inner.list_page(prefix, **kwargs)
+        self._other_process_creates()
+        return page
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_a_database_created_during_the_root_check_is_opened(store: ObjectStore) -> None:
+    racing = ManifestStore(CreatedAfterFirstListing(store))  # type: ignore[arg-type]
+    opened = racing.open_database(create_if_missing=True)
+    assert opened.id == 1
+    assert listing(store)[0][0] == "journal/00000000000000000001.jnl"

@@ -19,6 +19,7 @@ settled once by the SQN the reopened database reports and must then read back co
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import threading
 import time
@@ -42,8 +43,11 @@ from hypothesis.stateful import (
 
 import inkpen
 from inkpen.actors.engine.throttle import STOP
+from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, decode_journal
 from inkpen.manifest.checkpoints import delete_checkpoint as remove_checkpoint
+from inkpen.manifest.fencing import scan_segments
 from inkpen.manifest.gc import GcOptions, run_gc
+from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.faults import FaultPlan, FaultyStore
@@ -169,6 +173,9 @@ class BookieMachine(RuleBasedStateMachine):
         self.snaps: list[tuple[inkpen.Snapshot, Model, bool]] = []
         self.checkpoints: list[tuple[str, Model]] = []
         self.written: set[bytes] = set()
+        self.history: list[tuple[int, Callable[[Model], None]]] | None = []
+        """Every acknowledged write, by SQN, as a change of a model (None once writes from
+        several threads made the SQNs the engine's choice): what a lost segment takes away."""
         self.sizes: dict[str, Any] = TINY
         self.url = self.new_url()
         self.backup_url = self.new_url()
@@ -391,9 +398,13 @@ class BookieMachine(RuleBasedStateMachine):
         self.written.add(value)
         now = self.now_ms()
         expiry = None if ttl is None else now + ttl * 1000
+
+        def change(model: Model) -> None:
+            model.put(bucket, key, value, index_specs, now_ms=now, expiry_ms=expiry)
+
         acked = self.write(
             lambda: self.book.put(bucket, key, value, indexes=index_specs, ttl=ttl),
-            lambda: self.model.put(bucket, key, value, index_specs, now_ms=now, expiry_ms=expiry),
+            lambda: self.remember(change),
             bucket,
             key,
         )
@@ -402,14 +413,23 @@ class BookieMachine(RuleBasedStateMachine):
 
     @rule(bucket=buckets, key=keys, index_specs=removals)
     def delete(self, bucket: str, key: str, index_specs: list[IndexSpec]) -> None:
+        def change(model: Model) -> None:
+            model.delete(bucket, key, index_specs)
+
         acked = self.write(
             lambda: self.book.delete(bucket, key, indexes=index_specs),
-            lambda: self.model.delete(bucket, key, index_specs),
+            lambda: self.remember(change),
             bucket,
             key,
         )
         if acked:
             self.expect(lambda: self.book.get(bucket, key), None, "get after delete")
+
+    def remember(self, change: Callable[[Model], None]) -> None:
+        """Apply an acknowledged write to the model and note it in the history."""
+        change(self.model)
+        if self.history is not None:
+            self.history.append((self.model.writes, change))
 
     def apply_changes(self, changes: list[tuple[Any, ...]]) -> None:
         for change in changes:
@@ -443,6 +463,7 @@ class BookieMachine(RuleBasedStateMachine):
             for plan in plans
         ]
         self.written.update(v for row in values for v in row if v is not None)
+        self.history = None
         failures: list[BaseException] = []
         writing = threading.Event()
         writing.set()
@@ -916,6 +937,70 @@ class BookieMachine(RuleBasedStateMachine):
                 self.discard(dest)
         self.tally["backups"] += 1
 
+    # -- damage ------------------------------------------------------------------------------------
+
+    @precondition(lambda self: not self.injects_faults)
+    @rule(choice=st.integers(0, 2**16), restore=st.booleans())
+    def lose_a_segment(self, choice: int, restore: bool) -> None:
+        """A crash leaves unfolded segments; one below the newest is deleted. The next open and
+        a new Reader must refuse with a CorruptionError naming it, writing nothing. Then either
+        the object is put back (everything reads as before), or the database is opened with
+        ``allow_missing_segments`` and the model loses exactly the writes the segment held
+        (only when the ledger has not persisted them: then replay is all that knows them)."""
+        self.drop_snapshots(still_open=True)
+        self.book.abandon()
+        self.tally["crashes"] += 1
+        with self.store_for_gc() as store:
+            latest = ManifestStore(store).latest()
+            assert latest is not None
+            persisted = latest.manifest.ledger.persisted_sqn
+            refs = scan_segments(store, latest.manifest.journal.last_folded_segment).refs
+            newest = refs[-1].id if refs else 0
+            lost: list[tuple[str, bytes, dict[str, str], set[int]]] = []
+            for ref in refs:
+                if ref.id < newest and ref.size > EMPTY_JOURNAL_SIZE:
+                    key = segment_key(ref.id)
+                    data = store.get(key)
+                    sqns = {entry.sqn for entry in decode_journal(data, key)[1]}
+                    lost.append((key, data, store.head(key).metadata, sqns))
+            if not lost:
+                self.book = self.open_book()
+                return
+            key, data, metadata, sqns = lost[choice % len(lost)]
+            store.delete(key)
+            before = [(info.key, info.size) for info in store.list("")]
+            with pytest.raises(inkpen.CorruptionError, match=re.escape(key)):
+                inkpen.open(self.target(), clock=self.clock, **self.sizes)
+            with pytest.raises(inkpen.CorruptionError, match=re.escape(key)):
+                inkpen.open_reader(self.target(), clock=self.clock)
+            assert [(info.key, info.size) for info in store.list("")] == before
+            self.tally["segments_lost"] += 1
+            if restore or self.history is None or min(sqns) <= persisted:
+                store.put(key, data, metadata=metadata)
+                self.book = self.open_book()
+                self.full_check(self.book, self.model)
+                return
+            # Readers at the checkpoints taken before would refuse the gap as well: drop them.
+            for checkpoint, _ in self.checkpoints:
+                remove_checkpoint(ManifestStore(store), checkpoint)
+            self.checkpoints.clear()
+        left = Model()
+        for sqn, change in self.history:
+            if sqn not in sqns:
+                left.writes = sqn - 1
+                change(left)
+        self.history = [(sqn, change) for sqn, change in self.history if sqn not in sqns]
+        self.model = left
+        book = inkpen.open(
+            self.target(), clock=self.clock, allow_missing_segments=True, **self.sizes
+        )
+        self.epoch += 1
+        self.tally["opens"] += 1
+        self.tally["segments_stepped_over"] += 1
+        assert book.stats()["sqn"] == self.model.writes
+        self.book = book
+        self.full_check(self.book, self.model)
+
     # -- invariants -------------------------------------------------------------------------------
 
     @invariant()
@@ -1207,6 +1292,7 @@ def test_machine_on_memory() -> None:
     assert tally["journal_compactions"] > 0
     assert tally["merges_seen"] > 0
     assert tally["crashes"] > 0 and tally["takeovers"] > 0
+    assert tally["segments_lost"] > 0
 
 
 def test_machine_on_failing_store() -> None:

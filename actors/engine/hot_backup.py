@@ -36,7 +36,7 @@ from inkpen.errors import AlreadyExistsError, UsageError
 from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
-from inkpen.manifest.fencing import list_segments
+from inkpen.manifest.fencing import scan_segments
 from inkpen.manifest.gc import collect_as_writer
 from inkpen.manifest.model import (
     JournalFileDescriptor,
@@ -84,6 +84,11 @@ class HotBackup:
     def __call__(self, destination: str | ObjectStore) -> BackupReport:
         if self._release is None:
             raise UsageError("this backup was already taken; call book.hot_backup() again")
+        if not isinstance(destination, str | ObjectStore):
+            raise UsageError(
+                "backup destination must be a store URL or an ObjectStore, got "
+                f"{type(destination).__name__}"
+            )
         store, owns = (
             (open_store(destination), True)
             if isinstance(destination, str)
@@ -175,8 +180,8 @@ class HotBackup:
     ) -> VersionedManifest:
         def change(current: VersionedManifest) -> Manifest:
             old = current.manifest
-            segments = list_segments(dest, old.journal.last_folded_segment)
-            last = segments[-1].id if segments else old.journal.last_folded_segment
+            # Every segment there is superseded by the backup: fold past the highest.
+            last = scan_segments(dest, old.journal.last_folded_segment).last
             return dataclasses.replace(
                 old.without_checkpoints_of_kind("writer"),
                 writer_epoch=old.writer_epoch + 1,

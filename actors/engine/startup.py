@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pykka
@@ -107,7 +108,7 @@ class Engine:
         started = time.monotonic()
         manifests = ManifestStore(store)
         manifests.open_database(create_if_missing=True)
-        claim = claim_writer(manifests)
+        claim = claim_writer(manifests, allow_missing_segments=options.allow_missing_segments)
         keeper = ManifestKeeper(
             manifests,
             epoch=claim.epoch,
@@ -191,7 +192,7 @@ class Engine:
             ms=round((time.monotonic() - started) * 1000, 2),
         )
         log.info("journal.recovery", segments=len(segments), entries=replayed)
-        return cls(
+        engine = cls(
             ctx,
             intake,
             bookie=bookie,
@@ -201,6 +202,38 @@ class Engine:
             penciller_clerk=penciller_clerk,
             collector=collector,
             owns_store=owns_store,
+        )
+        if claim.missing:
+            try:
+                engine._step_over_missing(claim)
+            except BaseException:
+                engine.close(persist=False)
+                raise
+        return engine
+
+    def _step_over_missing(self, claim: WriterClaim) -> None:
+        """Fold every surviving segment and move ``last_folded_segment`` to the fence, so that
+        the missing segments (opened with ``allow_missing_segments``) are below it and later
+        opens find no gap."""
+        self.roll()
+        fence = claim.fence_segment
+
+        def change(m: Manifest) -> Manifest:
+            journal = m.journal
+            return m.with_journal(
+                replace(
+                    journal,
+                    last_folded_segment=max(journal.last_folded_segment, fence),
+                    next_segment=max(journal.next_segment, fence + 1),
+                )
+            )
+
+        self.ctx.keeper.commit(change, reason="journal.step_over_missing")
+        log.warning(
+            "journal.missing_segments_folded",
+            url=self.ctx.store.url,
+            missing=[segment_key(i) for i in claim.missing],
+            last_folded_segment=fence,
         )
 
     # -- close --------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ ledger built by live writes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -77,7 +76,13 @@ _new_tuple = tuple.__new__
 def as_bytes(name: str, value: Any, limit: int, *, allow_empty: bool = False) -> bytes:
     """A bucket, key, field or term as bytes (str is UTF-8), within ``limit`` bytes."""
     if isinstance(value, str):
-        encoded = value.encode("utf-8")
+        try:
+            encoded = value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UsageError(
+                f"{name} is not valid Unicode text (a lone surrogate at {exc.start}); pass "
+                "bytes for binary names"
+            ) from None
     elif isinstance(value, bytes):
         encoded = value
     elif isinstance(value, bytearray | memoryview):
@@ -135,9 +140,8 @@ class ChangeMaker:
             if (
                 isinstance(ttl, bool)
                 or not isinstance(ttl, int | float)
-                or not ttl > 0
-                or not math.isfinite(ttl)
-                or ttl > MAX_TTL
+                # Comparisons only: exact for any int (10**400 included), false for NaN.
+                or not 0 < ttl <= MAX_TTL
             ):
                 raise UsageError(
                     f"ttl must be a positive number of seconds up to {MAX_TTL:.0f}, got {ttl!r}"
@@ -177,7 +181,7 @@ class ChangeMaker:
                     f'index spec {spec!r} must be a 3-tuple ("add" | "remove", field, term)'
                 )
             op, field, term = spec
-            if op not in _OPS:
+            if not isinstance(op, str) or op not in _OPS:
                 raise UsageError(f'index spec operation {op!r} must be "add" or "remove"')
             specs.append(
                 (

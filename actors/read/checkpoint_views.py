@@ -8,7 +8,9 @@ writer's start-up does, minus the claim:
 1. open an SST reader per ledger file and a journal reader per journal file, in parallel, each
    through the store that holds it (a clone reads inherited files from its parent's root);
 2. read the manifest's unfolded segments ``(last_folded_segment, next_segment)``, keeping only
-   those the reader rule accepts (no segment an older epoch wrote after a newer one);
+   those the reader rule accepts (no segment an older epoch wrote after a newer one); one
+   missing there is damage, a :class:`~inkpen.errors.CorruptionError` naming it, unless the
+   option ``allow_missing_segments`` lets the client read what is left (logged);
 3. replay every journal entry above the ledger's persisted SQN into one memory table.
 
 The checkpoint the client holds keeps every one of those objects from GC while it reads.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inkpen.actors.files.fetch import ChunkedFetch, DirectFetch
 from inkpen.actors.journal.changes import replayed_entries
@@ -32,12 +34,19 @@ from inkpen.actors.read.views import (
     SegmentTable,
     SstHandle,
 )
+from inkpen.errors import NotFoundError
 from inkpen.formats.cache import LruCache
 from inkpen.formats.journal import JournalEntry, JournalReader, decode_journal
 from inkpen.formats.keys import LedgerValue
 from inkpen.formats.sst import SstReader
 from inkpen.manifest.clones import StoreResolver
-from inkpen.manifest.fencing import SegmentRef, accepted_segments, list_segments
+from inkpen.manifest.fencing import (
+    SegmentRef,
+    accepted_segments,
+    missing_segments_error,
+    scan_segments,
+    settle_missing,
+)
 from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
 from inkpen.manifest.paths import segment_key
 from inkpen.options import Options
@@ -94,7 +103,7 @@ def load_views(
             for level in manifest.ledger.levels
         ]
         files = list(pool.map(open_journal, manifest.journal.files))
-        segments = _read_segments(resolver, manifest, pool)
+        segments = _read_segments(resolver, manifest, pool, options.allow_missing_segments)
     persisted = manifest.ledger.persisted_sqn
     tail = MemTable.of(list(_replay(files, segments, persisted)))
     ledger = LedgerView(
@@ -109,19 +118,27 @@ def load_views(
 
 
 def _read_segments(
-    resolver: StoreResolver, manifest: Manifest, pool: ThreadPoolExecutor
+    resolver: StoreResolver, manifest: Manifest, pool: ThreadPoolExecutor, allow_missing: bool
 ) -> list[SegmentTable]:
     store = resolver.own_store
     state = manifest.journal
-    refs = [r for r in list_segments(store, state.last_folded_segment) if r.id < state.next_segment]
+    scan = scan_segments(store, state.last_folded_segment, next_segment=state.next_segment)
+    window = replace(scan, missing=tuple(i for i in scan.missing if i < state.next_segment))
+    settle_missing(store.url, window, allow=allow_missing)
+    refs = [r for r in scan.refs if r.id < state.next_segment]
 
-    def read(ref: SegmentRef) -> tuple[SegmentRef, list[JournalEntry], int]:
+    def read(ref: SegmentRef) -> tuple[SegmentRef, list[JournalEntry], int] | None:
         key = segment_key(ref.id)
-        data = store.get(key)
+        try:
+            data = store.get(key)
+        except NotFoundError:
+            if allow_missing:
+                return None
+            raise missing_segments_error(store.url, [ref.id]) from None
         header, entries = decode_journal(data, key)
         return SegmentRef(ref.id, ref.size, header.writer_epoch), entries, len(data)
 
-    read_back = list(pool.map(read, refs))
+    read_back = [r for r in pool.map(read, refs) if r is not None]
     accepted = {ref.id for ref in accepted_segments(r for r, _, _ in read_back)}
     tables = []
     for ref, entries, size in read_back:

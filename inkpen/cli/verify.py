@@ -28,7 +28,7 @@ import click
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
-from inkpen.manifest.fencing import list_segments
+from inkpen.manifest.fencing import scan_segments
 from inkpen.manifest.model import KIND_WRITER, Manifest
 from inkpen.manifest.paths import (
     MANIFEST_PREFIX,
@@ -94,8 +94,12 @@ def pinned(manifests: ManifestStore, checkpoint: str | None, no_pin: bool) -> It
         latest = latest_manifest(manifests)
         yield Pin(latest.id, latest.manifest, None)
         return
+    # Missing segments are for verify to report, not to stop at: its pin covers what is left.
     lease = CheckpointLease.establish(
-        manifests, lifetime=PIN_LIFETIME, metadata={"purpose": "verify"}
+        manifests,
+        lifetime=PIN_LIFETIME,
+        metadata={"purpose": "verify"},
+        allow_missing_segments=True,
     )
     try:
         yield Pin(lease.manifest_id, lease.manifest, lease.checkpoint.id)
@@ -120,11 +124,12 @@ def plan_checks(manifests: ManifestStore, pin: Pin, *, list_tail: bool) -> Plan:
     plan.add(Target(Kind.MANIFEST, manifest_key(pin.manifest_id)), LATEST)
     _add_files(plan, pin.manifest, LATEST)
     journal = pin.manifest.journal
-    segments = (
-        [ref.id for ref in list_segments(store, journal.last_folded_segment)]
-        if list_tail
-        else list(journal.unfolded_segments())
-    )
+    if list_tail:
+        # Every segment present, and every id missing below one of them (reported missing).
+        scan = scan_segments(store, journal.last_folded_segment, next_segment=journal.next_segment)
+        segments = sorted([ref.id for ref in scan.refs] + list(scan.missing))
+    else:
+        segments = list(journal.unfolded_segments())
     for segment_id in segments:
         plan.add(Target(Kind.SEGMENT, segment_key(segment_id)), LATEST)
     for cp in latest_manifest(manifests).manifest.live_checkpoints(time.time()):

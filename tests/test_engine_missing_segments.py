@@ -1,0 +1,121 @@
+"""A journal segment missing below a later one is damage: opening and reading refuse it, naming
+the segment, unless the operator opens what is left with ``allow_missing_segments``."""
+
+from __future__ import annotations
+
+import pytest
+from structlog.testing import capture_logs
+
+import inkpen
+from inkpen.manifest.paths import parse_segment_key
+from inkpen.objectstore import ObjectStore, open_store
+from support.engine import TINY, contents
+
+UNFOLDED = {**TINY, "fold_segments": 1000, "fold_bytes": 64 * 1024 * 1024, "fold_on_close": False}
+"""Every put stays in its own unfolded segment."""
+
+
+def listing(store: ObjectStore) -> list[tuple[str, int]]:
+    return [(info.key, info.size) for info in store.list("")]
+
+
+def segments(store: ObjectStore) -> dict[int, str]:
+    found = {}
+    for info in store.list("journal/"):
+        segment_id = parse_segment_key(info.key)
+        if segment_id is not None:
+            found[segment_id] = info.key
+    return found
+
+
+def crash_with_unfolded_segments(url: str) -> tuple[str, dict[bytes, bytes]]:
+    """Six acknowledged puts in six segments, the writer gone without folding them. Answers
+    the key of the segment holding the newer value of ``k`` (an older one is below it) and what
+    is left once that segment is lost."""
+    book = inkpen.open(url, **UNFOLDED)
+    store = open_store(url)
+    book.put("b", "a1", b"1")
+    book.put("b", "k", b"old")
+    book.put("b", "a2", b"2")
+    before = set(segments(store))
+    book.put("b", "k", b"new")
+    (newer,) = set(segments(store)) - before
+    book.put("b", "a3", b"3")
+    book.put("b", "a4", b"4")
+    book.abandon()
+    assert max(segments(store)) > newer  # the lost segment is below the newest
+    left = {b"a1": b"1", b"k": b"old", b"a2": b"2", b"a3": b"3", b"a4": b"4"}
+    return segments(store)[newer], left
+
+
+def test_a_missing_segment_is_refused_and_can_be_stepped_over(store_url: str) -> None:
+    lost, left = crash_with_unfolded_segments(store_url)
+    store = open_store(store_url)
+    store.delete(lost)
+    before = listing(store)
+
+    with pytest.raises(inkpen.CorruptionError, match=lost) as opening:
+        inkpen.open(store_url, **UNFOLDED)
+    assert opening.value.object_name.endswith(lost)
+    with pytest.raises(inkpen.CorruptionError, match=lost):
+        inkpen.open_reader(store_url)
+    assert listing(store) == before  # refused before anything was written
+
+    with capture_logs() as logs, inkpen.open_reader(store_url, allow_missing_segments=True) as r:
+        assert contents(r, "b") == left  # what is left, the older value of k included
+    assert any(e["event"] == "journal.segments_missing" and e["missing"] == [lost] for e in logs)
+
+    with capture_logs() as logs, inkpen.open(store_url, allow_missing_segments=True) as book:
+        assert contents(book, "b") == left
+        book.put("b", "after", b"5")
+    assert any(e["event"] == "journal.segments_missing" for e in logs)
+    assert any(e["event"] == "journal.missing_segments_folded" for e in logs)
+
+    # The writer folded the survivors past the gap: plain opens work again and lose nothing.
+    expected = {**left, b"after": b"5"}
+    with inkpen.open_reader(store_url) as reader:
+        assert contents(reader, "b") == expected
+    with inkpen.open(store_url, **UNFOLDED) as book:
+        assert contents(book, "b") == expected
+
+
+def test_a_reader_at_a_checkpoint_refuses_a_missing_segment(store_url: str) -> None:
+    book = inkpen.open(store_url, **UNFOLDED)
+    store = open_store(store_url)
+    for i in range(4):
+        book.put("b", f"k{i}", b"%d" % i)
+    checkpoint = book.checkpoint(None)
+    book.abandon()
+    ids = sorted(segments(store))
+    lost = segments(store)[ids[-2]]
+    store.delete(lost)
+    with pytest.raises(inkpen.CorruptionError, match=lost):
+        inkpen.open_reader(store_url, checkpoint=checkpoint)
+    with inkpen.open_reader(store_url, checkpoint=checkpoint, allow_missing_segments=True) as r:
+        assert contents(r, "b") == {b"k0": b"0", b"k1": b"1", b"k3": b"3"}
+
+
+def test_missing_segments_option_must_be_a_bool(store_url: str) -> None:
+    for bad in (1, "yes", None):
+        with pytest.raises(inkpen.UsageError, match="allow_missing_segments"):
+            inkpen.open(store_url, allow_missing_segments=bad)
+    assert listing(open_store(store_url)) == []
+
+
+def test_a_lost_write_the_ledger_recorded_is_never_read_as_data(store_url: str) -> None:
+    """The ledger persisted the lost write before the crash: with the option, reading that key
+    raises CorruptionError (it never answers with the older value or any other bytes)."""
+    book = inkpen.open(store_url, **UNFOLDED)
+    store = open_store(store_url)
+    book.put("b", "k", b"old")
+    before = set(segments(store))
+    book.put("b", "k", b"new")
+    (lost,) = set(segments(store)) - before
+    book.put("b", "other", b"kept")
+    book.flush()  # the ledger now names the lost write's SQN
+    book.abandon()
+    store.delete(segments(store)[lost])
+    with inkpen.open(store_url, allow_missing_segments=True, **UNFOLDED) as book:
+        assert book.get("b", "other") == b"kept"
+        with pytest.raises(inkpen.CorruptionError, match="no journal"):
+            book.get("b", "k")
