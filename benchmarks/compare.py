@@ -43,21 +43,33 @@ COUNTS = ("puts", "gets", "lists", "deletes")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", default="file,s3",
-                    help="comma-separated stores to compare on: file, s3 (default both)")
+    ap.add_argument(
+        "--store",
+        default="file,s3",
+        help="comma-separated stores to compare on: file, s3 (default both)",
+    )
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--flush-ms", type=int, default=10)
     ap.add_argument("--gets", type=int, default=20_000)
     ap.add_argument("--workloads", default="load,get,scan")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="runs of each system per store, alternating which goes first; "
-                         "the table shows the median of each figure")
-    ap.add_argument("--peer", type=Path, default=DEFAULT_PEER,
-                    help="the SlateDB peer harness, slatedb_bench.py")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="also write every JSON line both systems printed to this file")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="runs of each system per store, alternating which goes first; "
+        "the table shows the median of each figure",
+    )
+    ap.add_argument(
+        "--peer", type=Path, default=DEFAULT_PEER, help="the SlateDB peer harness, slatedb_bench.py"
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="also write every JSON line both systems printed to this file",
+    )
     args = ap.parse_args(argv)
     stores = [s.strip() for s in args.store.split(",") if s.strip()]
     if not stores or set(stores) - {"file", "s3"}:
@@ -154,12 +166,16 @@ def run_store(args: argparse.Namespace, kind: str) -> list[dict[str, Any]]:
     return records
 
 
-def median_of(records: list[dict[str, Any]], system: str, store: str, workload: str,
-              field: str) -> float | None:
+def median_of(
+    records: list[dict[str, Any]], system: str, store: str, workload: str, field: str
+) -> float | None:
     values = [
-        r[field] for r in records
-        if r.get("system") == system and r.get("store") == store
-        and r.get("workload") == workload and field in r
+        r[field]
+        for r in records
+        if r.get("system") == system
+        and r.get("store") == store
+        and r.get("workload") == workload
+        and field in r
     ]
     return statistics.median(values) if values else None
 
@@ -167,12 +183,24 @@ def median_of(records: list[dict[str, Any]], system: str, store: str, workload: 
 def report(args: argparse.Namespace, records: list[dict[str, Any]]) -> bool:
     """Print the comparison table; True when every target is met."""
     console = Console(width=200)
-    table = Table(title=f"inkpen vs SlateDB, N = {args.n:,}, value {args.value_size} B, "
-                        f"concurrency {args.concurrency}, flush {args.flush_ms} ms, "
-                        f"rounds {args.rounds}")
-    for column in ("store", "workload", "inkpen ops/s", "SlateDB ops/s", "ratio", "target",
-                   "met", "inkpen p50/p99 ms", "SlateDB p50/p99 ms",
-                   "inkpen puts/gets/lists/deletes", "inkpen RSS MB"):
+    table = Table(
+        title=f"inkpen vs SlateDB, N = {args.n:,}, value {args.value_size} B, "
+        f"concurrency {args.concurrency}, flush {args.flush_ms} ms, "
+        f"rounds {args.rounds}"
+    )
+    for column in (
+        "store",
+        "workload",
+        "inkpen ops/s",
+        "SlateDB ops/s",
+        "ratio",
+        "target",
+        "met",
+        "inkpen p50/p99 ms",
+        "SlateDB p50/p99 ms",
+        "inkpen puts/gets/lists/deletes",
+        "inkpen RSS MB",
+    ):
         table.add_column(column, justify="left" if column in ("store", "workload") else "right")
     all_met = True
     for store in args.stores:
@@ -194,10 +222,16 @@ def report(args: argparse.Namespace, records: list[dict[str, Any]]) -> bool:
             )
             rss = median_of(records, "inkpen", store, workload, "peak_rss_mb")
             table.add_row(
-                store, workload,
-                f"{ours:,.0f}" if ours else "-", f"{theirs:,.0f}" if theirs else "-",
-                f"{ratio:.2f}x" if ratio else "-", f">= {target:.1f}x",
-                "yes" if met else "NO", lat("inkpen"), lat("slatedb"), counts,
+                store,
+                workload,
+                f"{ours:,.0f}" if ours else "-",
+                f"{theirs:,.0f}" if theirs else "-",
+                f"{ratio:.2f}x" if ratio else "-",
+                f">= {target:.1f}x",
+                "yes" if met else "NO",
+                lat("inkpen"),
+                lat("slatedb"),
+                counts,
                 f"{rss:.0f}" if rss else "-",
             )
     console.print(table)

@@ -36,15 +36,22 @@ def bench_sst(entries: int, rng: random.Random) -> dict[str, float]:
     rows = [
         (
             object_key(b"bucket", b"key-%010d" % i),
-            LedgerValue(i + 1, ACTIVE, None, rng.getrandbits(64), rng.randrange(100, 2000),
-                        1_700_000_000_000 + i),
+            LedgerValue(
+                i + 1,
+                ACTIVE,
+                None,
+                rng.getrandbits(64),
+                rng.randrange(100, 2000),
+                1_700_000_000_000 + i,
+            ),
         )
         for i in range(entries)
     ]
     build_seconds = _best_of(3, lambda: build_sst(rows))
     data, info = build_sst(rows)
-    reader = SstReader.open("ledger/bench.sst", len(data), lambda s, e: data[s:e],
-                            cache=LruCache(256 << 20))
+    reader = SstReader.open(
+        "ledger/bench.sst", len(data), lambda s, e: data[s:e], cache=LruCache(256 << 20)
+    )
     assert sum(1 for _ in reader.iter_range()) == entries  # warms the cache
     probes = [rows[rng.randrange(entries)][0] for _ in range(50_000)]
     lookup_seconds = _best_of(3, lambda: [reader.get(key) for key in probes])
@@ -67,8 +74,15 @@ def bench_journal(entries: int, rng: random.Random) -> dict[str, float]:
     for i in range(entries):
         body = rng.randbytes(rng.randrange(100, 1000))
         rows.append(
-            JournalEntry(i + 1, Kind.OBJECT, object_key(b"bucket", b"key-%010d" % i), body,
-                         ((1, b"idx_bin", b"term-%d" % (i % 97)),), None, 1_700_000_000_000 + i)
+            JournalEntry(
+                i + 1,
+                Kind.OBJECT,
+                object_key(b"bucket", b"key-%010d" % i),
+                body,
+                ((1, b"idx_bin", b"term-%d" % (i % 97)),),
+                None,
+                1_700_000_000_000 + i,
+            )
         )
     build_seconds = _best_of(3, lambda: build_journal(rows, writer_epoch=1))
     data = build_journal(rows, writer_epoch=1)
@@ -98,8 +112,9 @@ def bench_bloom(entries: int, rng: random.Random) -> dict[str, float]:
         "bloom_bits_per_key": DEFAULT_BITS_PER_KEY,
         "bloom_false_positive_rate": round(hits / len(absent), 5),
         "bloom_probe_absent_us": round(probe_seconds / len(absent) * 1e6, 3),
-        "content_hash_us": round(_best_of(3, lambda: [content_hash(k) for k in absent])
-                                 / len(absent) * 1e6, 3),
+        "content_hash_us": round(
+            _best_of(3, lambda: [content_hash(k) for k in absent]) / len(absent) * 1e6, 3
+        ),
     }
 
 

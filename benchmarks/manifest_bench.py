@@ -55,8 +55,16 @@ def _bump(versioned: VersionedManifest) -> Manifest:
 
 def _seed_manifest(ssts: int) -> Manifest:
     level = tuple(
-        SstDescriptor(sst_key(new_file_id()), b"key-%08d" % i, b"key-%08d~" % i, i, i + 9,
-                      64 << 20, 100_000, 10)
+        SstDescriptor(
+            sst_key(new_file_id()),
+            b"key-%08d" % i,
+            b"key-%08d~" % i,
+            i,
+            i + 9,
+            64 << 20,
+            100_000,
+            10,
+        )
         for i in range(ssts)
     )
     return Manifest(ledger=LedgerState(((), level), 0))
@@ -149,7 +157,9 @@ def main() -> None:
     )
     roots = {"local": _local_root, "s3": _seaweed_root}
     results: dict[str, object] = {
-        "updates": args.updates, "ssts": args.ssts, "threads": args.threads
+        "updates": args.updates,
+        "ssts": args.ssts,
+        "threads": args.threads,
     }
     for name in args.stores.split(","):
         if name not in roots:

@@ -85,9 +85,7 @@ class BloomFilter:
         self._probes = probes
 
     @classmethod
-    def build(
-        cls, keys: Iterable[bytes], bits_per_key: int = DEFAULT_BITS_PER_KEY
-    ) -> BloomFilter:
+    def build(cls, keys: Iterable[bytes], bits_per_key: int = DEFAULT_BITS_PER_KEY) -> BloomFilter:
         """A filter holding every key in ``keys``."""
         return cls.from_hashes([bloom_hash(key) for key in keys], bits_per_key)
 

@@ -175,9 +175,7 @@ def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
     sqn, given_kind, ledger_key, value, index_specs, expiry_ms, last_modified_ms = entry
     kind = _KINDS.get(given_kind)
     if kind is None:
-        raise ValueError(
-            f"journal entry kind {entry[1]!r} is not one of {[k.name for k in Kind]}"
-        )
+        raise ValueError(f"journal entry kind {entry[1]!r} is not one of {[k.name for k in Kind]}")
     if type(ledger_key) is not bytes:
         raise TypeError(f"ledger_key must be bytes, not {type(ledger_key).__name__}")
     flags = 0
@@ -279,8 +277,9 @@ def build_journal(entries: Iterable[JournalEntry], *, writer_epoch: int) -> byte
         slots.append((key_hash, offset, length))
         offset += length
     region = _encode_hash_region(slots) if slots else b""
-    head = _HEADER.pack(MAGIC, FORMAT_VERSION, epoch, len(slots), min_sqn, max_sqn, offset,
-                        len(region))
+    head = _HEADER.pack(
+        MAGIC, FORMAT_VERSION, epoch, len(slots), min_sqn, max_sqn, offset, len(region)
+    )
     header = head + _CRC.pack(zlib.crc32(head))
     return b"".join([header, *parts, region])
 
@@ -299,7 +298,8 @@ def read_header(data: bytes, name: str) -> JournalHeader:
     if magic != MAGIC:
         kind = " (it is an inkpen manifest)" if magic.startswith(b"INKM") else ""
         raise CorruptionError(
-            name, f"not an inkpen journal file{kind}: magic is {magic!r}, expected {MAGIC!r}",
+            name,
+            f"not an inkpen journal file{kind}: magic is {magic!r}, expected {MAGIC!r}",
             offset=0,
         )
     if len(data) < HEADER_SIZE:
@@ -505,8 +505,11 @@ class _SequenceCheck:
 
     def step(self, sqn: int, offset: int) -> None:
         header = self.header
-        if sqn <= self.previous or sqn > header.max_sqn or (self.count == 0 and
-                                                              sqn != header.min_sqn):
+        if (
+            sqn <= self.previous
+            or sqn > header.max_sqn
+            or (self.count == 0 and sqn != header.min_sqn)
+        ):
             raise CorruptionError(
                 self.name, f"journal record SQN {sqn} is out of order or range", offset=offset
             )
@@ -647,7 +650,8 @@ class JournalReader:
                 )
                 if end != length:
                     raise CorruptionError(
-                        self.name, "journal record length disagrees with its hash slot",
+                        self.name,
+                        "journal record length disagrees with its hash slot",
                         offset=offset,
                     )
                 if record_key == key:

@@ -199,9 +199,7 @@ def _create_segment(store: ObjectStore, segment_id: int, data: bytes, epoch: int
     raise last_error
 
 
-def write_segment(
-    store: ObjectStore, segment_id: int, data: bytes, *, writer_epoch: int
-) -> None:
+def write_segment(store: ObjectStore, segment_id: int, data: bytes, *, writer_epoch: int) -> None:
     """Create journal segment ``segment_id`` holding ``data`` on behalf of ``writer_epoch``.
 
     The slot is taken with create-if-absent. When it is already occupied: a higher epoch there

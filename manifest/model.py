@@ -55,11 +55,7 @@ def _check_root(root: object, what: str) -> str | None:
 def _check_time(value: object, what: str, *, optional: bool) -> float | None:
     if value is None and optional:
         return None
-    if (
-        not isinstance(value, int | float)
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-    ):
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         raise UsageError(f"{what} must be a finite number of seconds, got {value!r}")
     return float(value)
 

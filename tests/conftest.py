@@ -130,4 +130,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if profile_name() == DEEP_PROFILE:
         for item in items:
             item.add_marker(pytest.mark.timeout(0))
-

@@ -41,8 +41,13 @@ bodies = st.one_of(
 )
 raw_entries = st.lists(
     st.tuples(
-        st.integers(1, 10**6), st.sampled_from(Kind), st.binary(max_size=40), bodies,
-        index_specs, st.none() | U64, U64,
+        st.integers(1, 10**6),
+        st.sampled_from(Kind),
+        st.binary(max_size=40),
+        bodies,
+        index_specs,
+        st.none() | U64,
+        U64,
     ),
     max_size=40,
 )
@@ -104,10 +109,18 @@ def test_round_trip_on_every_read_path(
 def test_multi_mib_values_round_trip() -> None:
     rng = random.Random(7)
     entries = [
-        JournalEntry(10, Kind.OBJECT, object_key(b"b", b"random"), rng.randbytes(3 << 20), (),
-                     None, 1),
-        JournalEntry(11, Kind.OBJECT, object_key(b"b", b"repetitive"), b"inkpen" * (1 << 20),
-                     ((1, b"f_bin", b"t"),), 99, 2),
+        JournalEntry(
+            10, Kind.OBJECT, object_key(b"b", b"random"), rng.randbytes(3 << 20), (), None, 1
+        ),
+        JournalEntry(
+            11,
+            Kind.OBJECT,
+            object_key(b"b", b"repetitive"),
+            b"inkpen" * (1 << 20),
+            ((1, b"f_bin", b"t"),),
+            99,
+            2,
+        ),
         JournalEntry(12, Kind.OBJECT, object_key(b"b", b"empty"), b"", (), None, 3),
     ]
     data = build_journal(entries, writer_epoch=1)
@@ -144,15 +157,14 @@ def test_an_empty_journal_is_a_fixed_size_fence(epoch: int) -> None:
 
 
 def test_a_non_empty_journal_is_never_the_fence_size() -> None:
-    smallest = build_journal([JournalEntry(0, Kind.TOMBSTONE, b"", None, (), None, 0)],
-                             writer_epoch=0)
+    smallest = build_journal(
+        [JournalEntry(0, Kind.TOMBSTONE, b"", None, (), None, 0)], writer_epoch=0
+    )
     assert len(smallest) > EMPTY_JOURNAL_SIZE
 
 
 def test_read_header_needs_only_the_first_bytes() -> None:
-    data = build_journal(
-        [JournalEntry(5, Kind.OBJECT, b"k", b"v", (), None, 0)], writer_epoch=9
-    )
+    data = build_journal([JournalEntry(5, Kind.OBJECT, b"k", b"v", (), None, 0)], writer_epoch=9)
     header = read_header(data[:HEADER_SIZE], NAME)
     assert (header.writer_epoch, header.entry_count, header.min_sqn, header.max_sqn) == (9, 1, 5, 5)
 
@@ -207,10 +219,20 @@ def test_index_specs_and_metadata_rebuild_the_ledger_entry() -> None:
 @pytest.mark.parametrize(
     ("entries", "error"),
     [
-        ([JournalEntry(2, Kind.OBJECT, b"a", b"", (), None, 0),
-          JournalEntry(2, Kind.OBJECT, b"b", b"", (), None, 0)], ValueError),
-        ([JournalEntry(3, Kind.OBJECT, b"a", b"", (), None, 0),
-          JournalEntry(1, Kind.OBJECT, b"b", b"", (), None, 0)], ValueError),
+        (
+            [
+                JournalEntry(2, Kind.OBJECT, b"a", b"", (), None, 0),
+                JournalEntry(2, Kind.OBJECT, b"b", b"", (), None, 0),
+            ],
+            ValueError,
+        ),
+        (
+            [
+                JournalEntry(3, Kind.OBJECT, b"a", b"", (), None, 0),
+                JournalEntry(1, Kind.OBJECT, b"b", b"", (), None, 0),
+            ],
+            ValueError,
+        ),
         ([JournalEntry(-1, Kind.OBJECT, b"a", b"", (), None, 0)], ValueError),
         ([JournalEntry(1, Kind.TOMBSTONE, b"a", b"x", (), None, 0)], ValueError),
         ([JournalEntry(1, Kind.OBJECT, b"a", None, (), None, 0)], TypeError),
@@ -247,9 +269,15 @@ def test_bad_reader_arguments_are_refused() -> None:
 # --- damage ------------------------------------------------------------------------------------
 
 DAMAGE_ENTRIES = [
-    JournalEntry(100 + i, kind, object_key(b"b", b"k%d" % i),
-                 (b"xy" * 200 if i % 2 else b"v%d" % i) if kind is Kind.OBJECT else None,
-                 ((1, b"f", b"t%d" % i),) if i % 3 == 0 else (), 5 if i == 4 else None, i)
+    JournalEntry(
+        100 + i,
+        kind,
+        object_key(b"b", b"k%d" % i),
+        (b"xy" * 200 if i % 2 else b"v%d" % i) if kind is Kind.OBJECT else None,
+        ((1, b"f", b"t%d" % i),) if i % 3 == 0 else (),
+        5 if i == 4 else None,
+        i,
+    )
     for i, kind in enumerate([Kind.OBJECT, Kind.TOMBSTONE, Kind.KEY_CHANGES] * 4)
 ]
 DAMAGE_JOURNAL = build_journal(DAMAGE_ENTRIES, writer_epoch=3)

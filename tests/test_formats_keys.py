@@ -109,8 +109,13 @@ def test_decode_rejects_or_is_canonical(data: bytes) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [b"", b"z\x00\x00\x00\x00\x00\x00", b"ob\x00\x00k\x00\x00", b"ob\x00\x00k\x00\x00\x00\x00x",
-     b"ob\x00a\x00\x00k\x00\x00\x00\x00"],
+    [
+        b"",
+        b"z\x00\x00\x00\x00\x00\x00",
+        b"ob\x00\x00k\x00\x00",
+        b"ob\x00\x00k\x00\x00\x00\x00x",
+        b"ob\x00a\x00\x00k\x00\x00\x00\x00",
+    ],
 )
 def test_decode_rejects_malformed(bad: bytes) -> None:
     with pytest.raises(ValueError):
@@ -191,8 +196,9 @@ def test_index_range_covers_exactly_the_intended_terms(
 
 
 def test_ledger_value_is_a_cheap_tuple_and_liveness_follows_status_and_expiry() -> None:
-    live = LedgerValue(sqn=5, status=ACTIVE, expiry_ms=None, content_hash=1, size=3,
-                       last_modified_ms=10)
+    live = LedgerValue(
+        sqn=5, status=ACTIVE, expiry_ms=None, content_hash=1, size=3, last_modified_ms=10
+    )
     assert tuple(live) == (5, ACTIVE, None, 1, 3, 10)
     assert is_live(live, now_ms=10**15)
     assert not is_live(live._replace(status=TOMBSTONE), now_ms=0)

@@ -16,15 +16,20 @@ from inkpen.formats.sst import build_sst
 
 NAME = "manifest/00000000000000000042.manifest"
 
-leaves = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.binary(max_size=30) | (
-    st.text(max_size=20)
+leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.binary(max_size=30)
+    | (st.text(max_size=20))
 )
 documents = st.dictionaries(
     st.text(max_size=12),
     st.recursive(
         leaves,
-        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                      max_size=4),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        ),
         max_leaves=12,
     ),
     max_size=8,
@@ -73,8 +78,7 @@ def test_truncation_is_detected() -> None:
 
 def test_other_kinds_of_file_are_refused() -> None:
     sst, _ = build_sst([(b"k", (1, 0, None, 0, 0, 0))])
-    journal = build_journal([JournalEntry(1, Kind.OBJECT, b"k", b"v", (), None, 0)],
-                            writer_epoch=1)
+    journal = build_journal([JournalEntry(1, Kind.OBJECT, b"k", b"v", (), None, 0)], writer_epoch=1)
     for other in (sst, journal, build_journal([], writer_epoch=1)):
         with pytest.raises(CorruptionError, match=r"not an inkpen manifest|too short"):
             decode_manifest(other, NAME)

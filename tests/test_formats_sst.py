@@ -69,8 +69,13 @@ def open_reader(data: bytes, **kw: object) -> SstReader:
 
 
 @settings(max_examples=150)
-@given(entry_lists, st.integers(64, 2048), st.none() | st.binary(max_size=40),
-       st.none() | st.binary(max_size=40), st.lists(st.binary(max_size=40), max_size=20))
+@given(
+    entry_lists,
+    st.integers(64, 2048),
+    st.none() | st.binary(max_size=40),
+    st.none() | st.binary(max_size=40),
+    st.lists(st.binary(max_size=40), max_size=20),
+)
 def test_round_trip(
     entries: list[tuple[bytes, LedgerValue]],
     block_size: int,
@@ -114,9 +119,7 @@ def test_values_come_back_as_ledger_values() -> None:
 
 def test_keys_at_the_documented_limit_round_trip() -> None:
     big = b"\x00\xff" * (MAX_KEY_BYTES // 2)
-    entries = sorted(
-        (object_key(big[:-i] + bytes([i]), big, big), value(i)) for i in range(1, 6)
-    )
+    entries = sorted((object_key(big[:-i] + bytes([i]), big, big), value(i)) for i in range(1, 6))
     data, _ = build_sst(entries)
     reader = open_reader(data, cache=LruCache(1 << 24))
     assert [reader.get(k) for k, _ in entries] == [v for _, v in entries]

@@ -131,4 +131,3 @@ def test_compact_ledger_writes_the_l0_file_whose_first_write_failed(
         assert stats["ledger_mem_entries"] < TINY["l0_cache_entries"]
         assert stats["level_files"][0] >= 1
         assert book.get("b", "k000") == b"v0"
-

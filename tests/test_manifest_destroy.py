@@ -71,9 +71,7 @@ def test_soft_destroy_fences_the_writer_and_gc_removes_later(
     assert gone.deleted[-1].startswith("manifest/")
 
 
-def test_hard_destroy_refuses_live_checkpoints(
-    database: ManifestStore, store: ObjectStore
-) -> None:
+def test_hard_destroy_refuses_live_checkpoints(database: ManifestStore, store: ObjectStore) -> None:
     reader = create_checkpoint(database, lifetime=3600)
     before = listing(store)
     with pytest.raises(UsageError, match="still has live checkpoints") as caught:

@@ -268,9 +268,7 @@ def test_claim_fenced_when_manifest_moves_during_fence(
     claim_writer(database)
 
     def bump_epoch() -> None:
-        database.update(
-            lambda v: replace(v.manifest, writer_epoch=v.manifest.writer_epoch + 1)
-        )
+        database.update(lambda v: replace(v.manifest, writer_epoch=v.manifest.writer_epoch + 1))
 
     racing = JournalListingHook(store, bump_epoch)
     with pytest.raises(FencedError, match="manifest moved to writer epoch 3"):
@@ -569,8 +567,15 @@ def test_racing_writers_in_processes(
         with path.open("w") as err:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-c", PROCESS_SCRIPT, tests_dir, store_url, str(go_file),
-                     str(stop_file)],
+                    [
+                        sys.executable,
+                        "-c",
+                        PROCESS_SCRIPT,
+                        tests_dir,
+                        store_url,
+                        str(go_file),
+                        str(stop_file),
+                    ],
                     stdout=subprocess.PIPE,
                     stderr=err,
                     text=True,

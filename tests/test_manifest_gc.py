@@ -141,9 +141,7 @@ def histories(draw: st.DrawFn) -> History:
     return History(versions, objects, clock + draw(st.floats(0, 4000)))
 
 
-@settings(
-    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     histories(),
     st.floats(0, 2000),
@@ -205,7 +203,10 @@ def test_plan_for_a_destroyed_database(history: History, grace: float) -> None:
     live = destroyed.manifest.live_checkpoints(history.now)
     pinned = {cp.manifest_id: history.versions[cp.manifest_id] for cp in live}
     plan = plan_gc(
-        destroyed, pinned, history.listing(), now=history.now,
+        destroyed,
+        pinned,
+        history.listing(),
+        now=history.now,
         options=GcOptions(min_age=1e9, destroy_grace=grace),
     )
     if live:
@@ -329,7 +330,10 @@ def test_run_gc_removes_what_nothing_needs(store: ObjectStore) -> None:
         report = run_gc(store, options=GcOptions(min_age=300), now=time.time() + 3600)
     deleted = set(report.deleted)
     assert deleted == {
-        segment_key(2), segment_key(4), segment_key(5), scene.orphan,
+        segment_key(2),
+        segment_key(4),
+        segment_key(5),
+        scene.orphan,
         *(manifest_key(i) for i in range(1, latest.id) if i != writer_pin.manifest_id),
     }
     assert keys(store) == before - deleted
@@ -338,7 +342,11 @@ def test_run_gc_removes_what_nothing_needs(store: ObjectStore) -> None:
         keys(store)
     )
     assert report.counts() == {
-        "manifests": latest.id - 2, "segments": 3, "journal_files": 0, "ssts": 1, "other": 0
+        "manifests": latest.id - 2,
+        "segments": 3,
+        "journal_files": 0,
+        "ssts": 1,
+        "other": 0,
     }
     assert report.bytes_deleted == sum(sizes[key] for key in deleted)
     events = [e["event"] for e in logs]

@@ -45,7 +45,15 @@ def manifests(draw: st.DrawFn) -> Manifest:
     roots = st.sampled_from([None, "memory://parent", "s3://bucket/db"])
     level0 = tuple(
         SstDescriptor(
-            f"ledger/{i:025x}.sst", a, max(a, b), 1, 9, 10, 2, 0, draw(st.integers(0, 5)),
+            f"ledger/{i:025x}.sst",
+            a,
+            max(a, b),
+            1,
+            9,
+            10,
+            2,
+            0,
+            draw(st.integers(0, 5)),
             draw(roots),
         )
         for i, (a, b) in enumerate(draw(st.lists(st.tuples(keys, keys), max_size=4)))
@@ -58,7 +66,12 @@ def manifests(draw: st.DrawFn) -> Manifest:
     sqns = sorted(set(draw(st.lists(st.integers(1, 10_000), max_size=6))))
     files = tuple(
         JournalFileDescriptor(
-            f"journal/compacted/{i:025x}.jnl", s, s, 10, 1, in_ledger=draw(st.booleans()),
+            f"journal/compacted/{i:025x}.jnl",
+            s,
+            s,
+            10,
+            1,
+            in_ledger=draw(st.booleans()),
             root=draw(roots),
         )
         for i, s in enumerate(sqns)

@@ -274,4 +274,3 @@ def serve() -> None:
             _write_frame(stdout, (True, JOBS[name](*args)))
         except Exception as exc:
             _write_frame(stdout, (False, exc))
-

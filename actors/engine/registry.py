@@ -161,9 +161,7 @@ class FileOwner(InkpenActor):
 
     def _register_snapshot(self, snapshot_id: str, *, long_running: bool) -> None:
         options = self.ctx.options
-        timeout = (
-            options.snapshot_timeout_long if long_running else options.snapshot_timeout_short
-        )
+        timeout = options.snapshot_timeout_long if long_running else options.snapshot_timeout_short
         # The latest manifest, not the view's: the owner's half of it is exactly the view (the
         # owner publishes after each of its commits), and unlike an older one it cannot have
         # been collected already, so the writer checkpoint may safely pin it.
@@ -177,4 +175,3 @@ class FileOwner(InkpenActor):
     @handles(FileDeleted)
     def _deleted(self, message: FileDeleted) -> None:
         self.pending_deletes.pop(message.name, None)
-
