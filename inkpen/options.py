@@ -11,9 +11,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .actors.ledger.merge_policy import MergePolicy
 
 FlushPolicy = Literal["idle", "interval"]
 ReloadStrategy = Literal["retain", "recovr"]
@@ -43,6 +46,9 @@ class Options:
         and writers are first slowed, then blocked (backpressure). ``sst_target_bytes``: merges
         split their output at about this size. ``l1_target_files`` and ``level_fanout``: level n
         holds about ``l1_target_files * level_fanout ** (n - 1)`` files before it merges down.
+        ``merge_policy``: a :class:`~inkpen.actors.ledger.merge_policy.MergePolicy` choosing the
+        ledger's merges; None (the default) is Leveled's policy with the two sizes above (a
+        policy given here brings its own sizes).
 
     Journal (the Inker and its clerk)
         ``fold_bytes`` / ``fold_segments``: unfolded segments are folded into one journal file
@@ -100,6 +106,7 @@ class Options:
     bloom_bits_per_key: int = 10
     l1_target_files: int = 4
     level_fanout: int = 8
+    merge_policy: MergePolicy | None = None
     merge_poll_interval: float = 0.2
 
     fold_bytes: int = 32 * MiB
@@ -197,6 +204,14 @@ class Options:
                 raise UsageError(f"option reload_strategy has unknown tag {tag!r}; use 'o' or 'h'")
             _check_choice(f"reload_strategy[{tag!r}]", strategy, ("retain", "recovr"))
         object.__setattr__(self, "reload_strategy", MappingProxyType(dict(self.reload_strategy)))
+        if self.merge_policy is not None:
+            from .actors.ledger.merge_policy import MergePolicy
+
+            if not isinstance(self.merge_policy, MergePolicy):
+                raise UsageError(
+                    "option merge_policy must be a MergePolicy (an object with a "
+                    f"choose(levels, *, turn) method) or None, got {self.merge_policy!r}"
+                )
         if not callable(self.clock):
             raise UsageError("option clock must be a callable returning seconds since the epoch")
 

@@ -147,7 +147,7 @@ class Engine:
                 ctx, intake, epoch=claim.epoch, next_segment=claim.fence_segment + 1
             )
             started_refs.append(inker)
-            l0, levels = _open_ssts(ctx, manifest, penciller)
+            levels = _open_ssts(ctx, manifest, penciller)
             files = _open_journal_files(ctx, manifest, inker)
             segments = _read_segments(ctx, claim)
             max_sqn = max(
@@ -156,7 +156,7 @@ class Engine:
                 + [s.last_sqn for s in segments]
                 + [d.max_sqn for d in manifest.ledger.ssts()]
             )
-            call(penciller, LoadLevels(l0, levels))
+            call(penciller, LoadLevels(levels))
             call(inker, LoadJournal(files, segments, max_sqn))
             bookie = Bookie.start(ctx)
             started_refs.append(bookie)
@@ -353,8 +353,9 @@ def _writer_checkpoint(claim: WriterClaim) -> str | None:
 
 def _open_ssts(
     ctx: EngineContext, manifest: Manifest, owner: pykka.ActorRef[Any]
-) -> tuple[tuple[Any, ...], tuple[tuple[Any, ...], ...]]:
-    """Start a clerk per SST and open every reader at once; answers (L0, [L1, ...])."""
+) -> tuple[tuple[Any, ...], ...]:
+    """Start a clerk per SST and open every reader at once; answers their handles level by
+    level, as the manifest lists them (``[0]`` is L0)."""
     levels = manifest.ledger.levels
     futures: list[list[Any]] = []
     clerks: list[pykka.ActorRef[Any]] = []
@@ -371,9 +372,7 @@ def _open_ssts(
         for clerk in clerks:
             stop(clerk)
         raise
-    if not opened:
-        return (), ()
-    return opened[0], opened[1:]
+    return opened
 
 
 def _sst_clerk(

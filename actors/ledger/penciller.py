@@ -15,10 +15,17 @@ above). Pushes are taken while memory is below twice ``l0_cache_entries``; beyon
 refused, the Bookie keeps its cache, and writers are slowed and then blocked: memory stays
 bounded however far merges fall behind.
 
-The Penciller's clerk (:mod:`inkpen.actors.ledger.clerk`) chooses and runs merges; the
-Penciller commits each result in one manifest change and sets the replaced files' clerks to
-delete_pending, confirming each deletion only when no registered snapshot older than the change
-and no live checkpoint can still read the file.
+Levels are numbered as everywhere in inkpen (0 is L0) and held as one pure
+:class:`~inkpen.actors.ledger.levels.Levels` value: an L0 write or a merge result is applied to
+it once, and the published view and the manifest change are both derived from the new value
+(:meth:`~inkpen.actors.ledger.levels.Levels.to_manifest` is the one conversion to the manifest's
+shape).
+
+The Penciller's clerk (:mod:`inkpen.actors.ledger.clerk`) runs the merges the merge policy
+(:mod:`inkpen.actors.ledger.merge_policy`) chooses; the Penciller commits each result in one
+manifest change and sets the replaced files' clerks to delete_pending, confirming each deletion
+only when no registered snapshot older than the change and no live checkpoint can still read
+the file.
 
 Lookups never come here: the Penciller publishes a :class:`~inkpen.actors.read.views.LedgerView`
 after every change, and readers search it (memory, then L0, then each level; bloom filters first).
@@ -41,12 +48,14 @@ from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.files.clerk import SetForDelete
 from inkpen.actors.files.sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
-from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, MergeWork, choose_job
+from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, MergeWork
+from inkpen.actors.ledger.levels import LevelError, Levels
+from inkpen.actors.ledger.merge_policy import MergePolicy, policy_for
 from inkpen.actors.messages import LedgerRoom, PushMem
-from inkpen.actors.read.views import LedgerView, Level, MemTable, SstHandle
+from inkpen.actors.read.views import LedgerView, MemTable, SstHandle
 from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
 from inkpen.logs import get_logger
-from inkpen.manifest.model import Manifest
+from inkpen.manifest.model import Manifest, SstDescriptor
 from inkpen.manifest.paths import new_file_id, sst_key
 
 log = get_logger("inkpen.penciller")
@@ -65,9 +74,9 @@ class AttachPenciller:
 
 @dataclass(frozen=True, slots=True)
 class LoadLevels:
-    """Ask, once at start-up: the manifest's SST files, open; ``levels[0]`` is L1."""
+    """Ask, once at start-up: the manifest's SST files, open, in the manifest's shape
+    (``levels[n]`` is Ln; ``levels[0]`` is L0)."""
 
-    l0: tuple[SstHandle, ...]
     levels: tuple[tuple[SstHandle, ...], ...]
 
 
@@ -122,8 +131,8 @@ class Penciller(FileOwner):
         super().__init__(ctx, "penciller")
         self.mem: list[MemTable] = []
         self.writing: tuple[MemTable, ...] | None = None
-        self.l0: list[SstHandle] = []
-        self.levels: list[list[SstHandle]] = []
+        self.levels: Levels[SstHandle] = Levels()
+        self.policy: MergePolicy = policy_for(ctx.options)
         self.persisted_sqn = persisted_sqn
         self.bookie: pykka.ActorRef[Any] | None = None
         self.clerk: pykka.ActorRef[Any] | None = None
@@ -140,8 +149,7 @@ class Penciller(FileOwner):
     @handles(LoadLevels)
     def _load(self, message: LoadLevels) -> None:
         """Install the SST files found at start-up (already open)."""
-        self.l0 = list(message.l0)
-        self.levels = [list(level) for level in message.levels]
+        self.levels = Levels(message.levels)
         self._publish()
 
     @handles(AttachPenciller)
@@ -154,8 +162,7 @@ class Penciller(FileOwner):
         self.ctx.board.ledger = LedgerView(
             manifest_id=self.ctx.keeper.latest.id,
             mem=tuple(self.mem),
-            l0=tuple(self.l0),
-            levels=tuple(Level.of(files) for files in self.levels),
+            files=self.levels,
             persisted_sqn=self.persisted_sqn,
         )
 
@@ -190,7 +197,7 @@ class Penciller(FileOwner):
             self.writing is None
             and not self.stopped
             and self._mem_entries() >= options.l0_cache_entries
-            and len(self.l0) < options.max_l0_files
+            and len(self.levels.l0) < options.max_l0_files
         )
 
     def _maybe_flush(self, *, force: bool = False, respect_l0_limit: bool = False) -> None:
@@ -199,7 +206,7 @@ class Penciller(FileOwner):
         options = self.ctx.options
         if not force and self._mem_entries() < options.l0_cache_entries:
             return
-        if (not force or respect_l0_limit) and len(self.l0) >= options.max_l0_files:
+        if (not force or respect_l0_limit) and len(self.levels.l0) >= options.max_l0_files:
             return
         self.writing = tuple(self.mem)
         name = sst_key(new_file_id())
@@ -230,15 +237,14 @@ class Penciller(FileOwner):
     def _l0_written(self, message: L0Written) -> None:
         descriptor = message.handle.descriptor
         persisted = max(self.persisted_sqn, message.max_sqn)
+        after = self.levels.with_l0(message.handle)
 
         def change(m: Manifest) -> Manifest:
-            levels = list(m.ledger.levels) or [()]
-            levels[0] = (descriptor, *levels[0])
             return dataclasses.replace(
                 m,
                 ledger=dataclasses.replace(
                     m.ledger,
-                    levels=tuple(levels),
+                    levels=after.map(_descriptor).to_manifest(),
                     persisted_sqn=max(m.ledger.persisted_sqn, persisted),
                 ),
             )
@@ -260,7 +266,7 @@ class Penciller(FileOwner):
         written = {id(t) for t in message.tables}
         self.mem = [t for t in self.mem if id(t) not in written]
         self.writing = None
-        self.l0.insert(0, message.handle)
+        self.levels = after
         self.persisted_sqn = persisted
         self.l0_writes += 1
         self._publish()
@@ -372,13 +378,7 @@ class Penciller(FileOwner):
             return True
         if self.merging:
             return False
-        options = self.ctx.options
-        job = choose_job(
-            self.ctx.board.ledger,
-            l1_files=options.l1_target_files,
-            fanout=options.level_fanout,
-            turn=0,
-        )
+        job = self.policy.choose(self.levels, turn=0)
         if job is None and self.writing is None and not self._flush_due():
             return True
         self._maybe_flush()  # a failed L0 write waiting for its retry goes now
@@ -394,31 +394,25 @@ class Penciller(FileOwner):
                 stop(handle.clerk)
             return
         job = message.job
-        removed = {h.name for h in job.sources} | {h.name for h in job.targets}
-        moved = {h.name for h in message.moved}
-        added = [h.descriptor for h in message.added]
-        moved_descriptors = [h.descriptor for h in message.moved]
-        target = job.target_level
-
-        def change(m: Manifest) -> Manifest:
-            levels = [list(level) for level in m.ledger.levels]
-            while len(levels) <= target:
-                levels.append([])
-            levels = [[d for d in level if d.name not in removed] for level in levels]
-            levels[target].extend(added)
-            levels[target].extend(moved_descriptors)
-            levels[target].sort(key=lambda d: d.first_key)
-            while len(levels) > 1 and not levels[-1]:
-                levels.pop()
-            return dataclasses.replace(
-                m, ledger=dataclasses.replace(m.ledger, levels=tuple(tuple(lv) for lv in levels))
-            )
+        moved = {h.name for h in job.sources} if job.move else set()
 
         try:
+            after = self.levels.apply(
+                (h.name for h in job.inputs), job.target_level, job.outputs(message.added)
+            )
+
+            def change(m: Manifest) -> Manifest:
+                return dataclasses.replace(
+                    m,
+                    ledger=dataclasses.replace(
+                        m.ledger, levels=after.map(_descriptor).to_manifest()
+                    ),
+                )
+
             versioned = self.ctx.keeper.commit(
                 change, reason="ledger.merge", new_files=[h.name for h in message.added]
             )
-        except InkpenError as exc:
+        except (InkpenError, LevelError) as exc:
             self.ctx.in_flight.discard(h.name for h in message.added)
             log.warning("ledger.merge_commit_failed", error=str(exc))
             for handle in message.added:
@@ -430,15 +424,8 @@ class Penciller(FileOwner):
             self._room()
             return
         self.ctx.in_flight.discard(h.name for h in message.added)
-        self.l0 = [h for h in self.l0 if h.name not in removed]
-        while len(self.levels) < target:
-            self.levels.append([])
-        self.levels = [[h for h in level if h.name not in removed] for level in self.levels]
-        self.levels[target - 1].extend(message.added)
-        self.levels[target - 1].extend(message.moved)
-        while self.levels and not self.levels[-1]:
-            self.levels.pop()
-        if message.moved:
+        self.levels = after
+        if job.move:
             self.moves += 1
         else:
             self.merges += 1
@@ -451,11 +438,11 @@ class Penciller(FileOwner):
         log.info(
             "ledger.merge",
             source_level=job.source_level,
-            target_level=target,
+            target_level=job.target_level,
             sources=len(job.sources),
             targets=len(job.targets),
             written=len(message.added),
-            moved=len(message.moved),
+            moved=len(moved),
             basement=job.basement,
             manifest=versioned.id,
         )
@@ -483,11 +470,10 @@ class Penciller(FileOwner):
             "ledger_mem_entries": self._mem_entries(),
             "ledger_mem_tables": len(self.mem),
             "l0_writing": self.writing is not None,
-            "l0_files": len(self.l0),
-            "level_files": [len(level) for level in self.levels],
-            "level_bytes": [sum(h.descriptor.size for h in level) for level in self.levels],
-            "ledger_bytes": sum(h.descriptor.size for h in self.l0)
-            + sum(h.descriptor.size for level in self.levels for h in level),
+            "l0_files": len(self.levels.l0),
+            "level_files": self.levels.counts(),
+            "level_bytes": self.levels.sizes(_size),
+            "ledger_bytes": sum(h.descriptor.size for h in self.levels.all_files()),
             "persisted_sqn": self.persisted_sqn,
             "l0_writes": self.l0_writes,
             "merges": self.merges,
@@ -499,5 +485,13 @@ class Penciller(FileOwner):
     @handles(ShutdownPenciller)
     def _shutdown(self, _: ShutdownPenciller) -> None:
         self.stopped = True
-        for handle in (*self.l0, *(h for level in self.levels for h in level)):
+        for handle in self.levels.all_files():
             stop(handle.clerk)
+
+
+def _descriptor(handle: SstHandle) -> SstDescriptor:
+    return handle.descriptor
+
+
+def _size(handle: SstHandle) -> int:
+    return handle.descriptor.size

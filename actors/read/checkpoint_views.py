@@ -24,12 +24,12 @@ from dataclasses import dataclass, replace
 
 from inkpen.actors.files.fetch import ChunkedFetch, DirectFetch
 from inkpen.actors.journal.changes import replayed_entries
+from inkpen.actors.ledger.levels import Levels
 from inkpen.actors.read.views import (
     CacheView,
     JournalHandle,
     JournalView,
     LedgerView,
-    Level,
     MemTable,
     SegmentTable,
     SstHandle,
@@ -109,8 +109,7 @@ def load_views(
     ledger = LedgerView(
         manifest_id=manifest_id,
         mem=(tail,) if len(tail) else (),
-        l0=tuple(levels[0]) if levels else (),
-        levels=tuple(Level.of(level) for level in levels[1:]),
+        files=Levels(tuple(tuple(level) for level in levels)),
         persisted_sqn=persisted,
     )
     journal = JournalView.of(files, segments, manifest_id)

@@ -27,6 +27,7 @@ from typing import Any
 
 import pykka
 
+from inkpen.actors.ledger.levels import Levels
 from inkpen.formats.bloom import bloom_hash
 from inkpen.formats.journal import JournalEntry, JournalReader, Kind
 from inkpen.formats.keys import LedgerValue
@@ -101,6 +102,18 @@ class SstHandle:
     def name(self) -> str:
         return self.descriptor.name
 
+    @property
+    def first_key(self) -> bytes:
+        return self.descriptor.first_key
+
+    @property
+    def last_key(self) -> bytes:
+        return self.descriptor.last_key
+
+    @property
+    def tombstone_count(self) -> int:
+        return self.descriptor.tombstone_count
+
 
 @dataclass(frozen=True, slots=True)
 class Level:
@@ -134,16 +147,30 @@ class Level:
 
 @dataclass(frozen=True, slots=True)
 class LedgerView:
-    """The Penciller's published state: memory tables, L0 files, the levels below."""
+    """The Penciller's published state: memory tables and the ledger's files by level.
+
+    ``files`` is the :class:`~inkpen.actors.ledger.levels.Levels` the Penciller holds (level
+    numbers as everywhere: 0 is L0). ``levels`` is built from it for lookups: ``levels[n]`` is
+    Ln ready for bisect, for n >= 1; ``levels[0]`` is always empty, L0's files overlapping and
+    so being searched one by one from :attr:`l0`.
+    """
 
     manifest_id: int = 0
     mem: tuple[MemTable, ...] = ()
     """Newest first."""
-    l0: tuple[SstHandle, ...] = ()
-    """Newest first; they may overlap."""
-    levels: tuple[Level, ...] = ()
-    """levels[0] is L1."""
+    files: Levels[SstHandle] = field(default_factory=Levels)
     persisted_sqn: int = 0
+    levels: tuple[Level, ...] = field(init=False, default=())
+    """Indexed by level number; ``levels[0]`` is empty (see the class docstring)."""
+
+    def __post_init__(self) -> None:
+        levels = tuple(Level.of(self.files.level(n)) for n in range(1, self.files.depth))
+        object.__setattr__(self, "levels", (Level(), *levels))
+
+    @property
+    def l0(self) -> tuple[SstHandle, ...]:
+        """L0's files: newest first; they may overlap."""
+        return self.files.l0
 
     def get(self, key: bytes) -> LedgerValue | None:
         """The newest ledger value of ``key`` (possibly a tombstone), or None.
@@ -179,9 +206,8 @@ class LedgerView:
         return sum(len(t) for t in self.mem)
 
     def handles(self) -> Iterator[SstHandle]:
-        yield from self.l0
-        for level in self.levels:
-            yield from level.files
+        """Every ledger file, L0 first."""
+        return self.files.all_files()
 
 
 @dataclass(frozen=True, slots=True)
