@@ -1,0 +1,263 @@
+"""Merge choice (actors/ledger/merge_policy.py): Leveled's policy as a pure function of the
+levels, and the engine running whichever MergePolicy its options name."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import inkpen
+from inkpen.actors.engine import compute
+from inkpen.actors.ledger.levels import LevelFile, Levels, key_span, level_target
+from inkpen.actors.ledger.merge_policy import (
+    LeveledMergePolicy,
+    MergeJob,
+    MergePolicy,
+    policy_for,
+)
+from inkpen.errors import UsageError
+from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
+from inkpen.formats.sst import SstInfo, SstReader, build_sst
+from inkpen.manifest.model import SstDescriptor
+from support.engine import TINY, wait_for
+
+F = TypeVar("F", bound=LevelFile)
+
+POLICY = LeveledMergePolicy(l1_target_files=2, level_fanout=2)
+
+
+def key(n: int) -> bytes:
+    return b"%05d" % n
+
+
+def sst(name: str, first: int, last: int, tombstones: int = 0) -> SstDescriptor:
+    return SstDescriptor(f"ledger/{name}.sst", key(first), key(last), 1, 5, 100, 10, tombstones)
+
+
+@st.composite
+def sorted_level(draw: st.DrawFn, prefix: str) -> list[SstDescriptor]:
+    points = sorted(draw(st.sets(st.integers(0, 999), max_size=24)))
+    pairs = list(zip(points[0::2], points[1::2], strict=False))
+    return [
+        sst(f"{prefix}-{i}", lo, hi, draw(st.integers(0, 50))) for i, (lo, hi) in enumerate(pairs)
+    ]
+
+
+@st.composite
+def ledgers(draw: st.DrawFn, with_l0: bool | None = None) -> Levels[SstDescriptor]:
+    count = draw(st.integers(0, 3)) if with_l0 is None else (draw(st.integers(1, 3)) * with_l0)
+    l0 = []
+    for i in range(count):
+        lo = draw(st.integers(0, 999))
+        l0.append(sst(f"l0-{i}", lo, draw(st.integers(lo, 999))))
+    deeper = [draw(sorted_level(f"l{n}")) for n in range(1, draw(st.integers(0, 4)) + 1)]
+    return Levels.of(l0, deeper)
+
+
+def over_target(levels: Levels[SstDescriptor]) -> list[int]:
+    return [
+        n
+        for n in range(1, levels.depth)
+        if len(levels.level(n)) > level_target(n, POLICY.l1_target_files, POLICY.level_fanout)
+    ]
+
+
+@given(ledgers(with_l0=True), st.integers(0, 20))
+def test_l0_goes_first_and_whole(levels: Levels[SstDescriptor], turn: int) -> None:
+    job = POLICY.choose(levels, turn=turn)
+    assert job is not None
+    assert (job.source_level, job.target_level) == (0, 1)
+    assert job.sources == levels.l0
+    lo, hi = key_span(levels.l0)
+    assert job.targets == tuple(
+        f for f in levels.level(1) if f.first_key <= hi and f.last_key >= lo
+    )
+    assert not job.move  # L0 is always rewritten, even a lone file with nothing below
+    assert job.basement == all(not levels.level(n) for n in range(2, levels.depth))
+
+
+@settings(max_examples=300)
+@given(ledgers(with_l0=False), st.integers(0, 20))
+def test_the_deepest_level_over_its_target_sends_one_file_down(
+    levels: Levels[SstDescriptor], turn: int
+) -> None:
+    job = POLICY.choose(levels, turn=turn)
+    over = over_target(levels)
+    if not over:
+        assert job is None
+        return
+    assert job is not None
+    assert job.source_level == max(over)
+    assert job.target_level == job.source_level + 1
+    (source,) = job.sources
+    assert source in levels.level(job.source_level)
+    below = levels.level(job.target_level)
+    assert job.targets == tuple(
+        f for f in below if f.first_key <= source.last_key and f.last_key >= source.first_key
+    )
+    # A file with no overlap below is a move: a manifest change alone.
+    assert job.move == (not job.targets)
+    assert job.basement == all(not levels.level(n) for n in range(job.target_level + 1, 6))
+    # Pure: the same levels and turn give the same job.
+    assert POLICY.choose(levels, turn=turn) == job
+
+
+def test_turns_alternate_grooming_and_key_order() -> None:
+    files = [sst(f"f{i}", 10 * i, 10 * i + 5, tombstones=3 if i == 2 else 0) for i in range(4)]
+    levels = Levels.of([], [files])  # four files over L1's target of two
+    picked = []
+    for turn in range(6):
+        job = POLICY.choose(levels, turn=turn)
+        assert job is not None and job.move
+        picked.append(job.sources[0].name)
+    # even turns: the most tombstones; odd turns: the next file in key order
+    assert picked[0::2] == [files[2].name] * 3
+    assert picked[1::2] == [files[0].name, files[1].name, files[2].name]
+
+
+def test_a_file_with_overlap_below_is_merged_not_moved() -> None:
+    l1 = [sst(f"a{i}", 10 * i, 10 * i + 5) for i in range(3)]
+    l2 = [sst("b", 0, 3), sst("c", 200, 300)]
+    job = POLICY.choose(Levels.of([], [l1, l2]), turn=1)  # odd turn: first file in key order
+    assert job is not None
+    assert job.sources == (l1[0],) and job.targets == (l2[0],)
+    assert not job.move and job.basement
+
+
+def test_an_empty_or_balanced_ledger_needs_no_merge() -> None:
+    assert POLICY.choose(Levels(), turn=0) is None
+    assert POLICY.choose(Levels.of([], [[sst("a", 0, 1), sst("b", 2, 3)]]), turn=0) is None
+
+
+def test_a_job_describes_a_valid_move_only() -> None:
+    a, b = sst("a", 0, 1), sst("b", 0, 1)
+    with pytest.raises(ValueError, match="move"):
+        MergeJob(1, 2, (a,), (b,), True, move=True)
+    with pytest.raises(ValueError, match="source"):
+        MergeJob(1, 2, (), (), True)
+    with pytest.raises(ValueError, match="L1 or deeper"):
+        MergeJob(0, 0, (a,), (), True)
+    move = MergeJob(1, 2, (a,), (), True, move=True)
+    assert move.inputs == (a,) and move.outputs([b]) == (a,)
+    merge = MergeJob(1, 2, (a,), (), True)
+    assert merge.outputs([b]) == (b,)
+
+
+def entries(keys: range, sqn: int, status: int = ACTIVE) -> list[tuple[bytes, LedgerValue]]:
+    return [
+        (object_key(b"b", b"k%05d" % i), LedgerValue(sqn + i, status, None, i, 10, 0)) for i in keys
+    ]
+
+
+def described(name: str, info: SstInfo) -> SstDescriptor:
+    return SstDescriptor(
+        name,
+        info.first_key,
+        info.last_key,
+        info.min_sqn,
+        info.max_sqn,
+        info.size,
+        info.entry_count,
+        info.tombstone_count,
+    )
+
+
+@pytest.mark.parametrize("deeper_files", [False, True])
+def test_the_basement_drops_tombstones(deeper_files: bool) -> None:
+    """A job into the deepest level with files is a basement merge: tombstones go; with files
+    further down, they stay to keep shadowing them."""
+    newer_data, newer_info = build_sst(entries(range(0, 100, 2), 10_000, TOMBSTONE))
+    older_data, older_info = build_sst(entries(range(0, 100), 1))
+    newer = described("ledger/newer.sst", newer_info)
+    older = described("ledger/older.sst", older_info)
+    deep = [[sst("deep", 0, 1)]] if deeper_files else []
+    job = POLICY.choose(Levels.of([newer], [[older], *deep]), turn=0)
+    assert job is not None and job.targets == (older,)
+    assert job.basement is not deeper_files
+    built = compute.merge_ssts(
+        [(newer.name, newer_data, 0)],
+        [(older.name, older_data, 0)],
+        job.basement,
+        0,
+        1 << 20,
+        4096,
+        10,
+    )
+    out = [
+        value
+        for data, _ in built
+        for _, value in SstReader.open("out", len(data), lambda s, e, d=data: d[s:e]).iter_range()
+    ]
+    tombstones = sum(1 for v in out if v.status == TOMBSTONE)
+    assert tombstones == (50 if deeper_files else 0)
+    assert len(out) == (100 if deeper_files else 50)
+
+
+def test_policy_for_takes_the_option_or_builds_leveled_from_the_sizes() -> None:
+    assert policy_for(inkpen.Options(l1_target_files=3, level_fanout=5)) == LeveledMergePolicy(3, 5)
+    custom = LeveledMergePolicy(1, 2)
+    assert policy_for(inkpen.Options(merge_policy=custom)) is custom
+    assert isinstance(POLICY, MergePolicy)
+    with pytest.raises(UsageError, match="merge_policy"):
+        inkpen.Options(merge_policy=object())  # type: ignore[arg-type]
+
+
+@dataclass
+class GatedPolicy:
+    """Never merges while ``gate`` is shut, then delegates to Leveled's; records every call."""
+
+    gate: threading.Event = field(default_factory=threading.Event)
+    calls: list[tuple[int, int]] = field(default_factory=list)
+    inner: LeveledMergePolicy = field(default_factory=lambda: LeveledMergePolicy(2, 2))
+
+    def choose(self, levels: Levels[F], *, turn: int) -> MergeJob[F] | None:
+        self.calls.append((len(levels.l0), turn))
+        if not self.gate.is_set():
+            return None
+        return self.inner.choose(levels, turn=turn)
+
+
+def test_the_engine_uses_the_policy_its_options_name(store_url: str) -> None:
+    """With a policy that never merges, L0 fills, the writer is held back and no merge runs;
+    once the policy merges, the ledger drains and every write reads back."""
+    policy = GatedPolicy()
+    book = inkpen.open(store_url, **{**TINY, "merge_policy": policy})
+    done = threading.Event()
+    model: dict[str, bytes] = {}
+
+    def writer() -> None:
+        for i in range(600):
+            value = b"v%d" % i
+            book.put("mp", f"k{i % 150:04d}", value)
+            model[f"k{i % 150:04d}"] = value
+        done.set()
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: book.stats()["pressure"].get("ledger_cache") == 2, what="writer blocked")
+        stats = book.stats()
+        assert stats["l0_files"] == TINY["max_l0_files"]
+        assert stats["merges"] == 0 and stats["moves"] == 0
+        assert policy.calls, "the engine never asked the policy"
+        assert not done.is_set()
+        policy.gate.set()
+        book.compact_ledger()
+        assert done.wait(timeout=120)
+        thread.join()
+        book.compact_ledger()
+        stats = book.stats()
+        assert stats["merges"] > 0
+        assert stats["l0_files"] == 0
+        turns = [turn for _, turn in policy.calls]
+        assert any(t > 0 for t in turns), "the clerk's turns never advanced"
+        for k, v in model.items():
+            assert book.get("mp", k) == v
+    finally:
+        policy.gate.set()
+        book.close()
