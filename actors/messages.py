@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inkpen.actors.journal.intake import Batch
-from inkpen.actors.read.views import MemTable
 from inkpen.errors import FencedError
 from inkpen.formats.journal import JournalEntry
 
@@ -35,17 +34,6 @@ class Fenced:
     """To the Bookie: a newer writer owns the database; stop accepting writes."""
 
     error: FencedError
-
-
-@dataclass(frozen=True, slots=True)
-class PushMem:
-    """Ask to the Penciller: take these ledger tables (newest first); answers True if taken.
-
-    ``force`` takes them even when the Penciller's memory is over its limit (close, replay
-    of last resort)."""
-
-    tables: tuple[MemTable, ...]
-    force: bool = False
 
 
 @dataclass(frozen=True, slots=True)

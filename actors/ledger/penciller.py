@@ -23,9 +23,10 @@ and no live checkpoint can still read the file.
 Lookups never come here: the Penciller publishes a :class:`~inkpen.actors.read.views.LedgerView`
 after every change, and readers search it (memory, then L0, then each level; bloom filters first).
 
-Messages: ``AttachPenciller``, ``PushMem``, ``L0Written``/``L0Failed`` (SST clerks), ``FlushMem``,
-``MergeDone``/``MergeIdle`` (the clerk), ``RegisterLedger``, ``ReleaseLedger``,
-``ConfirmDelete``/``FileDeleted`` (file clerks), ``PencillerStats``, ``ShutdownPenciller``.
+Other modules ask the Penciller through the functions at the end of this module (``push_mem``,
+``flush_mem``, ``compact``, ``register``, ``release``, ``stats``, ...); its messages are private.
+It also answers ``L0Written``/``L0Failed`` (SST clerks), ``MergeDone``/``MergeIdle`` (its clerk)
+and ``ConfirmDelete``/``FileDeleted`` (file clerks).
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ from typing import Any
 
 import pykka
 
-from inkpen.actors.base import handles, send, stop
+from inkpen.actors.base import call, handles, send, stop
 from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.files.clerk import SetForDelete
 from inkpen.actors.files.sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
 from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, MergeWork, choose_job
-from inkpen.actors.messages import LedgerRoom, PushMem
+from inkpen.actors.messages import LedgerRoom
 from inkpen.actors.read.views import LedgerView, Level, MemTable, SstHandle
 from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
 from inkpen.logs import get_logger
@@ -56,7 +57,7 @@ RETRY_AFTER = 1.0
 
 
 @dataclass(frozen=True, slots=True)
-class AttachPenciller:
+class _AttachPenciller:
     """Ask, once at start-up: the actors the Penciller talks to."""
 
     bookie: pykka.ActorRef[Any]
@@ -64,7 +65,7 @@ class AttachPenciller:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadLevels:
+class _LoadLevels:
     """Ask, once at start-up: the manifest's SST files, open; ``levels[0]`` is L1."""
 
     l0: tuple[SstHandle, ...]
@@ -72,18 +73,29 @@ class LoadLevels:
 
 
 @dataclass(frozen=True, slots=True)
-class FlushMem:
+class _PushMem:
+    """Take these ledger tables (newest first); answers True if taken.
+
+    ``force`` takes them even when the Penciller's memory is over its limit (close, replay
+    of last resort)."""
+
+    tables: tuple[MemTable, ...]
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _FlushMem:
     """Ask: write memory to L0 now (close); answers True once memory is empty and no write runs."""
 
 
 @dataclass(frozen=True, slots=True)
-class CompactLedger:
+class _CompactLedger:
     """Ask: answers True once no merge or L0 write is running or due; otherwise starts what is
     due and answers False."""
 
 
 @dataclass(frozen=True, slots=True)
-class RegisterLedger:
+class _RegisterLedger:
     """Ask: register a ledger clone; answers the current :class:`LedgerView`."""
 
     snapshot_id: str
@@ -91,7 +103,7 @@ class RegisterLedger:
 
 
 @dataclass(frozen=True, slots=True)
-class ReleaseLedger:
+class _ReleaseLedger:
     snapshot_id: str
 
 
@@ -106,12 +118,12 @@ class _RetryMerge:
 
 
 @dataclass(frozen=True, slots=True)
-class PencillerStats:
+class _PencillerStats:
     """Ask: counters for ``Bookie.stats()``."""
 
 
 @dataclass(frozen=True, slots=True)
-class ShutdownPenciller:
+class _ShutdownPenciller:
     """Ask: stop merging, stop every file clerk."""
 
 
@@ -137,15 +149,15 @@ class Penciller(FileOwner):
         self.moves = 0
         self._publish()
 
-    @handles(LoadLevels)
-    def _load(self, message: LoadLevels) -> None:
+    @handles(_LoadLevels)
+    def _load(self, message: _LoadLevels) -> None:
         """Install the SST files found at start-up (already open)."""
         self.l0 = list(message.l0)
         self.levels = [list(level) for level in message.levels]
         self._publish()
 
-    @handles(AttachPenciller)
-    def _attach(self, message: AttachPenciller) -> None:
+    @handles(_AttachPenciller)
+    def _attach(self, message: _AttachPenciller) -> None:
         self.bookie = message.bookie
         self.clerk = message.clerk
         self._maybe_merge()
@@ -164,8 +176,8 @@ class Penciller(FileOwner):
 
     # -- memory and L0 ------------------------------------------------------------------------
 
-    @handles(PushMem)
-    def _push(self, message: PushMem) -> bool:
+    @handles(_PushMem)
+    def _push(self, message: _PushMem) -> bool:
         """Take pushed tables while memory is under twice ``l0_cache_entries``.
 
         Memory can therefore exceed that limit by at most one push (the Bookie's cache, itself
@@ -289,8 +301,8 @@ class Penciller(FileOwner):
     def _retry_flush(self, _: _RetryFlush) -> None:
         self._maybe_flush()
 
-    @handles(FlushMem)
-    def _flush_mem(self, _: FlushMem) -> bool:
+    @handles(_FlushMem)
+    def _flush_mem(self, _: _FlushMem) -> bool:
         if self.failed is not None:
             raise self.failed
         if self.stopped or (not self.mem and self.writing is None):
@@ -364,8 +376,8 @@ class Penciller(FileOwner):
     def _retry_merge(self, _: _RetryMerge) -> None:
         self._maybe_merge()
 
-    @handles(CompactLedger)
-    def _compact(self, _: CompactLedger) -> bool:
+    @handles(_CompactLedger)
+    def _compact(self, _: _CompactLedger) -> bool:
         if self.failed is not None:
             raise self.failed
         if self.stopped:
@@ -465,20 +477,20 @@ class Penciller(FileOwner):
 
     # -- snapshots and deletes --------------------------------------------------------------
 
-    @handles(RegisterLedger)
-    def _register(self, message: RegisterLedger) -> LedgerView:
+    @handles(_RegisterLedger)
+    def _register(self, message: _RegisterLedger) -> LedgerView:
         view = self.ctx.board.ledger
         self._register_snapshot(message.snapshot_id, long_running=message.long_running)
         return view
 
-    @handles(ReleaseLedger)
-    def _release(self, message: ReleaseLedger) -> None:
+    @handles(_ReleaseLedger)
+    def _release(self, message: _ReleaseLedger) -> None:
         self.registry.release(message.snapshot_id)
 
     # -- the rest -----------------------------------------------------------------------------
 
-    @handles(PencillerStats)
-    def _stats(self, _: PencillerStats) -> dict[str, Any]:
+    @handles(_PencillerStats)
+    def _stats(self, _: _PencillerStats) -> dict[str, Any]:
         return {
             "ledger_mem_entries": self._mem_entries(),
             "ledger_mem_tables": len(self.mem),
@@ -496,8 +508,75 @@ class Penciller(FileOwner):
             "ledger_pending_deletes": len(self.pending_deletes),
         }
 
-    @handles(ShutdownPenciller)
-    def _shutdown(self, _: ShutdownPenciller) -> None:
+    @handles(_ShutdownPenciller)
+    def _shutdown(self, _: _ShutdownPenciller) -> None:
         self.stopped = True
         for handle in (*self.l0, *(h for level in self.levels for h in level)):
             stop(handle.clerk)
+
+
+# -- what other modules ask of the Penciller ----------------------------------------------------
+
+
+def attach(
+    penciller: pykka.ActorRef[Penciller],
+    *,
+    bookie: pykka.ActorRef[Any],
+    clerk: pykka.ActorRef[Any],
+) -> None:
+    """Once at start-up: the actors the Penciller talks to."""
+    call(penciller, _AttachPenciller(bookie, clerk))
+
+
+def load_levels(
+    penciller: pykka.ActorRef[Penciller],
+    l0: tuple[SstHandle, ...],
+    levels: tuple[tuple[SstHandle, ...], ...],
+) -> None:
+    """Once at start-up: the manifest's SST files, open; ``levels[0]`` is L1."""
+    call(penciller, _LoadLevels(l0, levels))
+
+
+def push_mem(
+    penciller: pykka.ActorRef[Penciller], tables: tuple[MemTable, ...], *, force: bool = False
+) -> bool:
+    """Hand ledger tables (newest first) to the Penciller; True if it took them."""
+    taken: bool = call(penciller, _PushMem(tables, force))
+    return taken
+
+
+def flush_mem(penciller: pykka.ActorRef[Penciller]) -> bool:
+    """Write memory to L0 now; True once memory is empty and no write runs (raises the
+    Penciller's error once it failed for good)."""
+    done: bool = call(penciller, _FlushMem())
+    return done
+
+
+def compact(penciller: pykka.ActorRef[Penciller]) -> bool:
+    """True once no merge or L0 write is running or due; otherwise starts what is due."""
+    done: bool = call(penciller, _CompactLedger())
+    return done
+
+
+def register(
+    penciller: pykka.ActorRef[Penciller], snapshot_id: str, long_running: bool
+) -> LedgerView:
+    """Register a ledger clone; answers the current ledger view."""
+    view: LedgerView = call(penciller, _RegisterLedger(snapshot_id, long_running))
+    return view
+
+
+def release(penciller: pykka.ActorRef[Penciller], snapshot_id: str) -> None:
+    """Drop a ledger clone's registration (a tell)."""
+    send(penciller, _ReleaseLedger(snapshot_id))
+
+
+def stats(penciller: pykka.ActorRef[Penciller]) -> dict[str, Any]:
+    """Counters for ``Bookie.stats()``."""
+    counters: dict[str, Any] = call(penciller, _PencillerStats())
+    return counters
+
+
+def shutdown(penciller: pykka.ActorRef[Penciller], *, timeout: float | None = None) -> None:
+    """Stop merging and stop every file clerk."""
+    call(penciller, _ShutdownPenciller(), timeout=timeout)
