@@ -8,7 +8,8 @@ Who may wait on whom (``call``), so that no two actors ever wait on each other:
     clerks of the Inker and Penciller ──▶ Bookie, Penciller, file clerks
 
 Everything in the other direction is a tell: the Inker tells the Bookie a batch is durable, the
-Penciller tells the Bookie it has room again, clerks tell their owners their results.
+Penciller tells the Bookie it has room again, clerks tell their owners their results. The fence
+is no message: every actor asks the manifest keeper (``ManifestKeeper.fenced``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inkpen.actors.journal.intake import Batch
-from inkpen.errors import FencedError
 from inkpen.formats.journal import JournalEntry
 
 
@@ -27,13 +27,6 @@ class ApplyBatch:
 
     batch: Batch
     entries: tuple[JournalEntry, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Fenced:
-    """To the Bookie: a newer writer owns the database; stop accepting writes."""
-
-    error: FencedError
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,10 +48,10 @@ from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.inker import Inker
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.penciller import Penciller
-from inkpen.actors.messages import ApplyBatch, Fenced, LedgerRoom
+from inkpen.actors.messages import ApplyBatch, LedgerRoom
 from inkpen.actors.read.path import lookup
 from inkpen.actors.read.views import CacheView, MemTable
-from inkpen.errors import FencedError, InkpenError
+from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 
 log = get_logger("inkpen.bookie")
@@ -132,7 +132,6 @@ class Bookie(InkpenActor):
         self.inker: pykka.ActorRef[Inker] | None = None
         self.penciller: pykka.ActorRef[Penciller] | None = None
         self.inker_clerk: pykka.ActorRef[InkerClerk] | None = None
-        self.fenced: FencedError | None = None
         self.snapshots: dict[str, tuple[pykka.ActorRef[Any], ...]] = {}
         self.pushes = 0
         self.refused_pushes = 0
@@ -152,7 +151,7 @@ class Bookie(InkpenActor):
     @handles(_CompactionDue)
     def _compaction_due(self, _: _CompactionDue) -> None:
         try:
-            if self.fenced is None and self.inker_clerk is not None:
+            if self.ctx.keeper.fenced is None and self.inker_clerk is not None:
                 self._compact(_CompactJournal(Future()))
         finally:
             self._schedule_compaction()
@@ -219,10 +218,6 @@ class Bookie(InkpenActor):
         self._push(force=True)
         self._set_pressure()
 
-    @handles(Fenced)
-    def _fenced(self, message: Fenced) -> None:
-        self.fenced = message.error
-
     # -- snapshots --------------------------------------------------------------------------
 
     @handles(_TakeSnapshot)
@@ -258,8 +253,9 @@ class Bookie(InkpenActor):
     @handles(_CompactJournal)
     def _compact(self, message: _CompactJournal) -> None:
         assert self.inker_clerk is not None
-        if self.fenced is not None:
-            message.result.set_exception(self.fenced)
+        fenced = self.ctx.keeper.fenced
+        if fenced is not None:
+            message.result.set_exception(fenced)
             return
         parts = self._take(_TakeSnapshot(long_running=True, ledger_only=True))
         snapshot = LedgerSnapshot(parts, self.actor_ref)
@@ -280,7 +276,7 @@ class Bookie(InkpenActor):
             "pressure": self.ctx.throttle.levels(),
             "throttled_puts": self.ctx.throttle.waiting,
             "snapshots": len(self.snapshots),
-            "fenced": self.fenced is not None,
+            "fenced": self.ctx.keeper.fenced is not None,
         }
         stats.update(inker_actor.stats(self.inker))
         stats.update(penciller_actor.stats(self.penciller))

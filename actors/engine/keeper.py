@@ -4,8 +4,14 @@ The Inker commits the journal half of the manifest and the Penciller the ledger 
 through one :class:`ManifestKeeper`, which serialises them within the process (so the two owners
 never make each other retry), applies each change with the writer's epoch (a newer epoch in the
 store raises :class:`~inkpen.errors.FencedError` instead of a retry) and keeps the writer's
-checkpoint pointing at the manifest the writer relies on. A fenced keeper refuses every later
-commit with the same error and tells the Bookie once, through ``on_fenced``.
+checkpoint pointing at the manifest the writer relies on.
+
+The keeper is the one holder of the writer's fenced state (:attr:`ManifestKeeper.fenced`): the
+Bookie actor, the Inker, the Penciller, GC and the engine ask it rather than keep a copy. It is
+set by whoever sees the fence first (a commit or refresh that finds a newer epoch, a segment
+write that finds a newer writer's slot, a GC pass); a fenced keeper refuses every later commit
+with the same error and calls ``on_fenced`` once, which halts the throttle and shuts the write
+intake so that nothing waits for a writer that can write no more.
 
 A commit that adds files names them (``new_files``): each must still be on the store just before
 the update, so the keeper never writes a manifest naming an object that is gone. One that vanished

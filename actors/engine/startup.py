@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import pykka
 
-from inkpen.actors.base import ActorGone, call_async, send, stop
+from inkpen.actors.base import ActorGone, call_async, stop
 from inkpen.actors.engine import bookie_actor
 from inkpen.actors.engine.bookie_actor import Bookie
 from inkpen.actors.engine.context import EngineContext
@@ -49,7 +49,6 @@ from inkpen.actors.journal.intake import WriteIntake
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.clerk import PencillerClerk
 from inkpen.actors.ledger.penciller import Penciller
-from inkpen.actors.messages import Fenced
 from inkpen.actors.read.views import SegmentTable, ViewBoard
 from inkpen.errors import FencedError, InkpenError, UsageError
 from inkpen.formats.cache import LruCache
@@ -137,12 +136,12 @@ class Engine:
         manifest = claim.versioned.manifest
         intake = WriteIntake(options.max_batch_bytes)
         started_refs: list[pykka.ActorRef[Any]] = []
-        told: list[pykka.ActorRef[Any]] = []  # the Bookie and the Inker, once wired
 
         def fenced(error: FencedError) -> None:
+            # Every actor asks the keeper whether the writer is fenced; what waits (held puts,
+            # the open batch, ledger waits) is woken here.
             ctx.halt(error)
-            for ref in told:
-                send(ref, Fenced(error))
+            intake.shut(error)
 
         keeper.on_fenced = fenced
         try:
@@ -173,9 +172,6 @@ class Engine:
             inker_actor.attach(inker, bookie=bookie, penciller=penciller, clerk=inker_clerk)
             penciller_actor.attach(penciller, bookie=bookie, clerk=penciller_clerk)
 
-            told.extend((bookie, inker))
-            if keeper.fenced is not None:
-                fenced(keeper.fenced)
             replayed = inker_actor.replay(inker, manifest.ledger.persisted_sqn)
             collector = GarbageCollector.start(ctx)
             started_refs.append(collector)

@@ -56,7 +56,7 @@ from inkpen.actors.journal.clerk import (
 )
 from inkpen.actors.journal.intake import Batch, WriteIntake
 from inkpen.actors.ledger import penciller as penciller_actor
-from inkpen.actors.messages import ApplyBatch, Fenced
+from inkpen.actors.messages import ApplyBatch
 from inkpen.actors.read.views import JournalHandle, JournalView, MemTable, SegmentTable
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import build_journal
@@ -180,7 +180,8 @@ class Inker(FileOwner):
         self.penciller: pykka.ActorRef[Any] | None = None
         self.clerk: pykka.ActorRef[Any] | None = None
         self.folding = False
-        self.stopped: InkpenError | None = None
+        self._stopped: InkpenError | None = None
+        """Why the Inker stopped writing other than the fence (the keeper holds that)."""
         self.segments_written = 0
         self.bytes_written = 0
         self.last_write_started = float("-inf")
@@ -198,10 +199,6 @@ class Inker(FileOwner):
         self.segments = list(message.segments)
         self.sqn = message.max_sqn
         self._publish()
-
-    @handles(Fenced)
-    def _fenced(self, message: Fenced) -> None:
-        self._stop_writing(message.error)
 
     @handles(_Attach)
     def _attach(self, message: _Attach) -> None:
@@ -371,14 +368,20 @@ class Inker(FileOwner):
         level = STOP if ratio >= 4 else SLOW if ratio >= 2 else NONE
         self.ctx.throttle.set("journal", level)
 
+    @property
+    def stopped(self) -> InkpenError | None:
+        """Why the Inker writes no more: its own stop, or the fence the keeper holds."""
+        return self._stopped or self.ctx.keeper.fenced
+
     def _stop_writing(self, error: InkpenError) -> None:
         if self.stopped is None:
-            self.stopped = error
             log.warning("inker.stopped_writing", epoch=self.epoch, error=str(error))
         self.intake.shut(error)
         if isinstance(error, FencedError):
             self.ctx.keeper.fence(error)  # halts the writer through the keeper's callback
         else:
+            if self._stopped is None:
+                self._stopped = error
             # Puts still held back by backpressure never reached a segment: definitely not
             # written.
             self.ctx.halt(
@@ -641,9 +644,9 @@ class Inker(FileOwner):
 
     @handles(_Shutdown)
     def _shutdown(self, _: _Shutdown) -> None:
-        if self.stopped is None:
-            self.stopped = UsageError("this Bookie is closed")
-        self.intake.shut(self.stopped)
+        stopped = self.stopped or UsageError("this Bookie is closed")
+        self._stopped = self._stopped or stopped
+        self.intake.shut(stopped)
         for handle in self.files.values():
             stop(handle.clerk)
         self.files.clear()

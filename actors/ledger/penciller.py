@@ -141,13 +141,19 @@ class Penciller(FileOwner):
         self.clerk: pykka.ActorRef[Any] | None = None
         self.merging = False
         self._offered: LedgerView | None = None
-        self.stopped = False
+        self._stopped = False
+        """Stopped other than by the fence (closed, a lost file); the keeper holds the fence."""
         self.failed: InkpenError | None = None
         """Why the ledger can change no more (a file it names is gone): flushes raise it."""
         self.l0_writes = 0
         self.merges = 0
         self.moves = 0
         self._publish()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the ledger changes no more: closed, failed for good, or fenced (the keeper)."""
+        return self._stopped or self.ctx.keeper.fenced is not None
 
     @handles(_LoadLevels)
     def _load(self, message: _LoadLevels) -> None:
@@ -262,9 +268,8 @@ class Penciller(FileOwner):
             self.writing = None
             stop(message.handle.clerk)
             log.warning("ledger.l0_commit_failed", error=str(exc))
-            if isinstance(exc, FencedError):
-                self.stopped = True
-            else:  # writers may be held back waiting for this flush: nothing else retries it
+            if not isinstance(exc, FencedError):
+                # writers may be held back waiting for this flush: nothing else retries it
                 self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryFlush())
             self._room()
             return
@@ -348,8 +353,7 @@ class Penciller(FileOwner):
         keeper = self.ctx.keeper
         try:
             latest = keeper.refresh()
-        except FencedError:
-            self.stopped = True
+        except FencedError:  # the keeper holds the fence now: stopped
             return True
         except StoreError as exc:
             log.warning("ledger.refresh_failed", error=str(exc))
@@ -368,7 +372,7 @@ class Penciller(FileOwner):
         )
         log.error("ledger.file_missing", name=lost[0], manifest=latest.id)
         self.failed = error
-        self.stopped = True
+        self._stopped = True
         self.ctx.halt(error)
         return True
 
@@ -435,9 +439,8 @@ class Penciller(FileOwner):
             log.warning("ledger.merge_commit_failed", error=str(exc))
             for handle in message.added:
                 stop(handle.clerk)
-            if isinstance(exc, FencedError):
-                self.stopped = True
-            else:  # as after a failed merge: writers may be waiting for L0 to drain
+            if not isinstance(exc, FencedError):
+                # as after a failed merge: writers may be waiting for L0 to drain
                 self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryMerge())
             self._room()
             return
@@ -510,7 +513,7 @@ class Penciller(FileOwner):
 
     @handles(_ShutdownPenciller)
     def _shutdown(self, _: _ShutdownPenciller) -> None:
-        self.stopped = True
+        self._stopped = True
         for handle in (*self.l0, *(h for level in self.levels for h in level)):
             stop(handle.clerk)
 
