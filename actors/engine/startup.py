@@ -116,7 +116,7 @@ class Engine:
         keeper = ManifestKeeper(
             manifests,
             epoch=claim.epoch,
-            writer_checkpoint=_writer_checkpoint(claim),
+            writer_checkpoint=claim.writer_checkpoint,
             latest=claim.versioned,
             timeout=options.manifest_update_timeout,
         )
@@ -417,14 +417,6 @@ class Engine:
                         "this Bookie was closed before the work finished; open the database "
                         "again with inkpen.open"
                     ) from None
-
-
-def _writer_checkpoint(claim: WriterClaim) -> str | None:
-    for checkpoint in claim.versioned.manifest.checkpoints:
-        meta = checkpoint.metadata
-        if meta.get("kind") == "writer" and meta.get("epoch") == str(claim.epoch):
-            return checkpoint.id
-    return None
 
 
 def _open_ssts(
