@@ -14,8 +14,10 @@ is no message: every actor asks the manifest keeper (``ManifestKeeper.fenced``).
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 
+from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.journal.intake import Batch
 from inkpen.formats.journal import JournalEntry
 
@@ -32,3 +34,12 @@ class ApplyBatch:
 @dataclass(frozen=True, slots=True)
 class LedgerRoom:
     """Penciller to Bookie: an L0 write or a merge finished; pushes may be taken again."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactJournal:
+    """To the Bookie (from the engine, or from the Inker retrying a compaction whose commit
+    failed): start a journal compaction against a fresh ledger snapshot; its report goes to
+    ``result``."""
+
+    result: Future[CompactionReport]

@@ -48,7 +48,7 @@ from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.inker import Inker
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.penciller import Penciller
-from inkpen.actors.messages import ApplyBatch, LedgerRoom
+from inkpen.actors.messages import ApplyBatch, CompactJournal, LedgerRoom
 from inkpen.actors.read.path import lookup
 from inkpen.actors.read.views import CacheView, MemTable
 from inkpen.errors import InkpenError
@@ -82,14 +82,6 @@ class _CloseSnapshot:
     """Tell: stop a snapshot's clones (releasing their registrations)."""
 
     snapshot_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class _CompactJournal:
-    """Ask: start a journal compaction against a fresh ledger snapshot; its report goes to
-    ``result``."""
-
-    result: Future[CompactionReport]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +144,7 @@ class Bookie(InkpenActor):
     def _compaction_due(self, _: _CompactionDue) -> None:
         try:
             if self.ctx.keeper.fenced is None and self.inker_clerk is not None:
-                self._compact(_CompactJournal(Future()))
+                self._compact(CompactJournal(Future()))
         finally:
             self._schedule_compaction()
 
@@ -250,8 +242,8 @@ class Bookie(InkpenActor):
         for clone in self.snapshots.pop(message.snapshot_id, ()):
             clone.stop(block=False)
 
-    @handles(_CompactJournal)
-    def _compact(self, message: _CompactJournal) -> None:
+    @handles(CompactJournal)
+    def _compact(self, message: CompactJournal) -> None:
         assert self.inker_clerk is not None
         fenced = self.ctx.keeper.fenced
         if fenced is not None:
@@ -326,7 +318,7 @@ def close_snapshot(bookie: pykka.ActorRef[Bookie], snapshot_id: str) -> bool:
 def compact_journal(bookie: pykka.ActorRef[Bookie], result: Future[CompactionReport]) -> None:
     """Start a journal compaction against a fresh ledger snapshot; its report goes to
     ``result``."""
-    call(bookie, _CompactJournal(result))
+    call(bookie, CompactJournal(result))
 
 
 def stats(bookie: pykka.ActorRef[Bookie]) -> dict[str, Any]:

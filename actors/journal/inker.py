@@ -42,6 +42,7 @@ import pykka
 
 from inkpen.actors.base import ActorGone, call, handles, send, stop
 from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.engine.throttle import NONE, SLOW, STOP
 from inkpen.actors.files.clerk import SetForDelete
@@ -56,13 +57,13 @@ from inkpen.actors.journal.clerk import (
 )
 from inkpen.actors.journal.intake import Batch, WriteIntake
 from inkpen.actors.ledger import penciller as penciller_actor
-from inkpen.actors.messages import ApplyBatch
+from inkpen.actors.messages import ApplyBatch, CompactJournal
 from inkpen.actors.read.views import JournalHandle, JournalView, MemTable, SegmentTable
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.fencing import write_segment
-from inkpen.manifest.model import Checkpoint, Manifest
+from inkpen.manifest.model import Checkpoint, Manifest, VersionedManifest
 from inkpen.manifest.paths import segment_key
 
 log = get_logger("inkpen.inker")
@@ -443,34 +444,30 @@ class Inker(FileOwner):
                 ),
             )
 
-        try:
-            self.ctx.keeper.commit(
-                change, reason="journal.fold", new_files=[h.name for h in message.handles]
-            )
-        except FencedError as exc:
-            self.ctx.in_flight.discard(h.name for h in message.handles)
-            self._stop_writing(exc)
-            return
-        except StoreError as exc:
-            self.ctx.in_flight.discard(h.name for h in message.handles)
-            log.warning("journal.fold_commit_failed", error=str(exc))
+        def install(_: VersionedManifest) -> None:
             for handle in message.handles:
-                stop(handle.clerk)
-            self.ctx.scheduler.after(FOLD_RETRY_AFTER, self.actor_ref, _RetryFold())
-            return
-        self.ctx.in_flight.discard(h.name for h in message.handles)
-        for handle in message.handles:
-            self.files[handle.name] = handle
-        self.segments = [s for s in self.segments if s.segment_id > last]
-        self._publish()
-        log.info(
-            "journal.fold",
-            segments=len(message.segment_ids),
-            last_segment=last,
-            files=[h.name for h in message.handles],
-            bytes=sum(d.size for d in descriptors),
+                self.files[handle.name] = handle
+            self.segments = [s for s in self.segments if s.segment_id > last]
+            self._publish()
+            log.info(
+                "journal.fold",
+                segments=len(message.segment_ids),
+                last_segment=last,
+                files=[h.name for h in message.handles],
+                bytes=sum(d.size for d in descriptors),
+            )
+            self._after_write()
+
+        commit_or_roll_back(
+            self.ctx.keeper,
+            change,
+            reason="journal.fold",
+            new_files=message.handles,
+            in_flight=self.ctx.in_flight,
+            install=install,
+            roll_back=lambda _: None,  # the segments stay unfolded; a fence stops the Inker
+            retry=lambda after: self.ctx.scheduler.after(after, self.actor_ref, _RetryFold()),
         )
-        self._after_write()
 
     @handles(FoldFailed)
     def _fold_failed(self, message: FoldFailed) -> None:
@@ -495,35 +492,42 @@ class Inker(FileOwner):
             files = tuple(sorted((*kept, *added), key=lambda d: d.min_sqn))
             return dataclasses.replace(m, journal=dataclasses.replace(m.journal, files=files))
 
-        try:
-            versioned = self.ctx.keeper.commit(
-                change, reason="journal.compaction", new_files=[h.name for h in message.handles]
-            )
-        except InkpenError as exc:
-            self.ctx.in_flight.discard(h.name for h in message.handles)
-            if isinstance(exc, FencedError):
-                self._stop_writing(exc)
-            log.warning("journal.compaction_commit_failed", error=str(exc))
+        def install(versioned: VersionedManifest) -> None:
             for handle in message.handles:
-                stop(handle.clerk)
-            message.result.set_exception(exc)
-            return
-        self.ctx.in_flight.discard(h.name for h in message.handles)
-        for handle in message.handles:
-            self.files[handle.name] = handle
-        for name in replaced:
-            gone = self.files.pop(name, None)
-            if gone is not None and gone.clerk is not None:
-                self.pending_deletes[name] = versioned.id
-                send(gone.clerk, SetForDelete(versioned.id))
-        self._publish()
-        log.info(
-            "journal.compaction_committed",
-            replaced=sorted(replaced),
-            written=[h.name for h in message.handles],
-            manifest=versioned.id,
+                self.files[handle.name] = handle
+            for name in replaced:
+                gone = self.files.pop(name, None)
+                if gone is not None and gone.clerk is not None:
+                    self.pending_deletes[name] = versioned.id
+                    send(gone.clerk, SetForDelete(versioned.id))
+            self._publish()
+            log.info(
+                "journal.compaction_committed",
+                replaced=sorted(replaced),
+                written=[h.name for h in message.handles],
+                manifest=versioned.id,
+            )
+            message.result.set_result(dataclasses.replace(message.report, manifest_id=versioned.id))
+
+        def roll_back(error: InkpenError) -> None:
+            if isinstance(error, FencedError):  # no retry: the caller learns of the fence
+                message.result.set_exception(error)
+
+        def retry(after: float) -> None:
+            # Compact again against a fresh ledger snapshot; the caller waits for that report.
+            assert self.bookie is not None
+            self.ctx.scheduler.after(after, self.bookie, CompactJournal(message.result))
+
+        commit_or_roll_back(
+            self.ctx.keeper,
+            change,
+            reason="journal.compaction",
+            new_files=message.handles,
+            in_flight=self.ctx.in_flight,
+            install=install,
+            roll_back=roll_back,
+            retry=retry,
         )
-        message.result.set_result(dataclasses.replace(message.report, manifest_id=versioned.id))
 
     # -- checkpoints --------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ import pykka
 
 from inkpen.actors.base import call, handles, send, stop
 from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.files.clerk import SetForDelete
 from inkpen.actors.files.sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
@@ -47,7 +48,7 @@ from inkpen.actors.messages import LedgerRoom
 from inkpen.actors.read.views import LedgerView, Level, MemTable, SstHandle
 from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
 from inkpen.logs import get_logger
-from inkpen.manifest.model import Manifest
+from inkpen.manifest.model import Manifest, VersionedManifest
 from inkpen.manifest.paths import new_file_id, sst_key
 
 log = get_logger("inkpen.penciller")
@@ -261,37 +262,42 @@ class Penciller(FileOwner):
                 ),
             )
 
-        try:
-            self.ctx.keeper.commit(change, reason="ledger.l0_flush", new_files=[descriptor.name])
-        except InkpenError as exc:
-            self.ctx.in_flight.discard([descriptor.name])
+        def install(_: VersionedManifest) -> None:
+            written = {id(t) for t in message.tables}
+            self.mem = [t for t in self.mem if id(t) not in written]
             self.writing = None
-            stop(message.handle.clerk)
-            log.warning("ledger.l0_commit_failed", error=str(exc))
-            if not isinstance(exc, FencedError):
-                # writers may be held back waiting for this flush: nothing else retries it
-                self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryFlush())
+            self.l0.insert(0, message.handle)
+            self.persisted_sqn = persisted
+            self.l0_writes += 1
+            self._publish()
+            log.info(
+                "ledger.l0_flush",
+                name=descriptor.name,
+                entries=descriptor.entry_count,
+                bytes=descriptor.size,
+                persisted_sqn=persisted,
+                ms=round(message.seconds * 1000, 2),
+            )
             self._room()
-            return
-        self.ctx.in_flight.discard([descriptor.name])
-        written = {id(t) for t in message.tables}
-        self.mem = [t for t in self.mem if id(t) not in written]
-        self.writing = None
-        self.l0.insert(0, message.handle)
-        self.persisted_sqn = persisted
-        self.l0_writes += 1
-        self._publish()
-        log.info(
-            "ledger.l0_flush",
-            name=descriptor.name,
-            entries=descriptor.entry_count,
-            bytes=descriptor.size,
-            persisted_sqn=persisted,
-            ms=round(message.seconds * 1000, 2),
+            self._maybe_merge()
+            self._maybe_flush()
+
+        def roll_back(_: InkpenError) -> None:
+            self.writing = None
+            self._room()
+
+        commit_or_roll_back(
+            self.ctx.keeper,
+            change,
+            reason="ledger.l0_flush",
+            failed_event="ledger.l0_commit_failed",
+            new_files=[message.handle],
+            in_flight=self.ctx.in_flight,
+            install=install,
+            roll_back=roll_back,
+            # writers may be held back waiting for this flush: nothing else retries it
+            retry=lambda after: self.ctx.scheduler.after(after, self.actor_ref, _RetryFlush()),
         )
-        self._room()
-        self._maybe_merge()
-        self._maybe_flush()
 
     @handles(L0Failed)
     def _l0_failed(self, message: L0Failed) -> None:
@@ -411,7 +417,6 @@ class Penciller(FileOwner):
             return
         job = message.job
         removed = {h.name for h in job.sources} | {h.name for h in job.targets}
-        moved = {h.name for h in message.moved}
         added = [h.descriptor for h in message.added]
         moved_descriptors = [h.descriptor for h in message.moved]
         target = job.target_level
@@ -430,21 +435,23 @@ class Penciller(FileOwner):
                 m, ledger=dataclasses.replace(m.ledger, levels=tuple(tuple(lv) for lv in levels))
             )
 
-        try:
-            versioned = self.ctx.keeper.commit(
-                change, reason="ledger.merge", new_files=[h.name for h in message.added]
-            )
-        except InkpenError as exc:
-            self.ctx.in_flight.discard(h.name for h in message.added)
-            log.warning("ledger.merge_commit_failed", error=str(exc))
-            for handle in message.added:
-                stop(handle.clerk)
-            if not isinstance(exc, FencedError):
-                # as after a failed merge: writers may be waiting for L0 to drain
-                self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryMerge())
-            self._room()
-            return
-        self.ctx.in_flight.discard(h.name for h in message.added)
+        commit_or_roll_back(
+            self.ctx.keeper,
+            change,
+            reason="ledger.merge",
+            new_files=message.added,
+            in_flight=self.ctx.in_flight,
+            install=lambda versioned: self._install_merge(message, versioned),
+            roll_back=lambda _: self._room(),
+            # as after a failed merge: writers may be waiting for L0 to drain
+            retry=lambda after: self.ctx.scheduler.after(after, self.actor_ref, _RetryMerge()),
+        )
+
+    def _install_merge(self, message: MergeDone, versioned: VersionedManifest) -> None:
+        job = message.job
+        removed = {h.name for h in job.sources} | {h.name for h in job.targets}
+        moved = {h.name for h in message.moved}
+        target = job.target_level
         self.l0 = [h for h in self.l0 if h.name not in removed]
         while len(self.levels) < target:
             self.levels.append([])
