@@ -8,16 +8,17 @@ Who may wait on whom (``call``), so that no two actors ever wait on each other:
     clerks of the Inker and Penciller ──▶ Bookie, Penciller, file clerks
 
 Everything in the other direction is a tell: the Inker tells the Bookie a batch is durable, the
-Penciller tells the Bookie it has room again, clerks tell their owners their results.
+Penciller tells the Bookie it has room again, clerks tell their owners their results. The fence
+is no message: every actor asks the manifest keeper (``ManifestKeeper.fenced``).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 
+from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.journal.intake import Batch
-from inkpen.actors.read.views import MemTable
-from inkpen.errors import FencedError
 from inkpen.formats.journal import JournalEntry
 
 
@@ -31,23 +32,14 @@ class ApplyBatch:
 
 
 @dataclass(frozen=True, slots=True)
-class Fenced:
-    """To the Bookie: a newer writer owns the database; stop accepting writes."""
-
-    error: FencedError
-
-
-@dataclass(frozen=True, slots=True)
-class PushMem:
-    """Ask to the Penciller: take these ledger tables (newest first); answers True if taken.
-
-    ``force`` takes them even when the Penciller's memory is over its limit (close, replay
-    of last resort)."""
-
-    tables: tuple[MemTable, ...]
-    force: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class LedgerRoom:
     """Penciller to Bookie: an L0 write or a merge finished; pushes may be taken again."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactJournal:
+    """To the Bookie (from the engine, or from the Inker retrying a compaction whose commit
+    failed): start a journal compaction against a fresh ledger snapshot; its report goes to
+    ``result``."""
+
+    result: Future[CompactionReport]

@@ -15,19 +15,15 @@ at most ``max_value_bytes`` (64 MiB by default); a put carries at most ``max_ind
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Iterable
 from typing import Any
 
-from inkpen.actors.base import call, send
-from inkpen.actors.engine.bookie_actor import CloseSnapshot, CompactJournal, TakeSnapshot
-from inkpen.actors.engine.gc import RunGc
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.engine.startup import Engine
 from inkpen.actors.journal.changes import ChangeMaker
 from inkpen.actors.journal.clerk import CompactionReport
-from inkpen.actors.journal.inker import TakeCheckpoint
 from inkpen.actors.read.path import Views, ViewSource
+from inkpen.actors.read.views import ViewBoard
 from inkpen.manifest.gc import GcReport
 from inkpen.objectstore import ObjectStore, open_store
 
@@ -38,14 +34,11 @@ from .snapshot import PartsSource, Snapshot
 
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
-AWAIT_SLICE = 0.5
-"""Seconds between looks at whether the Bookie was closed while a caller awaits an actor."""
-
 
 class _LiveSource(ViewSource):
     __slots__ = ("_board",)
 
-    def __init__(self, board: Any) -> None:
+    def __init__(self, board: ViewBoard) -> None:
         self._board = board
 
     def views(self) -> Views:
@@ -59,15 +52,13 @@ class Bookie(ReadAPI):
         self._engine = engine
         self._options = options
         self._changes = ChangeMaker(options)
-        self._intake = engine.intake
-        self._throttle = engine.ctx.throttle
-        self._live = _LiveSource(engine.ctx.board)
+        self._live = _LiveSource(engine.board)
         self._closed = False
 
     @property
     def url(self) -> str:
         """The URL of the store this Bookie writes to."""
-        return self._engine.ctx.store.url
+        return self._engine.url
 
     @property
     def options(self) -> Options:
@@ -95,29 +86,12 @@ class Bookie(ReadAPI):
         expires (Leveled's tempput); expired objects read as absent.
         """
         self._check_open()
-        change = self._changes.put(bucket, key, value, indexes, ttl)
-        self._throttle.wait()
-        self._intake.submit(change).wait()
+        self._engine.write(self._changes.put(bucket, key, value, indexes, ttl))
 
     def delete(self, bucket: str | bytes, key: str | bytes, *, indexes: IndexSpecs = ()) -> None:
         """Delete (bucket, key): a durable tombstone. ``indexes`` names index entries to remove."""
         self._check_open()
-        change = self._changes.delete(bucket, key, indexes)
-        self._throttle.wait()
-        self._intake.submit(change).wait()
-
-    def _await(self, result: concurrent.futures.Future[Any]) -> Any:
-        """The answer of work handed to an actor; ends with UsageError if the Bookie is closed
-        (a stopped actor drops the messages still in its mailbox, so the answer never comes)."""
-        while True:
-            try:
-                return result.result(timeout=AWAIT_SLICE)
-            except concurrent.futures.TimeoutError:
-                if self._engine.closed and not result.done():
-                    raise UsageError(
-                        "this Bookie was closed before the work finished; open the database "
-                        "again with inkpen.open"
-                    ) from None
+        self._engine.write(self._changes.delete(bucket, key, indexes))
 
     # -- reads (the ReadAPI hooks) --------------------------------------------------------------
 
@@ -132,9 +106,9 @@ class Bookie(ReadAPI):
         return self._live
 
     def _fold_source(self, *, long_running: bool) -> PartsSource:
-        parts = call(self._engine.bookie, TakeSnapshot(long_running, ledger_only=False))
-        bookie = self._engine.bookie
-        return PartsSource(parts, lambda: send(bookie, CloseSnapshot(parts.snapshot_id)))
+        engine = self._engine
+        parts = engine.take_snapshot(long_running=long_running, ledger_only=False)
+        return PartsSource(parts, lambda: engine.release_snapshot(parts.snapshot_id))
 
     # -- snapshots and maintenance ------------------------------------------------------------
 
@@ -143,13 +117,12 @@ class Bookie(ReadAPI):
         self._check_open()
         check_flag("long_running", long_running)
         check_flag("ledger_only", ledger_only)
-        parts = call(self._engine.bookie, TakeSnapshot(long_running, ledger_only))
-        bookie = self._engine.bookie
+        parts = self._engine.take_snapshot(long_running=long_running, ledger_only=ledger_only)
         return Snapshot(
             parts,
             now_ms=self._now_ms,
             owner_open=lambda: not self._closed,
-            release=lambda sid: send(bookie, CloseSnapshot(sid)),
+            release=self._engine.release_snapshot,
         )
 
     def compact_journal(self) -> CompactionReport:
@@ -159,9 +132,7 @@ class Bookie(ReadAPI):
         without the values nothing needs, and commits.
         """
         self._check_open()
-        result: concurrent.futures.Future[CompactionReport] = concurrent.futures.Future()
-        call(self._engine.bookie, CompactJournal(result))
-        return self._await(result)
+        return self._engine.compact_journal()
 
     def checkpoint(self, lifetime: float | None = None, *, name: str | None = None) -> str:
         """Record a checkpoint of everything acknowledged so far; returns its id.
@@ -174,8 +145,7 @@ class Bookie(ReadAPI):
         self._check_open()
         life = None if lifetime is None else check_seconds("lifetime", lifetime, above_minimum=True)
         name = check_text("checkpoint name", name, optional=True)
-        made = call(self._engine.inker, TakeCheckpoint(life, name))
-        return made.id
+        return self._engine.checkpoint(life, name)
 
     def hot_backup(self) -> HotBackup:
         """Prepare a hot backup (Leveled's ``book_hotbackup``): returns ``backup``, a function.
@@ -186,16 +156,7 @@ class Bookie(ReadAPI):
         backup as a database, rebuilding its ledger from the journal. Writes may go on meanwhile.
         """
         self._check_open()
-        self._engine.roll()
-        parts = call(self._engine.bookie, TakeSnapshot(long_running=True, ledger_only=False))
-        assert parts.journal is not None
-        bookie = self._engine.bookie
-        return HotBackup(
-            parts.journal.registered,
-            self._engine.ctx.resolver,
-            self._engine.ctx.keeper.epoch,
-            lambda: send(bookie, CloseSnapshot(parts.snapshot_id)),
-        )
+        return self._engine.hot_backup()
 
     def run_gc(self, *, min_age: float | None = None, dry_run: bool = False) -> GcReport:
         """Run this writer's GC now (it also runs at open and on a schedule); returns its report.
@@ -206,10 +167,7 @@ class Bookie(ReadAPI):
         self._check_open()
         age = None if min_age is None else check_seconds("min_age", min_age)
         check_flag("dry_run", dry_run)
-        result: concurrent.futures.Future[GcReport] = concurrent.futures.Future()
-        if not send(self._engine.collector, RunGc(result, age, dry_run)):
-            raise UsageError("this Bookie is closed; open the database again with inkpen.open")
-        return self._await(result)
+        return self._engine.run_gc(min_age=age, dry_run=dry_run)
 
     def flush(self) -> None:
         """Persist the ledger now: write recent changes from memory to an L0 file.

@@ -114,6 +114,16 @@ class WriterClaim:
         """The id of the first segment this writer writes after its fence."""
         return self.fence_segment + 1
 
+    @property
+    def writer_checkpoint(self) -> str | None:
+        """The id of the checkpoint this claim added for its epoch (None if it is gone)."""
+        for checkpoint in self.versioned.manifest.checkpoints:
+            if checkpoint.kind == KIND_WRITER and checkpoint.metadata.get("epoch") == str(
+                self.epoch
+            ):
+                return checkpoint.id
+        return None
+
 
 def _check_epoch_arg(epoch: object) -> int:
     if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:

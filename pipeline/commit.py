@@ -58,7 +58,6 @@ from inkpen.manifest.checkpoints import delete_checkpoint
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
 from inkpen.manifest.model import (
-    KIND_WRITER,
     JournalFileDescriptor,
     LedgerState,
     Manifest,
@@ -154,13 +153,6 @@ def _based(
         for f in part.journal_files
     )
     return ssts, journals
-
-
-def _writer_checkpoint(claim: WriterClaim) -> str | None:
-    for checkpoint in claim.versioned.manifest.checkpoints:
-        if checkpoint.kind == KIND_WRITER and checkpoint.metadata.get("epoch") == str(claim.epoch):
-            return checkpoint.id
-    return None
 
 
 def _write_tail(
@@ -262,7 +254,7 @@ def _commit_once(
 ) -> LoadReport:
     """Steps 2-5 against one claim."""
     claim = claim_writer(manifests)
-    writer_checkpoint = _writer_checkpoint(claim)
+    writer_checkpoint = claim.writer_checkpoint
     try:
         tail = read_journal_tail(resolver, claim)
         tail_ssts, folded = _write_tail(manifests.store, tail, claim.epoch)

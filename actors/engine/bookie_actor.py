@@ -18,8 +18,9 @@ the Bookie registers a journal clone with the Inker, takes its own cache view, r
 clone with the Penciller (no push can happen in between: pushes come from this actor), and adds
 the Inker's current view for segments written meanwhile.
 
-Messages: ``AttachBookie``, ``ApplyBatch``, ``LedgerRoom``, ``Fenced``, ``PushAll``,
-``TakeSnapshot``, ``CloseSnapshot``, ``CompactJournal``, ``BookieStats``, ``ShutdownBookie``.
+The Inker and the Penciller tell it ``ApplyBatch`` and ``LedgerRoom``
+(:mod:`inkpen.actors.messages`); everything else is asked through the functions at the end of
+this module (``take_snapshot``, ``close_snapshot``, ``compact_journal``, ``push_all``, ``stats``).
 """
 
 from __future__ import annotations
@@ -34,40 +35,42 @@ import pykka
 from inkpen.actors.base import ActorGone, InkpenActor, call, handles, send, stop
 from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.snapshot_clones import (
-    Establish,
-    JournalClone,
-    LedgerClone,
     PairedJournal,
     SnapshotParts,
+    start_journal_clone,
+    start_ledger_clone,
 )
 from inkpen.actors.engine.throttle import NONE, SLOW, STOP
+from inkpen.actors.journal import clerk as inker_clerk_actor
+from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import ledger_entries
-from inkpen.actors.journal.clerk import Compact, CompactionReport
-from inkpen.actors.journal.inker import InkerStats
-from inkpen.actors.ledger.penciller import PencillerStats
-from inkpen.actors.messages import ApplyBatch, Fenced, LedgerRoom, PushMem
+from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
+from inkpen.actors.journal.inker import Inker
+from inkpen.actors.ledger import penciller as penciller_actor
+from inkpen.actors.ledger.penciller import Penciller
+from inkpen.actors.messages import ApplyBatch, CompactJournal, LedgerRoom
 from inkpen.actors.read.path import lookup
 from inkpen.actors.read.views import CacheView, MemTable
-from inkpen.errors import FencedError, InkpenError
+from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 
 log = get_logger("inkpen.bookie")
 
 
 @dataclass(frozen=True, slots=True)
-class AttachBookie:
-    inker: pykka.ActorRef[Any]
-    penciller: pykka.ActorRef[Any]
-    inker_clerk: pykka.ActorRef[Any]
+class _AttachBookie:
+    inker: pykka.ActorRef[Inker]
+    penciller: pykka.ActorRef[Penciller]
+    inker_clerk: pykka.ActorRef[InkerClerk]
 
 
 @dataclass(frozen=True, slots=True)
-class PushAll:
+class _PushAll:
     """Ask (close): push the whole cache to the Penciller, taken whatever its memory holds."""
 
 
 @dataclass(frozen=True, slots=True)
-class TakeSnapshot:
+class _TakeSnapshot:
     """Ask: build a snapshot; answers its :class:`SnapshotParts`."""
 
     long_running: bool
@@ -75,18 +78,10 @@ class TakeSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class CloseSnapshot:
+class _CloseSnapshot:
     """Tell: stop a snapshot's clones (releasing their registrations)."""
 
     snapshot_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class CompactJournal:
-    """Ask: start a journal compaction against a fresh ledger snapshot; its report goes to
-    ``result``."""
-
-    result: Future[CompactionReport]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +90,12 @@ class _CompactionDue:
 
 
 @dataclass(frozen=True, slots=True)
-class BookieStats:
+class _BookieStats:
     """Ask: the counters of ``Bookie.stats()``, gathered from the three owners."""
 
 
 @dataclass(frozen=True, slots=True)
-class ShutdownBookie:
+class _ShutdownBookie:
     """Ask: stop every live snapshot's clones."""
 
 
@@ -116,7 +111,7 @@ class LedgerSnapshot:
         return lookup(self._parts.cache, self._parts.ledger, key)
 
     def release(self) -> None:
-        send(self._bookie, CloseSnapshot(self._parts.snapshot_id))
+        send(self._bookie, _CloseSnapshot(self._parts.snapshot_id))
 
 
 class Bookie(InkpenActor):
@@ -126,16 +121,15 @@ class Bookie(InkpenActor):
         super().__init__()
         self.ctx = ctx
         self.tables: list[MemTable] = []
-        self.inker: pykka.ActorRef[Any] | None = None
-        self.penciller: pykka.ActorRef[Any] | None = None
-        self.inker_clerk: pykka.ActorRef[Any] | None = None
-        self.fenced: FencedError | None = None
+        self.inker: pykka.ActorRef[Inker] | None = None
+        self.penciller: pykka.ActorRef[Penciller] | None = None
+        self.inker_clerk: pykka.ActorRef[InkerClerk] | None = None
         self.snapshots: dict[str, tuple[pykka.ActorRef[Any], ...]] = {}
         self.pushes = 0
         self.refused_pushes = 0
 
-    @handles(AttachBookie)
-    def _attach(self, message: AttachBookie) -> None:
+    @handles(_AttachBookie)
+    def _attach(self, message: _AttachBookie) -> None:
         self.inker = message.inker
         self.penciller = message.penciller
         self.inker_clerk = message.inker_clerk
@@ -149,7 +143,7 @@ class Bookie(InkpenActor):
     @handles(_CompactionDue)
     def _compaction_due(self, _: _CompactionDue) -> None:
         try:
-            if self.fenced is None and self.inker_clerk is not None:
+            if self.ctx.keeper.fenced is None and self.inker_clerk is not None:
                 self._compact(CompactJournal(Future()))
         finally:
             self._schedule_compaction()
@@ -192,7 +186,7 @@ class Bookie(InkpenActor):
         if not self.tables or self.penciller is None:
             return True
         merged = MemTable.merged(self.tables) if len(self.tables) > 1 else self.tables[0]
-        if not call(self.penciller, PushMem((merged,), force)):
+        if not penciller_actor.push_mem(self.penciller, (merged,), force=force):
             self.refused_pushes += 1
             return False
         self.pushes += 1
@@ -211,32 +205,30 @@ class Bookie(InkpenActor):
             self._push()
         self._set_pressure()
 
-    @handles(PushAll)
-    def _push_all(self, _: PushAll) -> None:
+    @handles(_PushAll)
+    def _push_all(self, _: _PushAll) -> None:
         self._push(force=True)
         self._set_pressure()
 
-    @handles(Fenced)
-    def _fenced(self, message: Fenced) -> None:
-        self.fenced = message.error
-
     # -- snapshots --------------------------------------------------------------------------
 
-    @handles(TakeSnapshot)
-    def _take(self, message: TakeSnapshot) -> SnapshotParts:
+    @handles(_TakeSnapshot)
+    def _take(self, message: _TakeSnapshot) -> SnapshotParts:
         assert self.inker is not None and self.penciller is not None
         snapshot_id = uuid.uuid4().hex
         clones: list[pykka.ActorRef[Any]] = []
         try:
             registered = None
             if not message.ledger_only:
-                journal_clone = JournalClone.start(self.inker, snapshot_id, message.long_running)
+                journal_clone, registered = start_journal_clone(
+                    self.inker, snapshot_id, message.long_running
+                )
                 clones.append(journal_clone)
-                registered = call(journal_clone, Establish())
             cache = self.ctx.board.cache
-            ledger_clone = LedgerClone.start(self.penciller, snapshot_id, message.long_running)
+            ledger_clone, ledger = start_ledger_clone(
+                self.penciller, snapshot_id, message.long_running
+            )
             clones.append(ledger_clone)
-            ledger = call(ledger_clone, Establish())
         except Exception:
             for clone in clones:
                 stop(clone)
@@ -245,27 +237,28 @@ class Bookie(InkpenActor):
         self.snapshots[snapshot_id] = tuple(clones)
         return SnapshotParts(snapshot_id, cache, ledger, journal, tuple(clones))
 
-    @handles(CloseSnapshot)
-    def _close_snapshot(self, message: CloseSnapshot) -> None:
+    @handles(_CloseSnapshot)
+    def _close_snapshot(self, message: _CloseSnapshot) -> None:
         for clone in self.snapshots.pop(message.snapshot_id, ()):
             clone.stop(block=False)
 
     @handles(CompactJournal)
     def _compact(self, message: CompactJournal) -> None:
         assert self.inker_clerk is not None
-        if self.fenced is not None:
-            message.result.set_exception(self.fenced)
+        fenced = self.ctx.keeper.fenced
+        if fenced is not None:
+            message.result.set_exception(fenced)
             return
-        parts = self._take(TakeSnapshot(long_running=True, ledger_only=True))
+        parts = self._take(_TakeSnapshot(long_running=True, ledger_only=True))
         snapshot = LedgerSnapshot(parts, self.actor_ref)
-        if not send(self.inker_clerk, Compact(snapshot, message.result)):
+        if not inker_clerk_actor.compact(self.inker_clerk, snapshot, message.result):
             snapshot.release()
             message.result.set_exception(ActorGone("the Inker's clerk has stopped"))
 
     # -- the rest -----------------------------------------------------------------------------
 
-    @handles(BookieStats)
-    def _stats(self, _: BookieStats) -> dict[str, Any]:
+    @handles(_BookieStats)
+    def _stats(self, _: _BookieStats) -> dict[str, Any]:
         assert self.inker is not None and self.penciller is not None
         stats: dict[str, Any] = {
             "ledger_cache_entries": self._entries(),
@@ -275,15 +268,65 @@ class Bookie(InkpenActor):
             "pressure": self.ctx.throttle.levels(),
             "throttled_puts": self.ctx.throttle.waiting,
             "snapshots": len(self.snapshots),
-            "fenced": self.fenced is not None,
+            "fenced": self.ctx.keeper.fenced is not None,
         }
-        stats.update(call(self.inker, InkerStats()))
-        stats.update(call(self.penciller, PencillerStats()))
+        stats.update(inker_actor.stats(self.inker))
+        stats.update(penciller_actor.stats(self.penciller))
         return stats
 
-    @handles(ShutdownBookie)
-    def _shutdown(self, _: ShutdownBookie) -> None:
+    @handles(_ShutdownBookie)
+    def _shutdown(self, _: _ShutdownBookie) -> None:
         for clones in self.snapshots.values():
             for clone in clones:
                 stop(clone)
         self.snapshots.clear()
+
+
+# -- what other modules ask of the Bookie actor -------------------------------------------------
+
+
+def attach(
+    bookie: pykka.ActorRef[Bookie],
+    *,
+    inker: pykka.ActorRef[Inker],
+    penciller: pykka.ActorRef[Penciller],
+    inker_clerk: pykka.ActorRef[InkerClerk],
+) -> None:
+    """Once at start-up: the actors the Bookie talks to."""
+    call(bookie, _AttachBookie(inker, penciller, inker_clerk))
+
+
+def push_all(bookie: pykka.ActorRef[Bookie]) -> None:
+    """Push the whole cache to the Penciller, taken whatever its memory holds."""
+    call(bookie, _PushAll())
+
+
+def take_snapshot(
+    bookie: pykka.ActorRef[Bookie], *, long_running: bool, ledger_only: bool
+) -> SnapshotParts:
+    """Build a snapshot: its frozen views and clone actors."""
+    parts: SnapshotParts = call(bookie, _TakeSnapshot(long_running, ledger_only))
+    return parts
+
+
+def close_snapshot(bookie: pykka.ActorRef[Bookie], snapshot_id: str) -> bool:
+    """Stop a snapshot's clones, releasing their registrations (a tell); False if the Bookie
+    has stopped."""
+    return send(bookie, _CloseSnapshot(snapshot_id))
+
+
+def compact_journal(bookie: pykka.ActorRef[Bookie], result: Future[CompactionReport]) -> None:
+    """Start a journal compaction against a fresh ledger snapshot; its report goes to
+    ``result``."""
+    call(bookie, CompactJournal(result))
+
+
+def stats(bookie: pykka.ActorRef[Bookie]) -> dict[str, Any]:
+    """The counters of ``Bookie.stats()``, gathered from the three owners."""
+    counters: dict[str, Any] = call(bookie, _BookieStats())
+    return counters
+
+
+def shutdown(bookie: pykka.ActorRef[Bookie], *, timeout: float | None = None) -> None:
+    """Stop every live snapshot's clones."""
+    call(bookie, _ShutdownBookie(), timeout=timeout)

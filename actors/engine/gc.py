@@ -20,7 +20,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from inkpen.actors.base import InkpenActor, handles
+import pykka
+
+from inkpen.actors.base import ActorGone, InkpenActor, handles, send
 from inkpen.actors.engine.context import EngineContext
 from inkpen.errors import FencedError
 from inkpen.logs import get_logger
@@ -30,7 +32,7 @@ log = get_logger("inkpen.gc")
 
 
 @dataclass(frozen=True, slots=True)
-class RunGc:
+class _RunGc:
     """Run a GC pass now; the report (or the error) goes to ``result``."""
 
     result: Future[GcReport]
@@ -44,7 +46,7 @@ class _Tick:
 
 
 class GarbageCollector(InkpenActor):
-    """Owns the writer's GC schedule. Answers :class:`RunGc`."""
+    """Owns the writer's GC schedule; :func:`request_gc` asks it for a pass now."""
 
     def __init__(self, ctx: EngineContext) -> None:
         super().__init__()
@@ -65,8 +67,8 @@ class GarbageCollector(InkpenActor):
         finally:
             self.ctx.scheduler.after(self.ctx.options.gc_interval, self.actor_ref, _Tick())
 
-    @handles(RunGc)
-    def _run(self, message: RunGc) -> None:
+    @handles(_RunGc)
+    def _run(self, message: _RunGc) -> None:
         try:
             min_age = self.ctx.options.gc_min_age if message.min_age is None else message.min_age
             message.result.set_result(self._collect(min_age, dry_run=message.dry_run))
@@ -93,3 +95,14 @@ class GarbageCollector(InkpenActor):
             self._seen_commits = commits
         self.runs += 1
         return report
+
+
+def request_gc(
+    collector: pykka.ActorRef[GarbageCollector], *, min_age: float | None, dry_run: bool
+) -> Future[GcReport]:
+    """Ask for a GC pass now (``min_age`` None: the ``gc_min_age`` option); its report, or its
+    error, comes through the future. Raises :class:`ActorGone` if the collector has stopped."""
+    result: Future[GcReport] = Future()
+    if not send(collector, _RunGc(result, min_age, dry_run)):
+        raise ActorGone("the garbage collector has stopped")
+    return result

@@ -4,8 +4,14 @@ The Inker commits the journal half of the manifest and the Penciller the ledger 
 through one :class:`ManifestKeeper`, which serialises them within the process (so the two owners
 never make each other retry), applies each change with the writer's epoch (a newer epoch in the
 store raises :class:`~inkpen.errors.FencedError` instead of a retry) and keeps the writer's
-checkpoint pointing at the manifest the writer relies on. A fenced keeper refuses every later
-commit with the same error and tells the Bookie once, through ``on_fenced``.
+checkpoint pointing at the manifest the writer relies on.
+
+The keeper is the one holder of the writer's fenced state (:attr:`ManifestKeeper.fenced`): the
+Bookie actor, the Inker, the Penciller, GC and the engine ask it rather than keep a copy. It is
+set by whoever sees the fence first (a commit or refresh that finds a newer epoch, a segment
+write that finds a newer writer's slot, a GC pass); a fenced keeper refuses every later commit
+with the same error and calls ``on_fenced`` once, which halts the throttle and shuts the write
+intake so that nothing waits for a writer that can write no more.
 
 A commit that adds files names them (``new_files``): each must still be on the store just before
 the update, so the keeper never writes a manifest naming an object that is gone. One that vanished
@@ -16,6 +22,13 @@ the file again.
 
 It also caches manifests by id (they are immutable) for the owners' delete confirmations, which
 must know which files live checkpoints still reference.
+
+**Commit, then install or roll back.** Every change that adds files an owner wrote (a fold, a
+journal compaction, an L0 write, a merge) goes through :func:`commit_or_roll_back`, so all
+behave alike: the new files leave the in-flight set either way; on success the owner installs
+its new state; on failure their clerks are stopped, ``<site>_commit_failed`` is logged, the owner
+rolls its state back and, unless the writer is fenced, its work is retried
+(:data:`COMMIT_RETRY_AFTER` seconds later, on the owner's timer) with freshly written files.
 """
 
 from __future__ import annotations
@@ -23,9 +36,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
-from inkpen.errors import FencedError, NotFoundError, StoreError
+import pykka
+
+from inkpen.actors.base import stop
+from inkpen.actors.files.in_flight import InFlight
+from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError
 from inkpen.logs import get_logger
 from inkpen.manifest.model import Manifest, VersionedManifest
 from inkpen.manifest.store import ManifestStore
@@ -33,6 +51,19 @@ from inkpen.manifest.store import ManifestStore
 log = get_logger("inkpen.manifest")
 
 Change = Callable[[Manifest], Manifest]
+
+COMMIT_RETRY_AFTER = 1.0
+"""Seconds after a failed commit before its owner's work is tried again."""
+
+
+class NewFile(Protocol):
+    """A file an owner wrote for a commit: its name and the clerk that owns it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def clerk(self) -> pykka.ActorRef[Any] | None: ...
 
 
 class ManifestKeeper:
@@ -226,3 +257,40 @@ class ManifestKeeper:
             log.warning("writer.fenced", epoch=self.epoch, error=str(error))
             if self.on_fenced is not None:
                 self.on_fenced(error)
+
+
+def commit_or_roll_back(
+    keeper: ManifestKeeper,
+    change: Change,
+    *,
+    reason: str,
+    new_files: Sequence[NewFile],
+    in_flight: InFlight,
+    install: Callable[[VersionedManifest], None],
+    roll_back: Callable[[InkpenError], None],
+    retry: Callable[[float], object],
+    failed_event: str | None = None,
+) -> VersionedManifest | None:
+    """Commit a change adding ``new_files``, then install the new state or roll back, once.
+
+    On success ``install`` gets the committed manifest. On failure the new files' clerks are
+    stopped (nothing names the files: GC removes them), ``failed_event`` (by default
+    ``<reason>_commit_failed``) is logged,
+    ``roll_back`` gets the error and, unless it is the fence, ``retry`` is asked to try the
+    work again after :data:`COMMIT_RETRY_AFTER` seconds. Answers the manifest, or None.
+    """
+    names = [f.name for f in new_files]
+    try:
+        versioned = keeper.commit(change, reason=reason, new_files=names)
+    except InkpenError as exc:
+        in_flight.discard(names)
+        log.warning(failed_event or f"{reason}_commit_failed", error=str(exc))
+        for new in new_files:
+            stop(new.clerk)
+        roll_back(exc)
+        if not isinstance(exc, FencedError) and keeper.fenced is None:
+            retry(COMMIT_RETRY_AFTER)
+        return None
+    in_flight.discard(names)
+    install(versioned)
+    return versioned

@@ -23,15 +23,17 @@ from typing import Any
 
 import pykka
 
-from inkpen.actors.base import InkpenActor, call, handles, send
-from inkpen.actors.journal.inker import RegisterJournal, ReleaseJournal
-from inkpen.actors.ledger.penciller import RegisterLedger, ReleaseLedger
+from inkpen.actors.base import InkpenActor, call, handles, stop
+from inkpen.actors.journal import inker as inker_actor
+from inkpen.actors.journal.inker import Inker
+from inkpen.actors.ledger import penciller as penciller_actor
+from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.read.views import CacheView, JournalView, LedgerView
 from inkpen.formats.journal import JournalEntry, Kind
 
 
 @dataclass(frozen=True, slots=True)
-class Establish:
+class _Establish:
     """Ask a clone to register with its owner; answers the owner's view."""
 
 
@@ -39,7 +41,7 @@ class LedgerClone(InkpenActor):
     """Holds a registered ledger view for one snapshot; releases it on stop."""
 
     def __init__(
-        self, penciller: pykka.ActorRef[Any], snapshot_id: str, long_running: bool
+        self, penciller: pykka.ActorRef[Penciller], snapshot_id: str, long_running: bool
     ) -> None:
         super().__init__()
         self.penciller = penciller
@@ -47,34 +49,60 @@ class LedgerClone(InkpenActor):
         self.long_running = long_running
         self.view: LedgerView | None = None
 
-    @handles(Establish)
-    def _establish(self, _: Establish) -> LedgerView:
-        self.view = call(self.penciller, RegisterLedger(self.snapshot_id, self.long_running))
+    @handles(_Establish)
+    def _establish(self, _: _Establish) -> LedgerView:
+        self.view = penciller_actor.register(self.penciller, self.snapshot_id, self.long_running)
         return self.view
 
     def on_stop(self) -> None:
         if self.view is not None:
-            send(self.penciller, ReleaseLedger(self.snapshot_id))
+            penciller_actor.release(self.penciller, self.snapshot_id)
 
 
 class JournalClone(InkpenActor):
     """Holds a registered journal view for one snapshot; releases it on stop."""
 
-    def __init__(self, inker: pykka.ActorRef[Any], snapshot_id: str, long_running: bool) -> None:
+    def __init__(self, inker: pykka.ActorRef[Inker], snapshot_id: str, long_running: bool) -> None:
         super().__init__()
         self.inker = inker
         self.snapshot_id = snapshot_id
         self.long_running = long_running
         self.view: JournalView | None = None
 
-    @handles(Establish)
-    def _establish(self, _: Establish) -> JournalView:
-        self.view = call(self.inker, RegisterJournal(self.snapshot_id, self.long_running))
+    @handles(_Establish)
+    def _establish(self, _: _Establish) -> JournalView:
+        self.view = inker_actor.register(self.inker, self.snapshot_id, self.long_running)
         return self.view
 
     def on_stop(self) -> None:
         if self.view is not None:
-            send(self.inker, ReleaseJournal(self.snapshot_id))
+            inker_actor.release(self.inker, self.snapshot_id)
+
+
+def start_ledger_clone(
+    penciller: pykka.ActorRef[Penciller], snapshot_id: str, long_running: bool
+) -> tuple[pykka.ActorRef[LedgerClone], LedgerView]:
+    """Start a ledger clone registered with the Penciller; answers it and its view."""
+    clone = LedgerClone.start(penciller, snapshot_id, long_running)
+    try:
+        view: LedgerView = call(clone, _Establish())
+    except BaseException:
+        stop(clone)
+        raise
+    return clone, view
+
+
+def start_journal_clone(
+    inker: pykka.ActorRef[Inker], snapshot_id: str, long_running: bool
+) -> tuple[pykka.ActorRef[JournalClone], JournalView]:
+    """Start a journal clone registered with the Inker; answers it and its view."""
+    clone = JournalClone.start(inker, snapshot_id, long_running)
+    try:
+        view: JournalView = call(clone, _Establish())
+    except BaseException:
+        stop(clone)
+        raise
+    return clone, view
 
 
 @dataclass(frozen=True, slots=True)

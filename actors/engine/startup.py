@@ -20,41 +20,35 @@ writer checkpoint and stops every actor. A fenced writer skips the writing steps
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pykka
 
-from inkpen.actors.base import call, call_async, send, stop
-from inkpen.actors.engine.bookie_actor import (
-    AttachBookie,
-    Bookie,
-    BookieStats,
-    PushAll,
-    ShutdownBookie,
-)
+from inkpen.actors.base import ActorGone, call_async, stop
+from inkpen.actors.engine import bookie_actor
+from inkpen.actors.engine.bookie_actor import Bookie
 from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.engine.gc import GarbageCollector
+from inkpen.actors.engine.gc import GarbageCollector, request_gc
+from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.engine.keeper import ManifestKeeper
 from inkpen.actors.engine.scheduler import Scheduler
+from inkpen.actors.engine.snapshot_clones import SnapshotParts
 from inkpen.actors.engine.throttle import Throttle
 from inkpen.actors.files.journal_clerk import JournalClerk, OpenJournal
 from inkpen.actors.files.sst_clerk import OpenSst, SstClerk
-from inkpen.actors.journal.clerk import InkerClerk
-from inkpen.actors.journal.inker import Attach, FoldNow, Inker, LoadJournal, Replay, Shutdown, Sync
+from inkpen.actors.journal import inker as inker_actor
+from inkpen.actors.journal.changes import Change
+from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
+from inkpen.actors.journal.inker import Inker
 from inkpen.actors.journal.intake import WriteIntake
+from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.clerk import PencillerClerk
-from inkpen.actors.ledger.penciller import (
-    AttachPenciller,
-    CompactLedger,
-    FlushMem,
-    LoadLevels,
-    Penciller,
-    ShutdownPenciller,
-)
-from inkpen.actors.messages import Fenced
+from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.read.views import SegmentTable, ViewBoard
 from inkpen.errors import FencedError, InkpenError, UsageError
 from inkpen.formats.cache import LruCache
@@ -62,6 +56,7 @@ from inkpen.formats.journal import decode_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
+from inkpen.manifest.gc import GcReport
 from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
 from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
@@ -72,22 +67,31 @@ log = get_logger("inkpen.bookie")
 
 SEGMENT_READERS = 8
 CLOSE_WAIT = 600.0
+AWAIT_SLICE = 0.5
+"""Seconds between looks at whether the engine was closed while a caller awaits an actor."""
+
+T = TypeVar("T")
 
 
 class Engine:
-    """The actors of one open Bookie and the shared context they run in."""
+    """The actors of one open Bookie and the shared context they run in.
+
+    The public handle (:class:`inkpen.Bookie`) speaks only to this class's typed methods
+    (``write``, ``flush``, ``compact_journal``, ``run_gc``, ``take_snapshot``, ``checkpoint``,
+    ``hot_backup``, ``stats``, ``close``, ...); the actors' messages stay private to their
+    modules."""
 
     def __init__(
         self,
         ctx: EngineContext,
         intake: WriteIntake,
         *,
-        bookie: pykka.ActorRef[Any],
-        inker: pykka.ActorRef[Any],
-        penciller: pykka.ActorRef[Any],
-        inker_clerk: pykka.ActorRef[Any],
-        penciller_clerk: pykka.ActorRef[Any],
-        collector: pykka.ActorRef[Any],
+        bookie: pykka.ActorRef[Bookie],
+        inker: pykka.ActorRef[Inker],
+        penciller: pykka.ActorRef[Penciller],
+        inker_clerk: pykka.ActorRef[InkerClerk],
+        penciller_clerk: pykka.ActorRef[PencillerClerk],
+        collector: pykka.ActorRef[GarbageCollector],
         owns_store: bool,
     ) -> None:
         self.ctx = ctx
@@ -112,7 +116,7 @@ class Engine:
         keeper = ManifestKeeper(
             manifests,
             epoch=claim.epoch,
-            writer_checkpoint=_writer_checkpoint(claim),
+            writer_checkpoint=claim.writer_checkpoint,
             latest=claim.versioned,
             timeout=options.manifest_update_timeout,
         )
@@ -132,12 +136,12 @@ class Engine:
         manifest = claim.versioned.manifest
         intake = WriteIntake(options.max_batch_bytes)
         started_refs: list[pykka.ActorRef[Any]] = []
-        told: list[pykka.ActorRef[Any]] = []  # the Bookie and the Inker, once wired
 
         def fenced(error: FencedError) -> None:
+            # Every actor asks the keeper whether the writer is fenced; what waits (held puts,
+            # the open batch, ledger waits) is woken here.
             ctx.halt(error)
-            for ref in told:
-                send(ref, Fenced(error))
+            intake.shut(error)
 
         keeper.on_fenced = fenced
         try:
@@ -156,22 +160,19 @@ class Engine:
                 + [s.last_sqn for s in segments]
                 + [d.max_sqn for d in manifest.ledger.ssts()]
             )
-            call(penciller, LoadLevels(levels))
-            call(inker, LoadJournal(files, segments, max_sqn))
+            penciller_actor.load_levels(penciller, levels)
+            inker_actor.load(inker, files, segments, max_sqn)
             bookie = Bookie.start(ctx)
             started_refs.append(bookie)
             penciller_clerk = PencillerClerk.start(ctx, penciller)
             started_refs.append(penciller_clerk)
             inker_clerk = InkerClerk.start(ctx, inker)
             started_refs.append(inker_clerk)
-            call(bookie, AttachBookie(inker, penciller, inker_clerk))
-            call(inker, Attach(bookie, penciller, inker_clerk))
-            call(penciller, AttachPenciller(bookie, penciller_clerk))
+            bookie_actor.attach(bookie, inker=inker, penciller=penciller, inker_clerk=inker_clerk)
+            inker_actor.attach(inker, bookie=bookie, penciller=penciller, clerk=inker_clerk)
+            penciller_actor.attach(penciller, bookie=bookie, clerk=penciller_clerk)
 
-            told.extend((bookie, inker))
-            if keeper.fenced is not None:
-                fenced(keeper.fenced)
-            replayed = call(inker, Replay(manifest.ledger.persisted_sqn))
+            replayed = inker_actor.replay(inker, manifest.ledger.persisted_sqn)
             collector = GarbageCollector.start(ctx)
             started_refs.append(collector)
         except BaseException:
@@ -259,17 +260,19 @@ class Engine:
         finally:
             self.intake.shut(closed)
             self.ctx.halt(closed)
-            for ref, message in (
-                (self.bookie, ShutdownBookie()),
-                (self.penciller, ShutdownPenciller()),
-                (self.inker, Shutdown()),
-            ):
+            steps: tuple[tuple[str, Callable[[], None]], ...] = (
+                ("ShutdownBookie", lambda: bookie_actor.shutdown(self.bookie, timeout=CLOSE_WAIT)),
+                (
+                    "ShutdownPenciller",
+                    lambda: penciller_actor.shutdown(self.penciller, timeout=CLOSE_WAIT),
+                ),
+                ("Shutdown", lambda: inker_actor.shutdown(self.inker, timeout=CLOSE_WAIT)),
+            )
+            for step, run in steps:
                 try:
-                    call(ref, message, timeout=CLOSE_WAIT)
+                    run()
                 except InkpenError as exc:
-                    log.warning(
-                        "bookie.close_step_failed", step=type(message).__name__, error=str(exc)
-                    )
+                    log.warning("bookie.close_step_failed", step=step, error=str(exc))
             for ref in (
                 self.penciller_clerk,
                 self.inker_clerk,
@@ -288,16 +291,16 @@ class Engine:
 
     def flush(self) -> None:
         """Write the open batch, then the Bookie's cache and the Penciller's memory to L0."""
-        call(self.inker, Sync())
-        call(self.bookie, PushAll())
-        self._wait_ledger(FlushMem(), "write its memory to L0")
+        inker_actor.sync(self.inker)
+        bookie_actor.push_all(self.bookie)
+        self._wait_ledger(penciller_actor.flush_mem, "write its memory to L0")
 
     def roll(self) -> None:
         """Write the open batch and fold every unfolded segment into a journal file."""
         keeper = self.ctx.keeper
-        call(self.inker, Sync())
+        inker_actor.sync(self.inker)
         deadline = time.monotonic() + CLOSE_WAIT
-        while keeper.fenced is None and not call(self.inker, FoldNow()):
+        while keeper.fenced is None and not inker_actor.fold_now(self.inker):
             if time.monotonic() > deadline:
                 raise InkpenError("the journal fold in progress did not finish in time")
             time.sleep(0.01)
@@ -306,9 +309,9 @@ class Engine:
 
     def compact_ledger(self) -> None:
         """Run merges until no level is over its target and L0 is empty."""
-        self._wait_ledger(CompactLedger(), "finish its merges")
+        self._wait_ledger(penciller_actor.compact, "finish its merges")
 
-    def _wait_ledger(self, message: Any, what: str) -> None:
+    def _wait_ledger(self, ask: Callable[[pykka.ActorRef[Penciller]], bool], what: str) -> None:
         """Ask the Penciller until it answers done. Ends with the fence's FencedError once the
         writer is fenced, with the Penciller's error once it has failed for good (it raises
         it), with :class:`ActorGone` once another thread's close has stopped it."""
@@ -317,7 +320,7 @@ class Engine:
         room = self.ctx.ledger_room
         while keeper.fenced is None:
             room.clear()
-            if call(self.penciller, message):
+            if ask(self.penciller):
                 break
             if time.monotonic() > deadline:
                 raise InkpenError(f"the ledger did not {what} in time")
@@ -329,26 +332,91 @@ class Engine:
         keeper = self.ctx.keeper
         if keeper.fenced is not None:
             return
-        call(self.inker, Sync())
+        inker_actor.sync(self.inker)
         self.intake.shut(UsageError("this Bookie is closed"))
         self.flush()
         self.compact_ledger()  # leave L0 merged: the next open starts with no merge to run
         if self.ctx.options.fold_on_close:
             self.roll()
-        call(self.penciller, ShutdownPenciller())
+        penciller_actor.shutdown(self.penciller)
         if keeper.fenced is None:
             keeper.drop_writer_checkpoint()
 
+    # -- the handle's API ----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self.ctx.store.url
+
+    @property
+    def board(self) -> ViewBoard:
+        """The views the actors publish: the lock-free read path reads them."""
+        return self.ctx.board
+
+    def write(self, change: Change) -> None:
+        """Hand a checked change to the write intake (after backpressure); returns once it is
+        durable in a journal segment and visible to reads."""
+        self.ctx.throttle.wait()
+        self.intake.submit(change).wait()
+
+    def take_snapshot(self, *, long_running: bool, ledger_only: bool) -> SnapshotParts:
+        """A snapshot's frozen views, registered with their owners; give it back with
+        :meth:`release_snapshot`."""
+        return bookie_actor.take_snapshot(
+            self.bookie, long_running=long_running, ledger_only=ledger_only
+        )
+
+    def release_snapshot(self, snapshot_id: str) -> None:
+        """Release a snapshot's registrations (quietly nothing once the engine has stopped)."""
+        bookie_actor.close_snapshot(self.bookie, snapshot_id)
+
+    def compact_journal(self) -> CompactionReport:
+        """Run one journal compaction and return its report."""
+        result: concurrent.futures.Future[CompactionReport] = concurrent.futures.Future()
+        bookie_actor.compact_journal(self.bookie, result)
+        return self._await(result)
+
+    def run_gc(self, *, min_age: float | None, dry_run: bool) -> GcReport:
+        """Run the writer's GC now and return its report."""
+        try:
+            result = request_gc(self.collector, min_age=min_age, dry_run=dry_run)
+        except ActorGone:
+            raise UsageError(
+                "this Bookie is closed; open the database again with inkpen.open"
+            ) from None
+        return self._await(result)
+
+    def checkpoint(self, lifetime: float | None, name: str | None) -> str:
+        """Commit a checkpoint of everything acknowledged so far; returns its id."""
+        return inker_actor.take_checkpoint(self.inker, lifetime, name).id
+
+    def hot_backup(self) -> HotBackup:
+        """Roll the journal, snapshot it and return the backup to run."""
+        self.roll()
+        parts = self.take_snapshot(long_running=True, ledger_only=False)
+        assert parts.journal is not None
+        return HotBackup(
+            parts.journal.registered,
+            self.ctx.resolver,
+            self.ctx.keeper.epoch,
+            lambda: self.release_snapshot(parts.snapshot_id),
+        )
+
     def stats(self) -> dict[str, Any]:
-        return call(self.bookie, BookieStats())
+        return bookie_actor.stats(self.bookie)
 
-
-def _writer_checkpoint(claim: WriterClaim) -> str | None:
-    for checkpoint in claim.versioned.manifest.checkpoints:
-        meta = checkpoint.metadata
-        if meta.get("kind") == "writer" and meta.get("epoch") == str(claim.epoch):
-            return checkpoint.id
-    return None
+    def _await(self, result: concurrent.futures.Future[T]) -> T:
+        """The answer of work handed to an actor; ends with UsageError if the engine is closed
+        (a stopped actor drops the messages still in its mailbox, so the answer never comes)."""
+        while True:
+            try:
+                return result.result(timeout=AWAIT_SLICE)
+            except concurrent.futures.TimeoutError:
+                if self.closed and not result.done():
+                    raise UsageError(
+                        "this Bookie was closed before the work finished; open the database "
+                        "again with inkpen.open"
+                    ) from None
 
 
 def _open_ssts(

@@ -9,7 +9,7 @@ their bytes or count pass ``fold_bytes`` / ``fold_segments`` the Inker sends the
 ``journal_file_target_bytes`` (:class:`Folded`). Folding keeps the number of journal objects
 small and lets GC remove the segments.
 
-**Compaction** (:class:`Compact`, Leveled's Inker's clerk). With a ledger snapshot taken when the
+**Compaction** (:func:`compact`, Leveled's Inker's clerk). With a ledger snapshot taken when the
 request was made:
 
 1. score every journal file by sampling ``compaction_sample_size`` of its records: the score is
@@ -95,7 +95,7 @@ class CompactionReport:
 
 
 @dataclass(frozen=True, slots=True)
-class Compact:
+class _Compact:
     """To the clerk: compact the journal against ``snapshot``; the outcome goes to ``result``."""
 
     snapshot: LedgerSnapshotLike
@@ -181,7 +181,7 @@ def _write_file(
 
 
 class InkerClerk(InkpenActor):
-    """Folds and compacts for the Inker. Answers :class:`FoldSegments` and :class:`Compact`."""
+    """Folds and compacts for the Inker. Answers :class:`FoldSegments` and :func:`compact`."""
 
     def __init__(self, ctx: EngineContext, inker: pykka.ActorRef[Any]) -> None:
         super().__init__()
@@ -204,8 +204,8 @@ class InkerClerk(InkpenActor):
         log.debug("journal.fold_written", ms=round((time.monotonic() - started) * 1000, 2))
         send(message.reply_to, Folded(tuple(s.segment_id for s in message.segments), handles))
 
-    @handles(Compact)
-    def _compact(self, message: Compact) -> None:
+    @handles(_Compact)
+    def _compact(self, message: _Compact) -> None:
         try:
             outcome = self._run(message.snapshot)
         except Exception as exc:
@@ -295,3 +295,13 @@ class InkerClerk(InkpenActor):
     def _strategy(self, entry: JournalEntry) -> Any:
         tag = "h" if entry.ledger_key[:1] == bytes([Tag.HEAD]) else "o"
         return self.ctx.options.strategy_for(tag)
+
+
+def compact(
+    clerk: pykka.ActorRef[InkerClerk],
+    snapshot: LedgerSnapshotLike,
+    result: Future[CompactionReport],
+) -> bool:
+    """Hand the clerk a journal compaction against ``snapshot`` (a tell); the report, or the
+    error, goes to ``result``. False if the clerk has stopped."""
+    return send(clerk, _Compact(snapshot, result))

@@ -24,11 +24,10 @@ writes nothing more. A write whose outcome is unknown is retried with the same b
 same slot (the bytes decide whether an earlier attempt landed); if the outcome stays unknown the
 Inker stops writing rather than leave a gap that would hide later segments.
 
-Messages: ``BatchOpened``, ``BatchFull``, ``FlushDue`` (from the intake and the timer), ``Sync``,
-``FoldNow``, ``Folded``/``FoldFailed`` (from the clerk), ``CompactionDone``, ``RegisterJournal``,
-``ReleaseJournal``, ``ConfirmDelete``/``FileDeleted`` (from file clerks), ``Replay``,
-``InkerStats``,
-``Shutdown``.
+Other modules ask the Inker through the functions at the end of this module (``sync``,
+``fold_now``, ``take_checkpoint``, ``register``, ``release``, ``replay``, ``stats``, ...); its
+messages are private. It also answers ``Folded``/``FoldFailed``/``CompactionDone`` (from its
+clerk) and ``ConfirmDelete``/``FileDeleted`` (from file clerks).
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ import pykka
 
 from inkpen.actors.base import ActorGone, call, handles, send, stop
 from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.engine.throttle import NONE, SLOW, STOP
 from inkpen.actors.files.clerk import SetForDelete
@@ -56,13 +56,14 @@ from inkpen.actors.journal.clerk import (
     write_journal_files,
 )
 from inkpen.actors.journal.intake import Batch, WriteIntake
-from inkpen.actors.messages import ApplyBatch, Fenced, PushMem
+from inkpen.actors.ledger import penciller as penciller_actor
+from inkpen.actors.messages import ApplyBatch, CompactJournal
 from inkpen.actors.read.views import JournalHandle, JournalView, MemTable, SegmentTable
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.fencing import write_segment
-from inkpen.manifest.model import Checkpoint, Manifest
+from inkpen.manifest.model import Checkpoint, Manifest, VersionedManifest
 from inkpen.manifest.paths import segment_key
 
 log = get_logger("inkpen.inker")
@@ -75,7 +76,7 @@ FOLD_RETRY_AFTER = 1.0
 
 
 @dataclass(frozen=True, slots=True)
-class Attach:
+class _Attach:
     """Ask, once at start-up: the actors the Inker talks to."""
 
     bookie: pykka.ActorRef[Any]
@@ -84,7 +85,7 @@ class Attach:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadJournal:
+class _LoadJournal:
     """Ask, once at start-up: the journal files (open), unfolded segments and highest SQN."""
 
     files: tuple[JournalHandle, ...]
@@ -93,32 +94,32 @@ class LoadJournal:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchOpened:
+class _BatchOpened:
     batch: Batch
 
 
 @dataclass(frozen=True, slots=True)
-class BatchFull:
+class _BatchFull:
     batch: Batch
 
 
 @dataclass(frozen=True, slots=True)
-class FlushDue:
+class _FlushDue:
     batch: Batch
 
 
 @dataclass(frozen=True, slots=True)
-class Sync:
+class _Sync:
     """Ask: write the open batch now; answers the highest durable SQN."""
 
 
 @dataclass(frozen=True, slots=True)
-class FoldNow:
+class _FoldNow:
     """Ask: fold every unfolded segment into journal files; answers when committed."""
 
 
 @dataclass(frozen=True, slots=True)
-class RegisterJournal:
+class _RegisterJournal:
     """Ask: register a journal clone; answers the Inker's current view."""
 
     snapshot_id: str
@@ -126,19 +127,19 @@ class RegisterJournal:
 
 
 @dataclass(frozen=True, slots=True)
-class ReleaseJournal:
+class _ReleaseJournal:
     snapshot_id: str
 
 
 @dataclass(frozen=True, slots=True)
-class Replay:
+class _Replay:
     """Ask at start-up: push every journal entry above ``persisted_sqn`` into the ledger."""
 
     persisted_sqn: int
 
 
 @dataclass(frozen=True, slots=True)
-class TakeCheckpoint:
+class _TakeCheckpoint:
     """Ask: write the open batch, then record a checkpoint of everything durable so far;
     answers the new :class:`~inkpen.manifest.model.Checkpoint`."""
 
@@ -152,12 +153,12 @@ class _RetryFold:
 
 
 @dataclass(frozen=True, slots=True)
-class InkerStats:
+class _InkerStats:
     """Ask: counters for ``Bookie.stats()``."""
 
 
 @dataclass(frozen=True, slots=True)
-class Shutdown:
+class _Shutdown:
     """Ask: stop writing, stop the file clerks."""
 
 
@@ -180,31 +181,28 @@ class Inker(FileOwner):
         self.penciller: pykka.ActorRef[Any] | None = None
         self.clerk: pykka.ActorRef[Any] | None = None
         self.folding = False
-        self.stopped: InkpenError | None = None
+        self._stopped: InkpenError | None = None
+        """Why the Inker stopped writing other than the fence (the keeper holds that)."""
         self.segments_written = 0
         self.bytes_written = 0
         self.last_write_started = float("-inf")
         ref = self.actor_ref
         self.intake = intake
-        intake.connect(lambda b: ref.tell(BatchOpened(b)), lambda b: ref.tell(BatchFull(b)))
+        intake.connect(lambda b: ref.tell(_BatchOpened(b)), lambda b: ref.tell(_BatchFull(b)))
         self._publish()
 
     # -- wiring ---------------------------------------------------------------------------
 
-    @handles(LoadJournal)
-    def _load(self, message: LoadJournal) -> None:
+    @handles(_LoadJournal)
+    def _load(self, message: _LoadJournal) -> None:
         """Install the journal found at start-up: open files, replayable segments, top SQN."""
         self.files = {h.name: h for h in message.files}
         self.segments = list(message.segments)
         self.sqn = message.max_sqn
         self._publish()
 
-    @handles(Fenced)
-    def _fenced(self, message: Fenced) -> None:
-        self._stop_writing(message.error)
-
-    @handles(Attach)
-    def _attach(self, message: Attach) -> None:
+    @handles(_Attach)
+    def _attach(self, message: _Attach) -> None:
         self.bookie = message.bookie
         self.penciller = message.penciller
         self.clerk = message.clerk
@@ -216,8 +214,8 @@ class Inker(FileOwner):
 
     # -- group commit ---------------------------------------------------------------------
 
-    @handles(BatchOpened)
-    def _opened(self, message: BatchOpened) -> None:
+    @handles(_BatchOpened)
+    def _opened(self, message: _BatchOpened) -> None:
         options = self.ctx.options
         if options.flush_policy == "idle":
             batch = self.intake.take(message.batch)
@@ -230,20 +228,20 @@ class Inker(FileOwner):
             if batch is not None:
                 self._write(batch)
         else:
-            self.ctx.scheduler.after(wait, self.actor_ref, FlushDue(message.batch))
+            self.ctx.scheduler.after(wait, self.actor_ref, _FlushDue(message.batch))
 
-    @handles(FlushDue)
-    def _due(self, message: FlushDue) -> None:
+    @handles(_FlushDue)
+    def _due(self, message: _FlushDue) -> None:
         batch = self.intake.take(message.batch)
         if batch is not None:
             self._write(batch)
 
-    @handles(BatchFull)
-    def _full(self, message: BatchFull) -> None:
+    @handles(_BatchFull)
+    def _full(self, message: _BatchFull) -> None:
         self._write(message.batch)
 
-    @handles(Sync)
-    def _sync(self, _: Sync) -> int:
+    @handles(_Sync)
+    def _sync(self, _: _Sync) -> int:
         batch = self.intake.take()
         if batch is not None:
             self._write(batch)
@@ -371,14 +369,20 @@ class Inker(FileOwner):
         level = STOP if ratio >= 4 else SLOW if ratio >= 2 else NONE
         self.ctx.throttle.set("journal", level)
 
+    @property
+    def stopped(self) -> InkpenError | None:
+        """Why the Inker writes no more: its own stop, or the fence the keeper holds."""
+        return self._stopped or self.ctx.keeper.fenced
+
     def _stop_writing(self, error: InkpenError) -> None:
         if self.stopped is None:
-            self.stopped = error
             log.warning("inker.stopped_writing", epoch=self.epoch, error=str(error))
         self.intake.shut(error)
         if isinstance(error, FencedError):
             self.ctx.keeper.fence(error)  # halts the writer through the keeper's callback
         else:
+            if self._stopped is None:
+                self._stopped = error
             # Puts still held back by backpressure never reached a segment: definitely not
             # written.
             self.ctx.halt(
@@ -397,8 +401,8 @@ class Inker(FileOwner):
         self.folding = True
         send(self.clerk, FoldSegments(segments, self.actor_ref))
 
-    @handles(FoldNow)
-    def _fold_now(self, _: FoldNow) -> bool:
+    @handles(_FoldNow)
+    def _fold_now(self, _: _FoldNow) -> bool:
         """Fold every unfolded segment now, on this thread (close, hot backup).
 
         Answers True once nothing is left unfolded, False while the clerk's fold is still in
@@ -440,34 +444,30 @@ class Inker(FileOwner):
                 ),
             )
 
-        try:
-            self.ctx.keeper.commit(
-                change, reason="journal.fold", new_files=[h.name for h in message.handles]
-            )
-        except FencedError as exc:
-            self.ctx.in_flight.discard(h.name for h in message.handles)
-            self._stop_writing(exc)
-            return
-        except StoreError as exc:
-            self.ctx.in_flight.discard(h.name for h in message.handles)
-            log.warning("journal.fold_commit_failed", error=str(exc))
+        def install(_: VersionedManifest) -> None:
             for handle in message.handles:
-                stop(handle.clerk)
-            self.ctx.scheduler.after(FOLD_RETRY_AFTER, self.actor_ref, _RetryFold())
-            return
-        self.ctx.in_flight.discard(h.name for h in message.handles)
-        for handle in message.handles:
-            self.files[handle.name] = handle
-        self.segments = [s for s in self.segments if s.segment_id > last]
-        self._publish()
-        log.info(
-            "journal.fold",
-            segments=len(message.segment_ids),
-            last_segment=last,
-            files=[h.name for h in message.handles],
-            bytes=sum(d.size for d in descriptors),
+                self.files[handle.name] = handle
+            self.segments = [s for s in self.segments if s.segment_id > last]
+            self._publish()
+            log.info(
+                "journal.fold",
+                segments=len(message.segment_ids),
+                last_segment=last,
+                files=[h.name for h in message.handles],
+                bytes=sum(d.size for d in descriptors),
+            )
+            self._after_write()
+
+        commit_or_roll_back(
+            self.ctx.keeper,
+            change,
+            reason="journal.fold",
+            new_files=message.handles,
+            in_flight=self.ctx.in_flight,
+            install=install,
+            roll_back=lambda _: None,  # the segments stay unfolded; a fence stops the Inker
+            retry=lambda after: self.ctx.scheduler.after(after, self.actor_ref, _RetryFold()),
         )
-        self._after_write()
 
     @handles(FoldFailed)
     def _fold_failed(self, message: FoldFailed) -> None:
@@ -492,44 +492,51 @@ class Inker(FileOwner):
             files = tuple(sorted((*kept, *added), key=lambda d: d.min_sqn))
             return dataclasses.replace(m, journal=dataclasses.replace(m.journal, files=files))
 
-        try:
-            versioned = self.ctx.keeper.commit(
-                change, reason="journal.compaction", new_files=[h.name for h in message.handles]
-            )
-        except InkpenError as exc:
-            self.ctx.in_flight.discard(h.name for h in message.handles)
-            if isinstance(exc, FencedError):
-                self._stop_writing(exc)
-            log.warning("journal.compaction_commit_failed", error=str(exc))
+        def install(versioned: VersionedManifest) -> None:
             for handle in message.handles:
-                stop(handle.clerk)
-            message.result.set_exception(exc)
-            return
-        self.ctx.in_flight.discard(h.name for h in message.handles)
-        for handle in message.handles:
-            self.files[handle.name] = handle
-        for name in replaced:
-            gone = self.files.pop(name, None)
-            if gone is not None and gone.clerk is not None:
-                self.pending_deletes[name] = versioned.id
-                send(gone.clerk, SetForDelete(versioned.id))
-        self._publish()
-        log.info(
-            "journal.compaction_committed",
-            replaced=sorted(replaced),
-            written=[h.name for h in message.handles],
-            manifest=versioned.id,
+                self.files[handle.name] = handle
+            for name in replaced:
+                gone = self.files.pop(name, None)
+                if gone is not None and gone.clerk is not None:
+                    self.pending_deletes[name] = versioned.id
+                    send(gone.clerk, SetForDelete(versioned.id))
+            self._publish()
+            log.info(
+                "journal.compaction_committed",
+                replaced=sorted(replaced),
+                written=[h.name for h in message.handles],
+                manifest=versioned.id,
+            )
+            message.result.set_result(dataclasses.replace(message.report, manifest_id=versioned.id))
+
+        def roll_back(error: InkpenError) -> None:
+            if isinstance(error, FencedError):  # no retry: the caller learns of the fence
+                message.result.set_exception(error)
+
+        def retry(after: float) -> None:
+            # Compact again against a fresh ledger snapshot; the caller waits for that report.
+            assert self.bookie is not None
+            self.ctx.scheduler.after(after, self.bookie, CompactJournal(message.result))
+
+        commit_or_roll_back(
+            self.ctx.keeper,
+            change,
+            reason="journal.compaction",
+            new_files=message.handles,
+            in_flight=self.ctx.in_flight,
+            install=install,
+            roll_back=roll_back,
+            retry=retry,
         )
-        message.result.set_result(dataclasses.replace(message.report, manifest_id=versioned.id))
 
     # -- checkpoints --------------------------------------------------------------------------
 
-    @handles(TakeCheckpoint)
-    def _checkpoint(self, message: TakeCheckpoint) -> Checkpoint:
+    @handles(_TakeCheckpoint)
+    def _checkpoint(self, message: _TakeCheckpoint) -> Checkpoint:
         """A checkpoint covers the journal files and every segment written so far: a reader at
         it replays the segments above the ledger's persisted SQN, so it sees every acknowledged
         write."""
-        self._sync(Sync())
+        self._sync(_Sync())
         if self.stopped is not None:
             raise self.stopped
         now = time.time()
@@ -560,20 +567,20 @@ class Inker(FileOwner):
 
     # -- snapshots and deletes --------------------------------------------------------------
 
-    @handles(RegisterJournal)
-    def _register(self, message: RegisterJournal) -> JournalView:
+    @handles(_RegisterJournal)
+    def _register(self, message: _RegisterJournal) -> JournalView:
         view = self.ctx.board.journal
         self._register_snapshot(message.snapshot_id, long_running=message.long_running)
         return view
 
-    @handles(ReleaseJournal)
-    def _release(self, message: ReleaseJournal) -> None:
+    @handles(_ReleaseJournal)
+    def _release(self, message: _ReleaseJournal) -> None:
         self.registry.release(message.snapshot_id)
 
     # -- start-up replay ----------------------------------------------------------------------
 
-    @handles(Replay)
-    def _replay(self, message: Replay) -> int:
+    @handles(_Replay)
+    def _replay(self, message: _Replay) -> int:
         """Push journal entries above the ledger's persisted SQN into the Penciller, in order."""
         assert self.penciller is not None
         persisted = message.persisted_sqn
@@ -615,16 +622,16 @@ class Inker(FileOwner):
         deadline = time.monotonic() + 600.0
         while True:
             room.clear()
-            if call(self.penciller, PushMem((table,))):
+            if penciller_actor.push_mem(self.penciller, (table,)):
                 return
             if not room.wait(timeout=max(0.0, deadline - time.monotonic())):
-                call(self.penciller, PushMem((table,), force=True))
+                penciller_actor.push_mem(self.penciller, (table,), force=True)
                 return
 
     # -- the rest -----------------------------------------------------------------------------
 
-    @handles(InkerStats)
-    def _stats(self, _: InkerStats) -> dict[str, Any]:
+    @handles(_InkerStats)
+    def _stats(self, _: _InkerStats) -> dict[str, Any]:
         return {
             "sqn": self.sqn,
             "writer_epoch": self.epoch,
@@ -639,11 +646,84 @@ class Inker(FileOwner):
             "journal_pending_deletes": len(self.pending_deletes),
         }
 
-    @handles(Shutdown)
-    def _shutdown(self, _: Shutdown) -> None:
-        if self.stopped is None:
-            self.stopped = UsageError("this Bookie is closed")
-        self.intake.shut(self.stopped)
+    @handles(_Shutdown)
+    def _shutdown(self, _: _Shutdown) -> None:
+        stopped = self.stopped or UsageError("this Bookie is closed")
+        self._stopped = self._stopped or stopped
+        self.intake.shut(stopped)
         for handle in self.files.values():
             stop(handle.clerk)
         self.files.clear()
+
+
+# -- what other modules ask of the Inker --------------------------------------------------------
+
+
+def attach(
+    inker: pykka.ActorRef[Inker],
+    *,
+    bookie: pykka.ActorRef[Any],
+    penciller: pykka.ActorRef[Any],
+    clerk: pykka.ActorRef[Any],
+) -> None:
+    """Once at start-up: the actors the Inker talks to."""
+    call(inker, _Attach(bookie, penciller, clerk))
+
+
+def load(
+    inker: pykka.ActorRef[Inker],
+    files: tuple[JournalHandle, ...],
+    segments: tuple[SegmentTable, ...],
+    max_sqn: int,
+) -> None:
+    """Once at start-up: the journal files (open), unfolded segments and highest SQN."""
+    call(inker, _LoadJournal(files, segments, max_sqn))
+
+
+def replay(inker: pykka.ActorRef[Inker], persisted_sqn: int) -> int:
+    """At start-up: push every journal entry above ``persisted_sqn`` into the ledger; answers
+    how many were replayed."""
+    replayed: int = call(inker, _Replay(persisted_sqn))
+    return replayed
+
+
+def sync(inker: pykka.ActorRef[Inker]) -> int:
+    """Write the open batch now; answers the highest durable SQN."""
+    sqn: int = call(inker, _Sync())
+    return sqn
+
+
+def fold_now(inker: pykka.ActorRef[Inker]) -> bool:
+    """Fold every unfolded segment; True once none is left, False while a fold is in flight."""
+    done: bool = call(inker, _FoldNow())
+    return done
+
+
+def take_checkpoint(
+    inker: pykka.ActorRef[Inker], lifetime: float | None, name: str | None
+) -> Checkpoint:
+    """Write the open batch, then commit a checkpoint of everything durable so far."""
+    made: Checkpoint = call(inker, _TakeCheckpoint(lifetime, name))
+    return made
+
+
+def register(inker: pykka.ActorRef[Inker], snapshot_id: str, long_running: bool) -> JournalView:
+    """Register a journal clone; answers the Inker's current view."""
+    view: JournalView = call(inker, _RegisterJournal(snapshot_id, long_running))
+    return view
+
+
+def release(inker: pykka.ActorRef[Inker], snapshot_id: str) -> None:
+    """Drop a journal clone's registration (a tell)."""
+    send(inker, _ReleaseJournal(snapshot_id))
+
+
+def stats(inker: pykka.ActorRef[Inker]) -> dict[str, Any]:
+    """Counters for ``Bookie.stats()``."""
+    counters: dict[str, Any] = call(inker, _InkerStats())
+    return counters
+
+
+def shutdown(inker: pykka.ActorRef[Inker], *, timeout: float | None = None) -> None:
+    """Stop writing and stop the file clerks."""
+    call(inker, _Shutdown(), timeout=timeout)

@@ -30,9 +30,10 @@ the file.
 Lookups never come here: the Penciller publishes a :class:`~inkpen.actors.read.views.LedgerView`
 after every change, and readers search it (memory, then L0, then each level; bloom filters first).
 
-Messages: ``AttachPenciller``, ``PushMem``, ``L0Written``/``L0Failed`` (SST clerks), ``FlushMem``,
-``MergeDone``/``MergeIdle`` (the clerk), ``RegisterLedger``, ``ReleaseLedger``,
-``ConfirmDelete``/``FileDeleted`` (file clerks), ``PencillerStats``, ``ShutdownPenciller``.
+Other modules ask the Penciller through the functions at the end of this module (``push_mem``,
+``flush_mem``, ``compact``, ``register``, ``release``, ``stats``, ...); its messages are private.
+It also answers ``L0Written``/``L0Failed`` (SST clerks), ``MergeDone``/``MergeIdle`` (its clerk)
+and ``ConfirmDelete``/``FileDeleted`` (file clerks).
 """
 
 from __future__ import annotations
@@ -43,19 +44,20 @@ from typing import Any
 
 import pykka
 
-from inkpen.actors.base import handles, send, stop
+from inkpen.actors.base import call, handles, send, stop
 from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.files.clerk import SetForDelete
 from inkpen.actors.files.sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
 from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, MergeWork
 from inkpen.actors.ledger.levels import LevelError, Levels
 from inkpen.actors.ledger.merge_policy import MergePolicy, policy_for
-from inkpen.actors.messages import LedgerRoom, PushMem
+from inkpen.actors.messages import LedgerRoom
 from inkpen.actors.read.views import LedgerView, MemTable, SstHandle
 from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
 from inkpen.logs import get_logger
-from inkpen.manifest.model import Manifest, SstDescriptor
+from inkpen.manifest.model import Manifest, SstDescriptor, VersionedManifest
 from inkpen.manifest.paths import new_file_id, sst_key
 
 log = get_logger("inkpen.penciller")
@@ -65,7 +67,7 @@ RETRY_AFTER = 1.0
 
 
 @dataclass(frozen=True, slots=True)
-class AttachPenciller:
+class _AttachPenciller:
     """Ask, once at start-up: the actors the Penciller talks to."""
 
     bookie: pykka.ActorRef[Any]
@@ -73,7 +75,7 @@ class AttachPenciller:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadLevels:
+class _LoadLevels:
     """Ask, once at start-up: the manifest's SST files, open, in the manifest's shape
     (``levels[n]`` is Ln; ``levels[0]`` is L0)."""
 
@@ -81,18 +83,29 @@ class LoadLevels:
 
 
 @dataclass(frozen=True, slots=True)
-class FlushMem:
+class _PushMem:
+    """Take these ledger tables (newest first); answers True if taken.
+
+    ``force`` takes them even when the Penciller's memory is over its limit (close, replay
+    of last resort)."""
+
+    tables: tuple[MemTable, ...]
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _FlushMem:
     """Ask: write memory to L0 now (close); answers True once memory is empty and no write runs."""
 
 
 @dataclass(frozen=True, slots=True)
-class CompactLedger:
+class _CompactLedger:
     """Ask: answers True once no merge or L0 write is running or due; otherwise starts what is
     due and answers False."""
 
 
 @dataclass(frozen=True, slots=True)
-class RegisterLedger:
+class _RegisterLedger:
     """Ask: register a ledger clone; answers the current :class:`LedgerView`."""
 
     snapshot_id: str
@@ -100,7 +113,7 @@ class RegisterLedger:
 
 
 @dataclass(frozen=True, slots=True)
-class ReleaseLedger:
+class _ReleaseLedger:
     snapshot_id: str
 
 
@@ -115,12 +128,12 @@ class _RetryMerge:
 
 
 @dataclass(frozen=True, slots=True)
-class PencillerStats:
+class _PencillerStats:
     """Ask: counters for ``Bookie.stats()``."""
 
 
 @dataclass(frozen=True, slots=True)
-class ShutdownPenciller:
+class _ShutdownPenciller:
     """Ask: stop merging, stop every file clerk."""
 
 
@@ -138,7 +151,8 @@ class Penciller(FileOwner):
         self.clerk: pykka.ActorRef[Any] | None = None
         self.merging = False
         self._offered: LedgerView | None = None
-        self.stopped = False
+        self._stopped = False
+        """Stopped other than by the fence (closed, a lost file); the keeper holds the fence."""
         self.failed: InkpenError | None = None
         """Why the ledger can change no more (a file it names is gone): flushes raise it."""
         self.l0_writes = 0
@@ -146,14 +160,19 @@ class Penciller(FileOwner):
         self.moves = 0
         self._publish()
 
-    @handles(LoadLevels)
-    def _load(self, message: LoadLevels) -> None:
+    @property
+    def stopped(self) -> bool:
+        """Whether the ledger changes no more: closed, failed for good, or fenced (the keeper)."""
+        return self._stopped or self.ctx.keeper.fenced is not None
+
+    @handles(_LoadLevels)
+    def _load(self, message: _LoadLevels) -> None:
         """Install the SST files found at start-up (already open)."""
         self.levels = Levels(message.levels)
         self._publish()
 
-    @handles(AttachPenciller)
-    def _attach(self, message: AttachPenciller) -> None:
+    @handles(_AttachPenciller)
+    def _attach(self, message: _AttachPenciller) -> None:
         self.bookie = message.bookie
         self.clerk = message.clerk
         self._maybe_merge()
@@ -171,8 +190,8 @@ class Penciller(FileOwner):
 
     # -- memory and L0 ------------------------------------------------------------------------
 
-    @handles(PushMem)
-    def _push(self, message: PushMem) -> bool:
+    @handles(_PushMem)
+    def _push(self, message: _PushMem) -> bool:
         """Take pushed tables while memory is under twice ``l0_cache_entries``.
 
         Memory can therefore exceed that limit by at most one push (the Bookie's cache, itself
@@ -249,38 +268,42 @@ class Penciller(FileOwner):
                 ),
             )
 
-        try:
-            self.ctx.keeper.commit(change, reason="ledger.l0_flush", new_files=[descriptor.name])
-        except InkpenError as exc:
-            self.ctx.in_flight.discard([descriptor.name])
+        def install(_: VersionedManifest) -> None:
+            written = {id(t) for t in message.tables}
+            self.mem = [t for t in self.mem if id(t) not in written]
             self.writing = None
-            stop(message.handle.clerk)
-            log.warning("ledger.l0_commit_failed", error=str(exc))
-            if isinstance(exc, FencedError):
-                self.stopped = True
-            else:  # writers may be held back waiting for this flush: nothing else retries it
-                self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryFlush())
+            self.levels = after
+            self.persisted_sqn = persisted
+            self.l0_writes += 1
+            self._publish()
+            log.info(
+                "ledger.l0_flush",
+                name=descriptor.name,
+                entries=descriptor.entry_count,
+                bytes=descriptor.size,
+                persisted_sqn=persisted,
+                ms=round(message.seconds * 1000, 2),
+            )
             self._room()
-            return
-        self.ctx.in_flight.discard([descriptor.name])
-        written = {id(t) for t in message.tables}
-        self.mem = [t for t in self.mem if id(t) not in written]
-        self.writing = None
-        self.levels = after
-        self.persisted_sqn = persisted
-        self.l0_writes += 1
-        self._publish()
-        log.info(
-            "ledger.l0_flush",
-            name=descriptor.name,
-            entries=descriptor.entry_count,
-            bytes=descriptor.size,
-            persisted_sqn=persisted,
-            ms=round(message.seconds * 1000, 2),
+            self._maybe_merge()
+            self._maybe_flush()
+
+        def roll_back(_: InkpenError) -> None:
+            self.writing = None
+            self._room()
+
+        commit_or_roll_back(
+            self.ctx.keeper,
+            change,
+            reason="ledger.l0_flush",
+            failed_event="ledger.l0_commit_failed",
+            new_files=[message.handle],
+            in_flight=self.ctx.in_flight,
+            install=install,
+            roll_back=roll_back,
+            # writers may be held back waiting for this flush: nothing else retries it
+            retry=lambda after: self.ctx.scheduler.after(after, self.actor_ref, _RetryFlush()),
         )
-        self._room()
-        self._maybe_merge()
-        self._maybe_flush()
 
     @handles(L0Failed)
     def _l0_failed(self, message: L0Failed) -> None:
@@ -295,8 +318,8 @@ class Penciller(FileOwner):
     def _retry_flush(self, _: _RetryFlush) -> None:
         self._maybe_flush()
 
-    @handles(FlushMem)
-    def _flush_mem(self, _: FlushMem) -> bool:
+    @handles(_FlushMem)
+    def _flush_mem(self, _: _FlushMem) -> bool:
         if self.failed is not None:
             raise self.failed
         if self.stopped or (not self.mem and self.writing is None):
@@ -342,8 +365,7 @@ class Penciller(FileOwner):
         keeper = self.ctx.keeper
         try:
             latest = keeper.refresh()
-        except FencedError:
-            self.stopped = True
+        except FencedError:  # the keeper holds the fence now: stopped
             return True
         except StoreError as exc:
             log.warning("ledger.refresh_failed", error=str(exc))
@@ -362,7 +384,7 @@ class Penciller(FileOwner):
         )
         log.error("ledger.file_missing", name=lost[0], manifest=latest.id)
         self.failed = error
-        self.stopped = True
+        self._stopped = True
         self.ctx.halt(error)
         return True
 
@@ -370,8 +392,8 @@ class Penciller(FileOwner):
     def _retry_merge(self, _: _RetryMerge) -> None:
         self._maybe_merge()
 
-    @handles(CompactLedger)
-    def _compact(self, _: CompactLedger) -> bool:
+    @handles(_CompactLedger)
+    def _compact(self, _: _CompactLedger) -> bool:
         if self.failed is not None:
             raise self.failed
         if self.stopped:
@@ -394,36 +416,41 @@ class Penciller(FileOwner):
                 stop(handle.clerk)
             return
         job = message.job
-        moved = {h.name for h in job.sources} if job.move else set()
-
         try:
             after = self.levels.apply(
                 (h.name for h in job.inputs), job.target_level, job.outputs(message.added)
             )
-
-            def change(m: Manifest) -> Manifest:
-                return dataclasses.replace(
-                    m,
-                    ledger=dataclasses.replace(
-                        m.ledger, levels=after.map(_descriptor).to_manifest()
-                    ),
-                )
-
-            versioned = self.ctx.keeper.commit(
-                change, reason="ledger.merge", new_files=[h.name for h in message.added]
-            )
-        except (InkpenError, LevelError) as exc:
+        except LevelError as exc:  # an impossible result: dropped like a failed commit
             self.ctx.in_flight.discard(h.name for h in message.added)
             log.warning("ledger.merge_commit_failed", error=str(exc))
             for handle in message.added:
                 stop(handle.clerk)
-            if isinstance(exc, FencedError):
-                self.stopped = True
-            else:  # as after a failed merge: writers may be waiting for L0 to drain
-                self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryMerge())
+            self.ctx.scheduler.after(RETRY_AFTER, self.actor_ref, _RetryMerge())
             self._room()
             return
-        self.ctx.in_flight.discard(h.name for h in message.added)
+
+        def change(m: Manifest) -> Manifest:
+            return dataclasses.replace(
+                m, ledger=dataclasses.replace(m.ledger, levels=after.map(_descriptor).to_manifest())
+            )
+
+        commit_or_roll_back(
+            self.ctx.keeper,
+            change,
+            reason="ledger.merge",
+            new_files=message.added,
+            in_flight=self.ctx.in_flight,
+            install=lambda versioned: self._install_merge(message, after, versioned),
+            roll_back=lambda _: self._room(),
+            # as after a failed merge: writers may be waiting for L0 to drain
+            retry=lambda after: self.ctx.scheduler.after(after, self.actor_ref, _RetryMerge()),
+        )
+
+    def _install_merge(
+        self, message: MergeDone, after: Levels[SstHandle], versioned: VersionedManifest
+    ) -> None:
+        job = message.job
+        moved = {h.name for h in job.sources} if job.move else set()
         self.levels = after
         if job.move:
             self.moves += 1
@@ -452,20 +479,20 @@ class Penciller(FileOwner):
 
     # -- snapshots and deletes --------------------------------------------------------------
 
-    @handles(RegisterLedger)
-    def _register(self, message: RegisterLedger) -> LedgerView:
+    @handles(_RegisterLedger)
+    def _register(self, message: _RegisterLedger) -> LedgerView:
         view = self.ctx.board.ledger
         self._register_snapshot(message.snapshot_id, long_running=message.long_running)
         return view
 
-    @handles(ReleaseLedger)
-    def _release(self, message: ReleaseLedger) -> None:
+    @handles(_ReleaseLedger)
+    def _release(self, message: _ReleaseLedger) -> None:
         self.registry.release(message.snapshot_id)
 
     # -- the rest -----------------------------------------------------------------------------
 
-    @handles(PencillerStats)
-    def _stats(self, _: PencillerStats) -> dict[str, Any]:
+    @handles(_PencillerStats)
+    def _stats(self, _: _PencillerStats) -> dict[str, Any]:
         return {
             "ledger_mem_entries": self._mem_entries(),
             "ledger_mem_tables": len(self.mem),
@@ -482,11 +509,77 @@ class Penciller(FileOwner):
             "ledger_pending_deletes": len(self.pending_deletes),
         }
 
-    @handles(ShutdownPenciller)
-    def _shutdown(self, _: ShutdownPenciller) -> None:
-        self.stopped = True
+    @handles(_ShutdownPenciller)
+    def _shutdown(self, _: _ShutdownPenciller) -> None:
+        self._stopped = True
         for handle in self.levels.all_files():
             stop(handle.clerk)
+
+
+# -- what other modules ask of the Penciller ----------------------------------------------------
+
+
+def attach(
+    penciller: pykka.ActorRef[Penciller],
+    *,
+    bookie: pykka.ActorRef[Any],
+    clerk: pykka.ActorRef[Any],
+) -> None:
+    """Once at start-up: the actors the Penciller talks to."""
+    call(penciller, _AttachPenciller(bookie, clerk))
+
+
+def load_levels(
+    penciller: pykka.ActorRef[Penciller], levels: tuple[tuple[SstHandle, ...], ...]
+) -> None:
+    """Once at start-up: the manifest's SST files, open, in the manifest's shape (``levels[0]``
+    is L0)."""
+    call(penciller, _LoadLevels(levels))
+
+
+def push_mem(
+    penciller: pykka.ActorRef[Penciller], tables: tuple[MemTable, ...], *, force: bool = False
+) -> bool:
+    """Hand ledger tables (newest first) to the Penciller; True if it took them."""
+    taken: bool = call(penciller, _PushMem(tables, force))
+    return taken
+
+
+def flush_mem(penciller: pykka.ActorRef[Penciller]) -> bool:
+    """Write memory to L0 now; True once memory is empty and no write runs (raises the
+    Penciller's error once it failed for good)."""
+    done: bool = call(penciller, _FlushMem())
+    return done
+
+
+def compact(penciller: pykka.ActorRef[Penciller]) -> bool:
+    """True once no merge or L0 write is running or due; otherwise starts what is due."""
+    done: bool = call(penciller, _CompactLedger())
+    return done
+
+
+def register(
+    penciller: pykka.ActorRef[Penciller], snapshot_id: str, long_running: bool
+) -> LedgerView:
+    """Register a ledger clone; answers the current ledger view."""
+    view: LedgerView = call(penciller, _RegisterLedger(snapshot_id, long_running))
+    return view
+
+
+def release(penciller: pykka.ActorRef[Penciller], snapshot_id: str) -> None:
+    """Drop a ledger clone's registration (a tell)."""
+    send(penciller, _ReleaseLedger(snapshot_id))
+
+
+def stats(penciller: pykka.ActorRef[Penciller]) -> dict[str, Any]:
+    """Counters for ``Bookie.stats()``."""
+    counters: dict[str, Any] = call(penciller, _PencillerStats())
+    return counters
+
+
+def shutdown(penciller: pykka.ActorRef[Penciller], *, timeout: float | None = None) -> None:
+    """Stop merging and stop every file clerk."""
+    call(penciller, _ShutdownPenciller(), timeout=timeout)
 
 
 def _descriptor(handle: SstHandle) -> SstDescriptor:
