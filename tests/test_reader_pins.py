@@ -20,7 +20,7 @@ from inkpen.actors.engine import registry
 from inkpen.actors.engine.keeper import ManifestKeeper
 from inkpen.actors.engine.registry import CheckpointGuard
 from inkpen.manifest.checkpoints import create_checkpoint, delete_checkpoint, refresh_checkpoint
-from inkpen.manifest.gc import GcOptions, run_gc
+from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, run_gc
 from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor
 from inkpen.manifest.paths import manifest_key, new_file_id, sst_key
 from inkpen.manifest.store import ManifestStore
@@ -147,7 +147,10 @@ def test_a_reader_whose_checkpoint_was_dropped_says_its_lease_lapsed(url: str) -
             rewrite_everything(book, keys, b"new")
             # GC elsewhere, as if the lease had lapsed long ago: the checkpoint is dropped, then
             # the files only it named are deleted.
-            report = run_gc(url, options=GcOptions(min_age=0), now=time.time() + 3600)
+            # (min_age at its floor for a GC run beside a writer: an hour on, every file is older)
+            report = run_gc(
+                url, options=GcOptions(min_age=MIN_AGE_WITHOUT_WRITER), now=time.time() + 3600
+            )
             assert checkpoint_id in report.dropped_checkpoints
             assert pinned - stored(url), "no file of the reader's checkpoint was deleted"
             with capture_logs() as logs:
@@ -233,12 +236,12 @@ def test_gc_finding_a_lapsed_checkpoints_manifest_gone_reports_no_corruption(url
 
     def other_gc_later() -> None:
         # Another process's GC, after the checkpoint expired, drops it and its manifest.
-        report = run_gc(open_store(url), options=GcOptions(min_age=0), now=now + 200)
+        report = run_gc(open_store(url), options=GcOptions(min_age=0, offline=True), now=now + 200)
         assert manifest_key(checkpoint.manifest_id) in report.deleted
 
     store.before_get(manifest_key(checkpoint.manifest_id), other_gc_later)
     with pytest.raises(inkpen.NotFoundError, match="run GC again") as raised:
-        run_gc(store, options=GcOptions(min_age=0), now=now + 50)
+        run_gc(store, options=GcOptions(min_age=0, offline=True), now=now + 50)
     assert store.fired == [manifest_key(checkpoint.manifest_id)]
     assert not isinstance(raised.value, inkpen.CorruptionError)
     store.close()
