@@ -27,7 +27,7 @@ from typing import Any
 
 import pykka
 
-from inkpen.actors.base import call, call_async, send, stop
+from inkpen.actors.base import call, send, stop
 from inkpen.actors.engine.bookie_actor import (
     AttachBookie,
     Bookie,
@@ -40,8 +40,7 @@ from inkpen.actors.engine.gc import GarbageCollector
 from inkpen.actors.engine.keeper import ManifestKeeper
 from inkpen.actors.engine.scheduler import Scheduler
 from inkpen.actors.engine.throttle import Throttle
-from inkpen.actors.files.journal_clerk import JournalClerk, OpenJournal
-from inkpen.actors.files.sst_clerk import OpenSst, SstClerk
+from inkpen.actors.files.start import open_files
 from inkpen.actors.journal.clerk import InkerClerk
 from inkpen.actors.journal.inker import Attach, FoldNow, Inker, LoadJournal, Replay, Shutdown, Sync
 from inkpen.actors.journal.intake import WriteIntake
@@ -55,14 +54,14 @@ from inkpen.actors.ledger.penciller import (
     ShutdownPenciller,
 )
 from inkpen.actors.messages import Fenced
-from inkpen.actors.read.views import SegmentTable, ViewBoard
+from inkpen.actors.read.views import SegmentTable, SstHandle, ViewBoard
 from inkpen.errors import FencedError, InkpenError, UsageError
 from inkpen.formats.cache import LruCache
 from inkpen.formats.journal import decode_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
-from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
+from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore.base import ObjectStore
@@ -148,7 +147,7 @@ class Engine:
             )
             started_refs.append(inker)
             l0, levels = _open_ssts(ctx, manifest, penciller)
-            files = _open_journal_files(ctx, manifest, inker)
+            files = open_files(ctx, inker, manifest.journal.files)
             segments = _read_segments(ctx, claim)
             max_sqn = max(
                 [manifest.ledger.persisted_sqn]
@@ -353,73 +352,17 @@ def _writer_checkpoint(claim: WriterClaim) -> str | None:
 
 def _open_ssts(
     ctx: EngineContext, manifest: Manifest, owner: pykka.ActorRef[Any]
-) -> tuple[tuple[Any, ...], tuple[tuple[Any, ...], ...]]:
+) -> tuple[tuple[SstHandle, ...], tuple[tuple[SstHandle, ...], ...]]:
     """Start a clerk per SST and open every reader at once; answers (L0, [L1, ...])."""
     levels = manifest.ledger.levels
-    futures: list[list[Any]] = []
-    clerks: list[pykka.ActorRef[Any]] = []
-    try:
-        for level in levels:
-            row = []
-            for descriptor in level:
-                clerk = _sst_clerk(ctx, descriptor, owner)
-                clerks.append(clerk)
-                row.append(call_async(clerk, OpenSst(descriptor)))
-            futures.append(row)
-        opened = tuple(tuple(f.get() for f in row) for row in futures)
-    except BaseException:
-        for clerk in clerks:
-            stop(clerk)
-        raise
-    if not opened:
+    opened = open_files(ctx, owner, [d for level in levels for d in level])
+    rows: list[tuple[SstHandle, ...]] = []
+    for level in levels:
+        rows.append(opened[: len(level)])
+        opened = opened[len(level) :]
+    if not rows:
         return (), ()
-    return opened[0], opened[1:]
-
-
-def _sst_clerk(
-    ctx: EngineContext, descriptor: SstDescriptor, owner: pykka.ActorRef[Any]
-) -> pykka.ActorRef[Any]:
-    return SstClerk.start(
-        ctx.resolver.store_for(descriptor.root),
-        descriptor.name,
-        owner,
-        ctx.scheduler,
-        poll_interval=ctx.options.delete_poll_interval,
-        owned=descriptor.root is None,
-        cache=ctx.block_cache,
-    )
-
-
-def _open_journal_files(
-    ctx: EngineContext, manifest: Manifest, owner: pykka.ActorRef[Any]
-) -> tuple[Any, ...]:
-    clerks: list[pykka.ActorRef[Any]] = []
-    try:
-        futures = []
-        for descriptor in manifest.journal.files:
-            clerk = _journal_clerk(ctx, descriptor, owner)
-            clerks.append(clerk)
-            futures.append(call_async(clerk, OpenJournal(descriptor)))
-        return tuple(f.get() for f in futures)
-    except BaseException:
-        for clerk in clerks:
-            stop(clerk)
-        raise
-
-
-def _journal_clerk(
-    ctx: EngineContext, descriptor: JournalFileDescriptor, owner: pykka.ActorRef[Any]
-) -> pykka.ActorRef[Any]:
-    return JournalClerk.start(
-        ctx.resolver.store_for(descriptor.root),
-        descriptor.name,
-        owner,
-        ctx.scheduler,
-        poll_interval=ctx.options.delete_poll_interval,
-        owned=descriptor.root is None,
-        cache=ctx.journal_cache,
-        chunk_bytes=ctx.options.journal_chunk_bytes,
-    )
+    return rows[0], tuple(rows[1:])
 
 
 def _read_segments(ctx: EngineContext, claim: WriterClaim) -> tuple[SegmentTable, ...]:

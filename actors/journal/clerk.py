@@ -33,10 +33,11 @@ from typing import Any, Protocol
 
 import pykka
 
-from inkpen.actors.base import ActorGone, InkpenActor, call, handles, send, stop
+from inkpen.actors.base import ActorGone, InkpenActor, handles, send, stop
 from inkpen.actors.engine import compute
 from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.files.journal_clerk import JournalClerk, WriteJournal
+from inkpen.actors.files.journal_clerk import WriteJournal
+from inkpen.actors.files.start import write_file
 from inkpen.actors.journal.retention import best_run, entry_weight, judge, retained_weight
 from inkpen.actors.read.views import JournalHandle, SegmentTable
 from inkpen.formats.journal import JournalEntry
@@ -163,21 +164,7 @@ def _write_file(
         size=len(data),
         entry_count=len(entries),
     )
-    clerk = JournalClerk.start(
-        ctx.store,
-        name,
-        owner,
-        ctx.scheduler,
-        poll_interval=ctx.options.delete_poll_interval,
-        in_flight=ctx.in_flight,
-        cache=ctx.journal_cache,
-        chunk_bytes=ctx.options.journal_chunk_bytes,
-    )
-    try:
-        return call(clerk, WriteJournal(data, descriptor))
-    except Exception:
-        stop(clerk)
-        raise
+    return write_file(ctx, owner, WriteJournal(data, descriptor))
 
 
 class InkerClerk(InkpenActor):
