@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
-from inkpen.formats.journal import JournalEntry, build_journal, decode_journal
+from inkpen.formats.journal import JournalEntry, decode_journal
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 
@@ -53,14 +53,9 @@ from .model import (
     SstDescriptor,
     VersionedManifest,
 )
-from .paths import (
-    is_journal_file_key,
-    is_sst_key,
-    journal_file_key,
-    new_file_id,
-    segment_key,
-)
+from .paths import is_journal_file_key, is_sst_key, segment_key
 from .store import ManifestStore, RootState
+from .table_store import TableStore
 
 log = get_logger("inkpen.manifest")
 
@@ -213,17 +208,8 @@ def fold_segments(
     if not kept:
         return None, len(read)
     entries = [entry for _, segment in kept for entry in segment]
-    data = build_journal(entries, writer_epoch=max(ref.writer_epoch or 0 for ref, _ in kept))
-    name = journal_file_key(new_file_id())
-    dest.put_if_absent(name, data)
-    descriptor = JournalFileDescriptor(
-        name=name,
-        min_sqn=entries[0].sqn,
-        max_sqn=entries[-1].sqn,
-        size=len(data),
-        entry_count=len(entries),
-    )
-    return descriptor, len(read)
+    epoch = max(ref.writer_epoch or 0 for ref, _ in kept)
+    return TableStore(dest).write_journal(entries, writer_epoch=epoch), len(read)
 
 
 def commit(

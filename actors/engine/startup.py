@@ -40,6 +40,7 @@ from inkpen.actors.engine.gc import GarbageCollector
 from inkpen.actors.engine.keeper import ManifestKeeper
 from inkpen.actors.engine.scheduler import Scheduler
 from inkpen.actors.engine.throttle import Throttle
+from inkpen.actors.files.in_flight import InFlight
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal.clerk import InkerClerk
 from inkpen.actors.journal.inker import Attach, FoldNow, Inker, LoadJournal, Replay, Shutdown, Sync
@@ -56,7 +57,6 @@ from inkpen.actors.ledger.penciller import (
 from inkpen.actors.messages import Fenced
 from inkpen.actors.read.views import SegmentTable, SstHandle, ViewBoard
 from inkpen.errors import FencedError, InkpenError, UsageError
-from inkpen.formats.cache import LruCache
 from inkpen.formats.journal import decode_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
@@ -64,6 +64,7 @@ from inkpen.manifest.fencing import WriterClaim, claim_writer
 from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
+from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore.base import ObjectStore
 from inkpen.options import Options
 
@@ -115,18 +116,18 @@ class Engine:
             latest=claim.versioned,
             timeout=options.manifest_update_timeout,
         )
+        resolver = StoreResolver(store)
+        in_flight = InFlight()
         ctx = EngineContext(
             store=store,
-            resolver=StoreResolver(store),
+            resolver=resolver,
             options=options,
             keeper=keeper,
             scheduler=Scheduler(),
             board=ViewBoard(),
             throttle=Throttle(probe=keeper.refresh),
-            block_cache=LruCache(options.block_cache_bytes) if options.block_cache_bytes else None,
-            journal_cache=(
-                LruCache(options.journal_cache_bytes) if options.journal_cache_bytes else None
-            ),
+            tables=TableStore.for_options(resolver, options, on_write=in_flight.add),
+            in_flight=in_flight,
         )
         manifest = claim.versioned.manifest
         intake = WriteIntake(options.max_batch_bytes)

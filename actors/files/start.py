@@ -12,8 +12,10 @@ A clerk is started for one of two reasons, and everything it is given follows fr
   :class:`WriteJournal` (:func:`write_file`) or told :class:`BuildL0` (the Penciller, which
   starts it with :func:`start_clerk`).
 
-A clerk whose first ask fails is stopped before the error is raised, so a failed open or write
-leaves no actor behind.
+Every clerk reads and writes through the writer's one table store (``ctx.tables``,
+:mod:`inkpen.manifest.table_store`), which holds the caches and tells the in-flight set of each
+new file. A clerk whose first ask fails is stopped before the error is raised, so a failed open
+or write leaves no actor behind.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from inkpen.actors.files.journal_clerk import JournalClerk, OpenJournal, WriteJo
 from inkpen.actors.files.sst_clerk import OpenSst, SstClerk, WriteSst
 from inkpen.actors.read.views import JournalHandle, SstHandle
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
-from inkpen.manifest.paths import journal_file_key, new_file_id, sst_key
+from inkpen.manifest.table_store import new_name
 
 ClerkKind = type[SstClerk] | type[JournalClerk]
 
@@ -44,32 +46,18 @@ def start_clerk(
 ) -> pykka.ActorRef[Any]:
     """Start a ``kind`` clerk reporting to ``owner``: for ``descriptor``'s existing file, or
     (no descriptor) for a new file under ``name`` (a fresh one by default)."""
-    options = ctx.options
-    extra: dict[str, Any] = (
-        {"cache": ctx.block_cache}
-        if kind is SstClerk
-        else {"cache": ctx.journal_cache, "chunk_bytes": options.journal_chunk_bytes}
-    )
     if descriptor is not None:
-        return kind.start(
-            ctx.resolver.store_for(descriptor.root),
-            descriptor.name,
-            owner,
-            ctx.scheduler,
-            poll_interval=options.delete_poll_interval,
-            owned=descriptor.root is None,
-            **extra,
-        )
-    if name is None:
-        name = (sst_key if kind is SstClerk else journal_file_key)(new_file_id())
+        name, owned = descriptor.name, descriptor.root is None
+    else:
+        fresh = new_name("sst" if kind is SstClerk else "journal")
+        name, owned = (fresh if name is None else name), True
     return kind.start(
-        ctx.store,
+        ctx.tables,
         name,
         owner,
         ctx.scheduler,
-        poll_interval=options.delete_poll_interval,
-        in_flight=ctx.in_flight,
-        **extra,
+        poll_interval=ctx.options.delete_poll_interval,
+        owned=owned,
     )
 
 
@@ -88,10 +76,7 @@ def write_file(
 ) -> SstHandle | JournalHandle:
     """Start a clerk for a new file, have it store ``message``'s bytes and open them; answers
     the new file's handle (its clerk is stopped if that fails)."""
-    if isinstance(message, WriteSst):
-        clerk = start_clerk(ctx, SstClerk, owner)
-    else:
-        clerk = start_clerk(ctx, JournalClerk, owner, name=message.descriptor.name)
+    clerk = start_clerk(ctx, SstClerk if isinstance(message, WriteSst) else JournalClerk, owner)
     try:
         handle: SstHandle | JournalHandle = call(clerk, message)
     except Exception:

@@ -43,8 +43,6 @@ from inkpen.actors.read.views import JournalHandle, SegmentTable
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue, Tag
 from inkpen.logs import get_logger
-from inkpen.manifest.model import JournalFileDescriptor
-from inkpen.manifest.paths import journal_file_key, new_file_id
 
 log = get_logger("inkpen.inker")
 
@@ -150,21 +148,11 @@ def write_journal_files(
 def _write_file(
     ctx: EngineContext, owner: pykka.ActorRef[Any], entries: list[JournalEntry]
 ) -> JournalHandle:
+    epoch = ctx.keeper.epoch
     data = compute.run(
-        ctx.options.compute_workers,
-        compute.encode_journal,
-        [tuple(e) for e in entries],
-        ctx.keeper.epoch,
+        ctx.options.compute_workers, compute.encode_journal, [tuple(e) for e in entries], epoch
     )
-    name = journal_file_key(new_file_id())
-    descriptor = JournalFileDescriptor(
-        name=name,
-        min_sqn=entries[0].sqn,
-        max_sqn=entries[-1].sqn,
-        size=len(data),
-        entry_count=len(entries),
-    )
-    return write_file(ctx, owner, WriteJournal(data, descriptor))
+    return write_file(ctx, owner, WriteJournal(tuple(entries), data, epoch))
 
 
 class InkerClerk(InkpenActor):

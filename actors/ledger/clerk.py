@@ -191,7 +191,7 @@ class PencillerClerk(InkpenActor):
 
     def _input(self, handle: SstHandle) -> compute.SstInput:
         descriptor = handle.descriptor
-        data = self.ctx.resolver.store_for(descriptor.root).get(descriptor.name)
+        data = self.ctx.tables.read(descriptor)
         return descriptor.name, data, descriptor.sqn_base
 
     def _write(self, data: bytes, info: SstInfo) -> SstHandle:

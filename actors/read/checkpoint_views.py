@@ -5,8 +5,9 @@ immutable views a writer publishes (:mod:`inkpen.actors.read.views`) straight fr
 typically a checkpoint's — and reads through the ordinary read path. Building them is what a
 writer's start-up does, minus the claim:
 
-1. open an SST reader per ledger file and a journal reader per journal file, in parallel, each
-   through the store that holds it (a clone reads inherited files from its parent's root);
+1. open an SST reader per ledger file and a journal reader per journal file, in parallel, through
+   a table store (:mod:`inkpen.manifest.table_store`: each from the store that holds it, a clone
+   reading inherited files from its parent's root);
 2. read the manifest's unfolded segments ``(last_folded_segment, next_segment)``, keeping only
    those the reader rule accepts (no segment an older epoch wrote after a newer one); one
    missing there is damage, a :class:`~inkpen.errors.CorruptionError` naming it, unless the
@@ -22,7 +23,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from inkpen.actors.files.fetch import ChunkedFetch, DirectFetch
 from inkpen.actors.journal.changes import replayed_entries
 from inkpen.actors.read.views import (
     CacheView,
@@ -35,10 +35,8 @@ from inkpen.actors.read.views import (
     SstHandle,
 )
 from inkpen.errors import NotFoundError
-from inkpen.formats.cache import LruCache
-from inkpen.formats.journal import JournalEntry, JournalReader, decode_journal
+from inkpen.formats.journal import JournalEntry, decode_journal
 from inkpen.formats.keys import LedgerValue
-from inkpen.formats.sst import SstReader
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import (
     SegmentRef,
@@ -47,8 +45,9 @@ from inkpen.manifest.fencing import (
     scan_segments,
     settle_missing,
 )
-from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
+from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import segment_key
+from inkpen.manifest.table_store import TableStore
 from inkpen.options import Options
 
 OPENERS = 8
@@ -70,39 +69,15 @@ def load_views(
     resolver: StoreResolver, manifest: Manifest, manifest_id: int, options: Options
 ) -> ManifestViews:
     """Open every file ``manifest`` names and replay its journal tail (see module docstring)."""
-    block_cache = LruCache(options.block_cache_bytes) if options.block_cache_bytes else None
-    journal_cache = LruCache(options.journal_cache_bytes) if options.journal_cache_bytes else None
-
-    def open_sst(descriptor: SstDescriptor) -> SstReader:
-        store = resolver.store_for(descriptor.root)
-        return SstReader.open(
-            descriptor.name,
-            descriptor.size,
-            DirectFetch(store, descriptor.name),
-            cache=block_cache,
-            sqn_base=descriptor.sqn_base,
-        )
-
-    def open_journal(descriptor: JournalFileDescriptor) -> JournalHandle:
-        store = resolver.store_for(descriptor.root)
-        fetch = (
-            ChunkedFetch(
-                store, descriptor.name, descriptor.size, journal_cache, options.journal_chunk_bytes
-            )
-            if journal_cache is not None
-            else DirectFetch(store, descriptor.name)
-        )
-        reader = JournalReader.open(
-            descriptor.name, descriptor.size, fetch, sqn_base=descriptor.sqn_base
-        )
-        return JournalHandle(descriptor, reader)
-
+    tables = TableStore.for_options(resolver, options)
+    journal_files = manifest.journal.files
     with ThreadPoolExecutor(max_workers=OPENERS) as pool:
         levels = [
-            [SstHandle(d, r) for d, r in zip(level, pool.map(open_sst, level), strict=True)]
+            [SstHandle(d, r) for d, r in zip(level, pool.map(tables.open_sst, level), strict=True)]
             for level in manifest.ledger.levels
         ]
-        files = list(pool.map(open_journal, manifest.journal.files))
+        readers = pool.map(tables.open_journal, journal_files)
+        files = [JournalHandle(d, r) for d, r in zip(journal_files, readers, strict=True)]
         segments = _read_segments(resolver, manifest, pool, options.allow_missing_segments)
     persisted = manifest.ledger.persisted_sqn
     tail = MemTable.of(list(_replay(files, segments, persisted)))
