@@ -36,13 +36,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
-from inkpen.formats.journal import JournalEntry, decode_journal
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 
 from .checkpoints import CheckpointLease
 from .clones import StoreResolver
-from .fencing import SegmentRef, accepted_segments, scan_segments
+from .fencing import scan_segments
 from .gc import collect_as_writer
 from .model import (
     KIND_WRITER,
@@ -192,24 +191,19 @@ def fold_segments(
     Answers the new file's descriptor (None when the segments hold no entries) and how many
     segments were read.
     """
-    read: list[tuple[SegmentRef, list[JournalEntry]]] = []
-    for segment_id in journal.unfolded_segments():
-        key = segment_key(segment_id)
-        try:
-            data = source.get(key)
-        except NotFoundError:
-            raise CorruptionError(
-                f"{source.url}/{key}", "segment covered by the pinned manifest is missing"
-            ) from None
-        header, entries = decode_journal(data, key)
-        read.append((SegmentRef(segment_id, len(data), header.writer_epoch), entries))
-    accepted = {ref.id for ref in accepted_segments(ref for ref, _ in read)}
-    kept = [(ref, entries) for ref, entries in read if ref.id in accepted and entries]
-    if not kept:
-        return None, len(read)
-    entries = [entry for _, segment in kept for entry in segment]
-    epoch = max(ref.writer_epoch or 0 for ref, _ in kept)
-    return TableStore(dest).write_journal(entries, writer_epoch=epoch), len(read)
+    ids = journal.unfolded_segments()
+    segments = TableStore(source).read_segments(ids, missing_error=_missing_from_pin)
+    if not segments:
+        return None, len(ids)
+    entries = [entry for segment in segments for entry in segment.entries]
+    epoch = max(segment.writer_epoch for segment in segments)
+    return TableStore(dest).write_journal(entries, writer_epoch=epoch), len(ids)
+
+
+def _missing_from_pin(url: str, missing: Sequence[int]) -> CorruptionError:
+    return CorruptionError(
+        f"{url}/{segment_key(missing[0])}", "segment covered by the pinned manifest is missing"
+    )
 
 
 def commit(

@@ -20,28 +20,53 @@ keep decoded blocks in the block cache; journal readers read aligned chunks thro
 cache shared by every journal file (:mod:`inkpen.manifest.fetch`). Both apply the descriptor's
 ``sqn_base`` (bulk-loaded files store local SQNs).
 
+**Reading unfolded segments** (:meth:`TableStore.read_segments`). The journal segments a manifest
+has not folded yet (``journal/<id>.jnl`` in its own store) are read back, in parallel, decoded,
+and kept only if the reader rule accepts them (:func:`~inkpen.manifest.fencing.accepted_segments`
+over the epochs in their headers: no segment an older epoch wrote after a newer one) and they
+hold entries (a writer's fence holds none). A segment absent from the store is damage, an error
+naming it (:func:`~inkpen.manifest.fencing.missing_segments_error` unless the caller names
+another), or is passed over when the caller allows missing segments. Which ids to read is the
+caller's: a writer's claim, a pinned manifest's window, a copy's checkpoint.
+
 **Deleting.** Only this database's own files, and only when the owner of the file says so (a file
 clerk after delete_pending, or GC).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Literal
 
-from inkpen.errors import InkpenError
+from inkpen.errors import InkpenError, NotFoundError
 from inkpen.formats.cache import LruCache
-from inkpen.formats.journal import JournalEntry, JournalReader, build_journal
+from inkpen.formats.journal import JournalEntry, JournalReader, build_journal, decode_journal
 from inkpen.formats.sst import SstInfo, SstReader
 from inkpen.objectstore import ObjectStore
 from inkpen.options import Options
 
 from .clones import StoreResolver
+from .fencing import SegmentRef, accepted_segments, missing_segments_error
 from .fetch import ChunkedFetch, DirectFetch
 from .model import JournalFileDescriptor, SstDescriptor
-from .paths import journal_file_key, new_file_id, sst_key
+from .paths import journal_file_key, new_file_id, segment_key, sst_key
 
 FileKind = Literal["sst", "journal"]
+SEGMENT_READERS = 8
+"""Segments read back at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One unfolded journal segment read back: its id, its writer's epoch, its stored size and its
+    entries (SQN order, at least one)."""
+
+    id: int
+    writer_epoch: int
+    size: int
+    entries: tuple[JournalEntry, ...]
 
 
 def new_name(kind: FileKind) -> str:
@@ -203,6 +228,38 @@ class TableStore:
     def read(self, descriptor: SstDescriptor | JournalFileDescriptor) -> bytes:
         """The whole stored file ``descriptor`` names (a merge's input)."""
         return self.store_for(descriptor.root).get(descriptor.name)
+
+    def read_segments(
+        self,
+        ids: Iterable[int],
+        *,
+        allow_missing: bool = False,
+        missing_error: Callable[[str, Sequence[int]], Exception] = missing_segments_error,
+    ) -> list[Segment]:
+        """The segments ``ids`` (increasing) that the reader rule accepts and that hold entries,
+        in id order (see the module docstring). One absent from the store raises
+        ``missing_error(url, [id])``, or is passed over when ``allow_missing``."""
+        store = self.store
+
+        def read(segment_id: int) -> Segment | None:
+            key = segment_key(segment_id)
+            try:
+                data = store.get(key)
+            except NotFoundError:
+                if allow_missing:
+                    return None
+                raise missing_error(store.url, [segment_id]) from None
+            header, entries = decode_journal(data, key)
+            return Segment(segment_id, header.writer_epoch, len(data), tuple(entries))
+
+        wanted = list(ids)
+        if not wanted:
+            return []
+        with ThreadPoolExecutor(max_workers=min(SEGMENT_READERS, len(wanted))) as pool:
+            found = [s for s in pool.map(read, wanted) if s is not None]
+        refs = (SegmentRef(s.id, s.size, s.writer_epoch) for s in found)
+        accepted = {ref.id for ref in accepted_segments(refs)}
+        return [s for s in found if s.id in accepted and s.entries]
 
     # -- deleting -----------------------------------------------------------------------------
 

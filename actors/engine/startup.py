@@ -8,7 +8,8 @@ Start-up (Leveled's, on SlateDB's manifest):
    older writers can no longer write a segment or commit a manifest;
 3. start the Penciller and the Inker, and one clerk per SST and journal file of the manifest, each
    opening its reader (in parallel: each clerk is its own thread);
-4. read the unfolded segments the claim accepted into the Inker's active journal;
+4. read the unfolded segments the claim accepted into the Inker's active journal (through the
+   table store, :meth:`~inkpen.manifest.table_store.TableStore.read_segments`);
 5. start the Bookie and the two owners' clerks and wire them together;
 6. replay every journal entry above the ledger's persisted SQN into the Penciller;
 7. accept load.
@@ -21,7 +22,6 @@ writer checkpoint and stops every actor. A fenced writer skips the writing steps
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -57,7 +57,6 @@ from inkpen.actors.ledger.penciller import (
 from inkpen.actors.messages import Fenced
 from inkpen.actors.read.views import SegmentTable, SstHandle, ViewBoard
 from inkpen.errors import FencedError, InkpenError, UsageError
-from inkpen.formats.journal import decode_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
@@ -70,7 +69,6 @@ from inkpen.options import Options
 
 log = get_logger("inkpen.bookie")
 
-SEGMENT_READERS = 8
 CLOSE_WAIT = 600.0
 
 
@@ -367,22 +365,8 @@ def _open_ssts(
 
 
 def _read_segments(ctx: EngineContext, claim: WriterClaim) -> tuple[SegmentTable, ...]:
-    """Read the accepted unfolded segments (in parallel) into memory tables."""
-    store = ctx.store
-
-    def read(segment_id: int) -> SegmentTable | None:
-        key = segment_key(segment_id)
-        data = store.get(key)
-        _, entries = decode_journal(data, key)
-        if not entries:
-            return None
-        return SegmentTable(
-            segment_id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, len(data)
-        )
-
-    ids = [ref.id for ref in claim.segments]
-    if not ids:
-        return ()
-    with ThreadPoolExecutor(max_workers=min(SEGMENT_READERS, len(ids))) as pool:
-        tables = list(pool.map(read, ids))
-    return tuple(t for t in tables if t is not None)
+    """Read the segments the claim accepted into memory tables."""
+    segments = ctx.tables.read_segments(
+        [ref.id for ref in claim.segments], allow_missing=ctx.options.allow_missing_segments
+    )
+    return tuple(SegmentTable.read_back(s) for s in segments)

@@ -9,9 +9,10 @@ writer's start-up does, minus the claim:
    a table store (:mod:`inkpen.manifest.table_store`: each from the store that holds it, a clone
    reading inherited files from its parent's root);
 2. read the manifest's unfolded segments ``(last_folded_segment, next_segment)``, keeping only
-   those the reader rule accepts (no segment an older epoch wrote after a newer one); one
-   missing there is damage, a :class:`~inkpen.errors.CorruptionError` naming it, unless the
-   option ``allow_missing_segments`` lets the client read what is left (logged);
+   those the reader rule accepts (no segment an older epoch wrote after a newer one; the table
+   store's :meth:`~inkpen.manifest.table_store.TableStore.read_segments`); one missing there is
+   damage, a :class:`~inkpen.errors.CorruptionError` naming it, unless the option
+   ``allow_missing_segments`` lets the client read what is left (logged);
 3. replay every journal entry above the ledger's persisted SQN into one memory table.
 
 The checkpoint the client holds keeps every one of those objects from GC while it reads.
@@ -34,19 +35,10 @@ from inkpen.actors.read.views import (
     SegmentTable,
     SstHandle,
 )
-from inkpen.errors import NotFoundError
-from inkpen.formats.journal import JournalEntry, decode_journal
 from inkpen.formats.keys import LedgerValue
 from inkpen.manifest.clones import StoreResolver
-from inkpen.manifest.fencing import (
-    SegmentRef,
-    accepted_segments,
-    missing_segments_error,
-    scan_segments,
-    settle_missing,
-)
+from inkpen.manifest.fencing import scan_segments, settle_missing
 from inkpen.manifest.model import Manifest
-from inkpen.manifest.paths import segment_key
 from inkpen.manifest.table_store import TableStore
 from inkpen.options import Options
 
@@ -78,7 +70,7 @@ def load_views(
         ]
         readers = pool.map(tables.open_journal, journal_files)
         files = [JournalHandle(d, r) for d, r in zip(journal_files, readers, strict=True)]
-        segments = _read_segments(resolver, manifest, pool, options.allow_missing_segments)
+    segments = _read_segments(tables, manifest, options.allow_missing_segments)
     persisted = manifest.ledger.persisted_sqn
     tail = MemTable.of(list(_replay(files, segments, persisted)))
     ledger = LedgerView(
@@ -93,37 +85,18 @@ def load_views(
 
 
 def _read_segments(
-    resolver: StoreResolver, manifest: Manifest, pool: ThreadPoolExecutor, allow_missing: bool
+    tables: TableStore, manifest: Manifest, allow_missing: bool
 ) -> list[SegmentTable]:
-    store = resolver.own_store
+    """The accepted segments of the manifest's window ``(last_folded_segment, next_segment)``;
+    one missing there is settled first (an error, or logged when allowed)."""
+    store = tables.store
     state = manifest.journal
     scan = scan_segments(store, state.last_folded_segment, next_segment=state.next_segment)
     window = replace(scan, missing=tuple(i for i in scan.missing if i < state.next_segment))
     settle_missing(store.url, window, allow=allow_missing)
-    refs = [r for r in scan.refs if r.id < state.next_segment]
-
-    def read(ref: SegmentRef) -> tuple[SegmentRef, list[JournalEntry], int] | None:
-        key = segment_key(ref.id)
-        try:
-            data = store.get(key)
-        except NotFoundError:
-            if allow_missing:
-                return None
-            raise missing_segments_error(store.url, [ref.id]) from None
-        header, entries = decode_journal(data, key)
-        return SegmentRef(ref.id, ref.size, header.writer_epoch), entries, len(data)
-
-    read_back = [r for r in pool.map(read, refs) if r is not None]
-    accepted = {ref.id for ref in accepted_segments(r for r, _, _ in read_back)}
-    tables = []
-    for ref, entries, size in read_back:
-        if ref.id in accepted and entries:
-            tables.append(
-                SegmentTable(
-                    ref.id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, size
-                )
-            )
-    return tables
+    ids = [r.id for r in scan.refs if r.id < state.next_segment]
+    segments = tables.read_segments(ids, allow_missing=allow_missing)
+    return [SegmentTable.read_back(s) for s in segments]
 
 
 def _replay(
