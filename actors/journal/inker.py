@@ -46,7 +46,6 @@ from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.engine.throttle import NONE, SLOW, STOP
 from inkpen.actors.files.clerk import SetForDelete
-from inkpen.actors.journal.changes import replayed_entries
 from inkpen.actors.journal.clerk import (
     CompactionDone,
     Folded,
@@ -56,6 +55,7 @@ from inkpen.actors.journal.clerk import (
     write_journal_files,
 )
 from inkpen.actors.journal.intake import Batch, WriteIntake
+from inkpen.actors.journal.replay import replay
 from inkpen.actors.messages import ApplyBatch, Fenced, PushMem
 from inkpen.actors.read.views import JournalHandle, JournalView, MemTable, SegmentTable
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
@@ -574,7 +574,8 @@ class Inker(FileOwner):
 
     @handles(Replay)
     def _replay(self, message: Replay) -> int:
-        """Push journal entries above the ledger's persisted SQN into the Penciller, in order."""
+        """Push journal entries above the ledger's persisted SQN into the Penciller, in order
+        (:mod:`inkpen.actors.journal.replay`), in tables of about ``ledger_cache_entries``."""
         assert self.penciller is not None
         persisted = message.persisted_sqn
         batch_entries = self.ctx.options.ledger_cache_entries
@@ -587,25 +588,11 @@ class Inker(FileOwner):
                 self._push_replayed(MemTable.of(pending))
                 pending = []
 
-        for handle in sorted(self.files.values(), key=lambda h: h.descriptor.min_sqn):
-            descriptor = handle.descriptor
-            if descriptor.in_ledger or descriptor.max_sqn <= persisted:
-                continue
-            for entry in handle.reader.iter_entries():
-                if entry.sqn > persisted:
-                    pending.extend(replayed_entries(entry))
-                    replayed += 1
-                    if len(pending) >= batch_entries:
-                        flush()
-        for segment in self.segments:
-            if segment.last_sqn <= persisted:
-                continue
-            for sqn in sorted(segment.entries):
-                if sqn > persisted:
-                    pending.extend(replayed_entries(segment.entries[sqn]))
-                    replayed += 1
-                    if len(pending) >= batch_entries:
-                        flush()
+        for ledger_entries in replay(self.files.values(), self.segments, persisted):
+            pending.extend(ledger_entries)
+            replayed += 1
+            if len(pending) >= batch_entries:
+                flush()
         flush()
         return replayed
 

@@ -13,18 +13,18 @@ writer's start-up does, minus the claim:
    store's :meth:`~inkpen.manifest.table_store.TableStore.read_segments`); one missing there is
    damage, a :class:`~inkpen.errors.CorruptionError` naming it, unless the option
    ``allow_missing_segments`` lets the client read what is left (logged);
-3. replay every journal entry above the ledger's persisted SQN into one memory table.
+3. replay every journal entry above the ledger's persisted SQN into one memory table
+   (:mod:`inkpen.actors.journal.replay`).
 
 The checkpoint the client holds keeps every one of those objects from GC while it reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from inkpen.actors.journal.changes import replayed_entries
+from inkpen.actors.journal.replay import replay
 from inkpen.actors.read.views import (
     CacheView,
     JournalHandle,
@@ -35,7 +35,6 @@ from inkpen.actors.read.views import (
     SegmentTable,
     SstHandle,
 )
-from inkpen.formats.keys import LedgerValue
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import scan_segments, settle_missing
 from inkpen.manifest.model import Manifest
@@ -72,7 +71,7 @@ def load_views(
         files = [JournalHandle(d, r) for d, r in zip(journal_files, readers, strict=True)]
     segments = _read_segments(tables, manifest, options.allow_missing_segments)
     persisted = manifest.ledger.persisted_sqn
-    tail = MemTable.of(list(_replay(files, segments, persisted)))
+    tail = MemTable.of([e for entries in replay(files, segments, persisted) for e in entries])
     ledger = LedgerView(
         manifest_id=manifest_id,
         mem=(tail,) if len(tail) else (),
@@ -97,19 +96,3 @@ def _read_segments(
     ids = [r.id for r in scan.refs if r.id < state.next_segment]
     segments = tables.read_segments(ids, allow_missing=allow_missing)
     return [SegmentTable.read_back(s) for s in segments]
-
-
-def _replay(
-    files: Iterable[JournalHandle], segments: Iterable[SegmentTable], persisted: int
-) -> Iterator[tuple[bytes, LedgerValue]]:
-    for handle in sorted(files, key=lambda h: h.descriptor.min_sqn):
-        descriptor = handle.descriptor
-        if descriptor.in_ledger or descriptor.max_sqn <= persisted:
-            continue
-        for entry in handle.reader.iter_entries():
-            if entry.sqn > persisted:
-                yield from replayed_entries(entry)
-    for segment in segments:
-        for sqn in sorted(segment.entries):
-            if sqn > persisted:
-                yield from replayed_entries(segment.entries[sqn])
