@@ -36,13 +36,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
-from inkpen.formats.journal import JournalEntry, build_journal, decode_journal
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 
 from .checkpoints import CheckpointLease
 from .clones import StoreResolver
-from .fencing import SegmentRef, accepted_segments, scan_segments
+from .fencing import scan_segments
 from .gc import collect_as_writer
 from .model import (
     KIND_WRITER,
@@ -53,14 +52,9 @@ from .model import (
     SstDescriptor,
     VersionedManifest,
 )
-from .paths import (
-    is_journal_file_key,
-    is_sst_key,
-    journal_file_key,
-    new_file_id,
-    segment_key,
-)
+from .paths import is_journal_file_key, is_sst_key, segment_key
 from .store import ManifestStore, RootState
+from .table_store import TableStore
 
 log = get_logger("inkpen.manifest")
 
@@ -197,33 +191,19 @@ def fold_segments(
     Answers the new file's descriptor (None when the segments hold no entries) and how many
     segments were read.
     """
-    read: list[tuple[SegmentRef, list[JournalEntry]]] = []
-    for segment_id in journal.unfolded_segments():
-        key = segment_key(segment_id)
-        try:
-            data = source.get(key)
-        except NotFoundError:
-            raise CorruptionError(
-                f"{source.url}/{key}", "segment covered by the pinned manifest is missing"
-            ) from None
-        header, entries = decode_journal(data, key)
-        read.append((SegmentRef(segment_id, len(data), header.writer_epoch), entries))
-    accepted = {ref.id for ref in accepted_segments(ref for ref, _ in read)}
-    kept = [(ref, entries) for ref, entries in read if ref.id in accepted and entries]
-    if not kept:
-        return None, len(read)
-    entries = [entry for _, segment in kept for entry in segment]
-    data = build_journal(entries, writer_epoch=max(ref.writer_epoch or 0 for ref, _ in kept))
-    name = journal_file_key(new_file_id())
-    dest.put_if_absent(name, data)
-    descriptor = JournalFileDescriptor(
-        name=name,
-        min_sqn=entries[0].sqn,
-        max_sqn=entries[-1].sqn,
-        size=len(data),
-        entry_count=len(entries),
+    ids = journal.unfolded_segments()
+    segments = TableStore(source).read_segments(ids, missing_error=_missing_from_pin)
+    if not segments:
+        return None, len(ids)
+    entries = [entry for segment in segments for entry in segment.entries]
+    epoch = max(segment.writer_epoch for segment in segments)
+    return TableStore(dest).write_journal(entries, writer_epoch=epoch), len(ids)
+
+
+def _missing_from_pin(url: str, missing: Sequence[int]) -> CorruptionError:
+    return CorruptionError(
+        f"{url}/{segment_key(missing[0])}", "segment covered by the pinned manifest is missing"
     )
-    return descriptor, len(read)
 
 
 def commit(

@@ -1,7 +1,8 @@
 """Writing the files a bulk load adds: journal files and SSTs under fresh, unique names.
 
-Every file gets a new ``<file-id>`` (milliseconds plus 48 random bits,
-:func:`inkpen.manifest.paths.new_file_id`) and is created with create-if-absent, so no write can
+Every file is written through the table store (:mod:`inkpen.manifest.table_store`): it gets a
+new ``<file-id>`` (milliseconds plus 48 random bits, :func:`inkpen.manifest.paths.new_file_id`)
+and is created with create-if-absent, so no write can
 replace another's file: a retried task attempt writes new files beside the ones an earlier
 attempt may have left, and only the files named in the commit ever become part of the database.
 The descriptors returned describe the files as written; SQNs in them are the ones stored in the
@@ -12,12 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from inkpen.actors.files.sst_clerk import descriptor_for
-from inkpen.formats.journal import JournalEntry, build_journal
+from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue
 from inkpen.formats.sst import SstBuilder
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
-from inkpen.manifest.paths import journal_file_key, new_file_id, sst_key
+from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore
 from inkpen.options import Options
 
@@ -58,9 +58,7 @@ def write_ssts(
 
 def _store_sst(store: ObjectStore, builder: SstBuilder) -> SstDescriptor:
     data, info = builder.finish()
-    name = sst_key(new_file_id())
-    store.put_if_absent(name, data)
-    return descriptor_for(name, info)
+    return TableStore(store).write_sst(data, info)
 
 
 def write_journal(
@@ -69,13 +67,4 @@ def write_journal(
     """Write entries (strictly increasing SQNs, at least one) as one journal file."""
     if not entries:
         raise ValueError("a bulk-loaded journal file holds at least one entry")
-    data = build_journal(entries, writer_epoch=writer_epoch)
-    name = journal_file_key(new_file_id())
-    store.put_if_absent(name, data)
-    return JournalFileDescriptor(
-        name=name,
-        min_sqn=entries[0].sqn,
-        max_sqn=entries[-1].sqn,
-        size=len(data),
-        entry_count=len(entries),
-    )
+    return TableStore(store).write_journal(entries, writer_epoch=writer_epoch)

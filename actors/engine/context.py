@@ -1,4 +1,4 @@
-"""What the actors of one open Bookie share: store, options, caches, views, timers, throttle."""
+"""What the actors of one open Bookie share: stores, options, views, timers, throttle."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from inkpen.actors.engine.throttle import Throttle
 from inkpen.actors.files.in_flight import InFlight
 from inkpen.actors.read.views import ViewBoard
 from inkpen.errors import InkpenError
-from inkpen.formats.cache import LruCache
 from inkpen.manifest.clones import StoreResolver
+from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore.base import ObjectStore
 from inkpen.options import Options
 
@@ -28,8 +28,9 @@ class EngineContext:
     scheduler: Scheduler
     board: ViewBoard
     throttle: Throttle
-    block_cache: LruCache | None
-    journal_cache: LruCache | None
+    tables: TableStore
+    """Writes and opens every SST and journal file (holds the block and journal caches; tells
+    ``in_flight`` of each new file)."""
     in_flight: InFlight = field(default_factory=InFlight)
     """Names of files written and not yet committed: the writer's GC leaves them alone."""
     ledger_room: threading.Event = field(default_factory=threading.Event)

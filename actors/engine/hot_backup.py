@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from inkpen.actors.journal.clerk import fold_entries
 from inkpen.actors.read.views import JournalView
 from inkpen.errors import AlreadyExistsError, UsageError
-from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import scan_segments
@@ -45,8 +44,8 @@ from inkpen.manifest.model import (
     Manifest,
     VersionedManifest,
 )
-from inkpen.manifest.paths import journal_file_key, new_file_id
 from inkpen.manifest.store import ManifestStore, RootState
+from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore, open_store
 
 log = get_logger("inkpen.backup")
@@ -141,20 +140,10 @@ class HotBackup:
             descriptors.append(dataclasses.replace(source, root=None, in_ledger=False))
         entries = list(fold_entries(self._journal.segments))
         if entries:
-            data = build_journal(entries, writer_epoch=self._epoch)
-            name = journal_file_key(new_file_id())
-            dest.put_if_absent(name, data)
+            written = TableStore(dest).write_journal(entries, writer_epoch=self._epoch)
             copied += 1
-            copied_bytes += len(data)
-            descriptors.append(
-                JournalFileDescriptor(
-                    name=name,
-                    min_sqn=entries[0].sqn,
-                    max_sqn=entries[-1].sqn,
-                    size=len(data),
-                    entry_count=len(entries),
-                )
-            )
+            copied_bytes += written.size
+            descriptors.append(written)
         descriptors.sort(key=lambda d: d.min_sqn)
         versioned = self._write_manifest(manifests, dest, tuple(descriptors))
         deleted = collect_as_writer(dest, versioned.manifest.writer_epoch)

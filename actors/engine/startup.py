@@ -8,7 +8,8 @@ Start-up (Leveled's, on SlateDB's manifest):
    older writers can no longer write a segment or commit a manifest;
 3. start the Penciller and the Inker, and one clerk per SST and journal file of the manifest, each
    opening its reader (in parallel: each clerk is its own thread);
-4. read the unfolded segments the claim accepted into the Inker's active journal;
+4. read the unfolded segments the claim accepted into the Inker's active journal (through the
+   table store, :meth:`~inkpen.manifest.table_store.TableStore.read_segments`);
 5. start the Bookie and the two owners' clerks and wire them together;
 6. replay every journal entry above the ledger's persisted SQN into the Penciller;
 7. accept load.
@@ -23,13 +24,12 @@ from __future__ import annotations
 import concurrent.futures
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import pykka
 
-from inkpen.actors.base import ActorGone, call_async, stop
+from inkpen.actors.base import ActorGone, stop
 from inkpen.actors.engine import bookie_actor
 from inkpen.actors.engine.bookie_actor import Bookie
 from inkpen.actors.engine.context import EngineContext
@@ -39,8 +39,8 @@ from inkpen.actors.engine.keeper import ManifestKeeper
 from inkpen.actors.engine.scheduler import Scheduler
 from inkpen.actors.engine.snapshot_clones import SnapshotParts
 from inkpen.actors.engine.throttle import Throttle
-from inkpen.actors.files.journal_clerk import JournalClerk, OpenJournal
-from inkpen.actors.files.sst_clerk import OpenSst, SstClerk
+from inkpen.actors.files.in_flight import InFlight
+from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
@@ -49,23 +49,21 @@ from inkpen.actors.journal.intake import WriteIntake
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.clerk import PencillerClerk
 from inkpen.actors.ledger.penciller import Penciller
-from inkpen.actors.read.views import SegmentTable, ViewBoard
+from inkpen.actors.read.views import SegmentTable, SstHandle, ViewBoard
 from inkpen.errors import FencedError, InkpenError, UsageError
-from inkpen.formats.cache import LruCache
-from inkpen.formats.journal import decode_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
 from inkpen.manifest.gc import GcReport
-from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
+from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
+from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore.base import ObjectStore
 from inkpen.options import Options
 
 log = get_logger("inkpen.bookie")
 
-SEGMENT_READERS = 8
 CLOSE_WAIT = 600.0
 AWAIT_SLICE = 0.5
 """Seconds between looks at whether the engine was closed while a caller awaits an actor."""
@@ -120,18 +118,18 @@ class Engine:
             latest=claim.versioned,
             timeout=options.manifest_update_timeout,
         )
+        resolver = StoreResolver(store)
+        in_flight = InFlight()
         ctx = EngineContext(
             store=store,
-            resolver=StoreResolver(store),
+            resolver=resolver,
             options=options,
             keeper=keeper,
             scheduler=Scheduler(),
             board=ViewBoard(),
             throttle=Throttle(probe=keeper.refresh),
-            block_cache=LruCache(options.block_cache_bytes) if options.block_cache_bytes else None,
-            journal_cache=(
-                LruCache(options.journal_cache_bytes) if options.journal_cache_bytes else None
-            ),
+            tables=TableStore.for_options(resolver, options, on_write=in_flight.add),
+            in_flight=in_flight,
         )
         manifest = claim.versioned.manifest
         intake = WriteIntake(options.max_batch_bytes)
@@ -152,7 +150,7 @@ class Engine:
             )
             started_refs.append(inker)
             levels = _open_ssts(ctx, manifest, penciller)
-            files = _open_journal_files(ctx, manifest, inker)
+            files = open_files(ctx, inker, manifest.journal.files)
             segments = _read_segments(ctx, claim)
             max_sqn = max(
                 [manifest.ledger.persisted_sqn]
@@ -421,91 +419,21 @@ class Engine:
 
 def _open_ssts(
     ctx: EngineContext, manifest: Manifest, owner: pykka.ActorRef[Any]
-) -> tuple[tuple[Any, ...], ...]:
+) -> tuple[tuple[SstHandle, ...], ...]:
     """Start a clerk per SST and open every reader at once; answers their handles level by
     level, as the manifest lists them (``[0]`` is L0)."""
     levels = manifest.ledger.levels
-    futures: list[list[Any]] = []
-    clerks: list[pykka.ActorRef[Any]] = []
-    try:
-        for level in levels:
-            row = []
-            for descriptor in level:
-                clerk = _sst_clerk(ctx, descriptor, owner)
-                clerks.append(clerk)
-                row.append(call_async(clerk, OpenSst(descriptor)))
-            futures.append(row)
-        opened = tuple(tuple(f.get() for f in row) for row in futures)
-    except BaseException:
-        for clerk in clerks:
-            stop(clerk)
-        raise
-    return opened
-
-
-def _sst_clerk(
-    ctx: EngineContext, descriptor: SstDescriptor, owner: pykka.ActorRef[Any]
-) -> pykka.ActorRef[Any]:
-    return SstClerk.start(
-        ctx.resolver.store_for(descriptor.root),
-        descriptor.name,
-        owner,
-        ctx.scheduler,
-        poll_interval=ctx.options.delete_poll_interval,
-        owned=descriptor.root is None,
-        cache=ctx.block_cache,
-    )
-
-
-def _open_journal_files(
-    ctx: EngineContext, manifest: Manifest, owner: pykka.ActorRef[Any]
-) -> tuple[Any, ...]:
-    clerks: list[pykka.ActorRef[Any]] = []
-    try:
-        futures = []
-        for descriptor in manifest.journal.files:
-            clerk = _journal_clerk(ctx, descriptor, owner)
-            clerks.append(clerk)
-            futures.append(call_async(clerk, OpenJournal(descriptor)))
-        return tuple(f.get() for f in futures)
-    except BaseException:
-        for clerk in clerks:
-            stop(clerk)
-        raise
-
-
-def _journal_clerk(
-    ctx: EngineContext, descriptor: JournalFileDescriptor, owner: pykka.ActorRef[Any]
-) -> pykka.ActorRef[Any]:
-    return JournalClerk.start(
-        ctx.resolver.store_for(descriptor.root),
-        descriptor.name,
-        owner,
-        ctx.scheduler,
-        poll_interval=ctx.options.delete_poll_interval,
-        owned=descriptor.root is None,
-        cache=ctx.journal_cache,
-        chunk_bytes=ctx.options.journal_chunk_bytes,
-    )
+    opened = open_files(ctx, owner, [d for level in levels for d in level])
+    rows: list[tuple[SstHandle, ...]] = []
+    for level in levels:
+        rows.append(opened[: len(level)])
+        opened = opened[len(level) :]
+    return tuple(rows)
 
 
 def _read_segments(ctx: EngineContext, claim: WriterClaim) -> tuple[SegmentTable, ...]:
-    """Read the accepted unfolded segments (in parallel) into memory tables."""
-    store = ctx.store
-
-    def read(segment_id: int) -> SegmentTable | None:
-        key = segment_key(segment_id)
-        data = store.get(key)
-        _, entries = decode_journal(data, key)
-        if not entries:
-            return None
-        return SegmentTable(
-            segment_id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, len(data)
-        )
-
-    ids = [ref.id for ref in claim.segments]
-    if not ids:
-        return ()
-    with ThreadPoolExecutor(max_workers=min(SEGMENT_READERS, len(ids))) as pool:
-        tables = list(pool.map(read, ids))
-    return tuple(t for t in tables if t is not None)
+    """Read the segments the claim accepted into memory tables."""
+    segments = ctx.tables.read_segments(
+        [ref.id for ref in claim.segments], allow_missing=ctx.options.allow_missing_segments
+    )
+    return tuple(SegmentTable.read_back(s) for s in segments)

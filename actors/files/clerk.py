@@ -27,10 +27,9 @@ import pykka
 
 from inkpen.actors.base import InkpenActor, handles, send
 from inkpen.actors.engine.scheduler import Scheduler
-from inkpen.actors.files.in_flight import InFlight
 from inkpen.errors import StoreError
 from inkpen.logs import get_logger
-from inkpen.objectstore.base import ObjectStore
+from inkpen.manifest.table_store import TableStore
 
 log = get_logger("inkpen.clerk")
 
@@ -82,17 +81,16 @@ class FileClerk(InkpenActor):
 
     def __init__(
         self,
-        store: ObjectStore,
+        tables: TableStore,
         name: str,
         owner: pykka.ActorRef[Any],
         scheduler: Scheduler,
         *,
         poll_interval: float,
         owned: bool = True,
-        in_flight: InFlight | None = None,
     ) -> None:
         super().__init__()
-        self.store = store
+        self.tables = tables
         self.name = name
         self.owner = owner
         self.scheduler = scheduler
@@ -102,13 +100,6 @@ class FileClerk(InkpenActor):
         self._change_id = 0
         self._owned = owned
         """False for files of a parent database (clones): they are never deleted from here."""
-        self._in_flight = in_flight
-
-    def _store_new(self, data: bytes) -> None:
-        """Write this clerk's object (create-if-absent), marked in flight until committed."""
-        if self._in_flight is not None:
-            self._in_flight.add(self.name)
-        self.store.put_if_absent(self.name, data)
 
     @handles(SetForDelete)
     def _set_for_delete(self, message: SetForDelete) -> None:
@@ -133,7 +124,7 @@ class FileClerk(InkpenActor):
     def _confirmed(self, _: DeleteConfirmed) -> None:
         if self._owned:
             try:
-                self.store.delete(self.name)
+                self.tables.delete(self.name)
             except StoreError as exc:
                 log.warning("clerk.delete_failed", kind=self.kind, name=self.name, error=str(exc))
                 self._schedule_poll()

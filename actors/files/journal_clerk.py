@@ -4,8 +4,9 @@ Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
 
     writing ──▶ reading ──▶ delete_pending ──▶ deleted
 
-- ``writing``: the Inker's clerk hands over the bytes of a new file (:class:`WriteJournal`); this
-  clerk stores them with create-if-absent and opens a reader. Leveled's active journal file is
+- ``writing``: the Inker's clerk hands over the entries and bytes of a new file
+  (:class:`WriteJournal`); this clerk stores them with create-if-absent and opens a reader, both
+  through the table store (:mod:`inkpen.manifest.table_store`). Leveled's active journal file is
   appended to in place; object stores have no append, so inkpen's active journal is the run of
   small segments the Inker writes per group commit, kept in the Inker's memory until they are
   folded into a file like this one.
@@ -22,11 +23,9 @@ from typing import Any
 
 from inkpen.actors.base import handles
 from inkpen.actors.files.clerk import FileClerk
-from inkpen.actors.files.fetch import ChunkedFetch, DirectFetch
 from inkpen.actors.read.views import JournalHandle
 from inkpen.errors import InkpenError
-from inkpen.formats.cache import LruCache
-from inkpen.formats.journal import JournalReader
+from inkpen.formats.journal import JournalEntry
 from inkpen.manifest.model import JournalFileDescriptor
 
 
@@ -39,10 +38,12 @@ class OpenJournal:
 
 @dataclass(frozen=True, slots=True)
 class WriteJournal:
-    """Ask: store these journal-file bytes and open them; answers the :class:`JournalHandle`."""
+    """Ask: store ``entries`` (SQN order), encoded as ``data`` with ``writer_epoch``, as this
+    clerk's file and open it; answers the :class:`JournalHandle`."""
 
+    entries: tuple[JournalEntry, ...]
     data: bytes
-    descriptor: JournalFileDescriptor
+    writer_epoch: int
 
 
 class JournalClerk(FileClerk):
@@ -54,19 +55,12 @@ class JournalClerk(FileClerk):
 
     kind = "journal"
 
-    def __init__(self, *args: Any, cache: LruCache | None, chunk_bytes: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._cache = cache
-        self._chunk = chunk_bytes
         self.handle: JournalHandle | None = None
 
     def _open(self, descriptor: JournalFileDescriptor) -> JournalHandle:
-        fetch = (
-            ChunkedFetch(self.store, self.name, descriptor.size, self._cache, self._chunk)
-            if self._cache is not None
-            else DirectFetch(self.store, self.name)
-        )
-        reader = JournalReader.open(self.name, descriptor.size, fetch, sqn_base=descriptor.sqn_base)
+        reader = self.tables.open_journal(descriptor)
         self.handle = JournalHandle(descriptor, reader, self.actor_ref)
         self.state = "reading"
         return self.handle
@@ -79,5 +73,7 @@ class JournalClerk(FileClerk):
     def _write(self, message: WriteJournal) -> JournalHandle:
         if self.state != "writing":
             raise InkpenError(f"journal clerk for {self.name} is {self.state}, not writing")
-        self._store_new(message.data)
-        return self._open(message.descriptor)
+        descriptor = self.tables.write_journal(
+            message.entries, writer_epoch=message.writer_epoch, data=message.data, name=self.name
+        )
+        return self._open(descriptor)

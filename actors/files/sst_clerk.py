@@ -6,7 +6,8 @@ Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
 
 - ``writing``: the clerk builds its file (from the Penciller's frozen memory for an L0 flush,
   :class:`BuildL0`, encoding it in the compute pool; or from bytes a merge produced,
-  :class:`WriteSst`), stores it with create-if-absent, and opens a reader on the stored object.
+  :class:`WriteSst`), stores it with create-if-absent, and opens a reader on the stored object,
+  both through the table store (:mod:`inkpen.manifest.table_store`).
 - ``reading``: the clerk's :class:`~inkpen.formats.sst.SstReader` is published in the
   Penciller's views; readers use it directly (it caches the index and bloom filter; decoded
   blocks go to the Bookie's shared block cache), so a lookup costs no message to the clerk.
@@ -26,12 +27,10 @@ import pykka
 from inkpen.actors.base import handles, send
 from inkpen.actors.engine import compute
 from inkpen.actors.files.clerk import FileClerk
-from inkpen.actors.files.fetch import DirectFetch
 from inkpen.actors.read.views import MemTable, SstHandle
 from inkpen.errors import InkpenError
-from inkpen.formats.cache import LruCache
 from inkpen.formats.keys import LedgerValue
-from inkpen.formats.sst import SstInfo, SstReader
+from inkpen.formats.sst import SstInfo
 from inkpen.logs import get_logger
 from inkpen.manifest.model import SstDescriptor
 
@@ -90,20 +89,6 @@ def merged_entries(tables: tuple[MemTable, ...]) -> Iterator[tuple[bytes, Ledger
         yield key, entries[key]
 
 
-def descriptor_for(name: str, info: SstInfo) -> SstDescriptor:
-    """The manifest descriptor of a file this process wrote."""
-    return SstDescriptor(
-        name=name,
-        first_key=info.first_key,
-        last_key=info.last_key,
-        min_sqn=info.min_sqn,
-        max_sqn=info.max_sqn,
-        size=info.size,
-        entry_count=info.entry_count,
-        tombstone_count=info.tombstone_count,
-    )
-
-
 class SstClerk(FileClerk):
     """Owns one SST object: writes it, opens its reader, and later deletes it.
 
@@ -113,20 +98,12 @@ class SstClerk(FileClerk):
 
     kind = "sst"
 
-    def __init__(self, *args: Any, cache: LruCache | None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._cache = cache
         self.handle: SstHandle | None = None
 
     def _open(self, descriptor: SstDescriptor) -> SstHandle:
-        reader = SstReader.open(
-            self.name,
-            descriptor.size,
-            DirectFetch(self.store, self.name),
-            cache=self._cache,
-            sqn_base=descriptor.sqn_base,
-        )
-        self.handle = SstHandle(descriptor, reader, self.actor_ref)
+        self.handle = SstHandle(descriptor, self.tables.open_sst(descriptor), self.actor_ref)
         self.state = "reading"
         return self.handle
 
@@ -138,8 +115,7 @@ class SstClerk(FileClerk):
     def _write(self, message: WriteSst) -> SstHandle:
         if self.state != "writing":
             raise InkpenError(f"SST clerk for {self.name} is {self.state}, not writing")
-        self._store_new(message.data)
-        return self._open(descriptor_for(self.name, message.info))
+        return self._open(self.tables.write_sst(message.data, message.info, name=self.name))
 
     @handles(BuildL0)
     def _build_l0(self, message: BuildL0) -> None:
@@ -153,8 +129,7 @@ class SstClerk(FileClerk):
                 message.block_bytes,
                 message.bloom_bits,
             )
-            self._store_new(data)
-            handle = self._open(descriptor_for(self.name, info))
+            handle = self._open(self.tables.write_sst(data, info, name=self.name))
         except Exception as exc:  # reported to the Penciller, which keeps the tables
             log.warning("penciller.l0_write_failed", name=self.name, error=str(exc))
             send(message.reply_to, L0Failed(message.tables, exc))

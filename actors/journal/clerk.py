@@ -33,17 +33,16 @@ from typing import Any, Protocol
 
 import pykka
 
-from inkpen.actors.base import ActorGone, InkpenActor, call, handles, send, stop
+from inkpen.actors.base import ActorGone, InkpenActor, handles, send, stop
 from inkpen.actors.engine import compute
 from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.files.journal_clerk import JournalClerk, WriteJournal
+from inkpen.actors.files.journal_clerk import WriteJournal
+from inkpen.actors.files.start import write_file
 from inkpen.actors.journal.retention import best_run, entry_weight, judge, retained_weight
 from inkpen.actors.read.views import JournalHandle, SegmentTable
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue, Tag
 from inkpen.logs import get_logger
-from inkpen.manifest.model import JournalFileDescriptor
-from inkpen.manifest.paths import journal_file_key, new_file_id
 
 log = get_logger("inkpen.inker")
 
@@ -149,35 +148,11 @@ def write_journal_files(
 def _write_file(
     ctx: EngineContext, owner: pykka.ActorRef[Any], entries: list[JournalEntry]
 ) -> JournalHandle:
+    epoch = ctx.keeper.epoch
     data = compute.run(
-        ctx.options.compute_workers,
-        compute.encode_journal,
-        [tuple(e) for e in entries],
-        ctx.keeper.epoch,
+        ctx.options.compute_workers, compute.encode_journal, [tuple(e) for e in entries], epoch
     )
-    name = journal_file_key(new_file_id())
-    descriptor = JournalFileDescriptor(
-        name=name,
-        min_sqn=entries[0].sqn,
-        max_sqn=entries[-1].sqn,
-        size=len(data),
-        entry_count=len(entries),
-    )
-    clerk = JournalClerk.start(
-        ctx.store,
-        name,
-        owner,
-        ctx.scheduler,
-        poll_interval=ctx.options.delete_poll_interval,
-        in_flight=ctx.in_flight,
-        cache=ctx.journal_cache,
-        chunk_bytes=ctx.options.journal_chunk_bytes,
-    )
-    try:
-        return call(clerk, WriteJournal(data, descriptor))
-    except Exception:
-        stop(clerk)
-        raise
+    return write_file(ctx, owner, WriteJournal(tuple(entries), data, epoch))
 
 
 class InkerClerk(InkpenActor):

@@ -46,7 +46,7 @@ from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.engine.throttle import NONE, SLOW, STOP
 from inkpen.actors.files.clerk import SetForDelete
-from inkpen.actors.journal.changes import replayed_entries
+from inkpen.actors.journal import replay as journal_replay
 from inkpen.actors.journal.clerk import (
     CompactionDone,
     Folded,
@@ -581,7 +581,8 @@ class Inker(FileOwner):
 
     @handles(_Replay)
     def _replay(self, message: _Replay) -> int:
-        """Push journal entries above the ledger's persisted SQN into the Penciller, in order."""
+        """Push journal entries above the ledger's persisted SQN into the Penciller, in order
+        (:mod:`inkpen.actors.journal.replay`), in tables of about ``ledger_cache_entries``."""
         assert self.penciller is not None
         persisted = message.persisted_sqn
         batch_entries = self.ctx.options.ledger_cache_entries
@@ -594,25 +595,11 @@ class Inker(FileOwner):
                 self._push_replayed(MemTable.of(pending))
                 pending = []
 
-        for handle in sorted(self.files.values(), key=lambda h: h.descriptor.min_sqn):
-            descriptor = handle.descriptor
-            if descriptor.in_ledger or descriptor.max_sqn <= persisted:
-                continue
-            for entry in handle.reader.iter_entries():
-                if entry.sqn > persisted:
-                    pending.extend(replayed_entries(entry))
-                    replayed += 1
-                    if len(pending) >= batch_entries:
-                        flush()
-        for segment in self.segments:
-            if segment.last_sqn <= persisted:
-                continue
-            for sqn in sorted(segment.entries):
-                if sqn > persisted:
-                    pending.extend(replayed_entries(segment.entries[sqn]))
-                    replayed += 1
-                    if len(pending) >= batch_entries:
-                        flush()
+        for ledger_entries in journal_replay.replay(self.files.values(), self.segments, persisted):
+            pending.extend(ledger_entries)
+            replayed += 1
+            if len(pending) >= batch_entries:
+                flush()
         flush()
         return replayed
 

@@ -27,16 +27,16 @@ from typing import Any
 
 import pykka
 
-from inkpen.actors.base import InkpenActor, call, handles, send, stop
+from inkpen.actors.base import InkpenActor, handles, send, stop
 from inkpen.actors.engine import compute
 from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.files.sst_clerk import SstClerk, WriteSst
+from inkpen.actors.files.sst_clerk import WriteSst
+from inkpen.actors.files.start import write_file
 from inkpen.actors.ledger.merge_policy import MergeJob, MergePolicy, policy_for
 from inkpen.actors.read.views import LedgerView, SstHandle
 from inkpen.errors import NotFoundError
 from inkpen.formats.sst import SstInfo
 from inkpen.logs import get_logger
-from inkpen.manifest.paths import new_file_id, sst_key
 
 log = get_logger("inkpen.penciller")
 
@@ -127,22 +127,8 @@ class PencillerClerk(InkpenActor):
 
     def _input(self, handle: SstHandle) -> compute.SstInput:
         descriptor = handle.descriptor
-        data = self.ctx.resolver.store_for(descriptor.root).get(descriptor.name)
+        data = self.ctx.tables.read(descriptor)
         return descriptor.name, data, descriptor.sqn_base
 
     def _write(self, data: bytes, info: SstInfo) -> SstHandle:
-        name = sst_key(new_file_id())
-        clerk = SstClerk.start(
-            self.ctx.store,
-            name,
-            self.penciller,
-            self.ctx.scheduler,
-            poll_interval=self.ctx.options.delete_poll_interval,
-            in_flight=self.ctx.in_flight,
-            cache=self.ctx.block_cache,
-        )
-        try:
-            return call(clerk, WriteSst(data, info))
-        except Exception:
-            stop(clerk)
-            raise
+        return write_file(self.ctx, self.penciller, WriteSst(data, info))

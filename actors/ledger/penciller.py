@@ -50,6 +50,7 @@ from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.files.clerk import SetForDelete
 from inkpen.actors.files.sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
+from inkpen.actors.files.start import start_clerk
 from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, MergeWork
 from inkpen.actors.ledger.levels import LevelError, Levels
 from inkpen.actors.ledger.merge_policy import MergePolicy, policy_for
@@ -242,15 +243,7 @@ class Penciller(FileOwner):
         )
 
     def _new_clerk(self, name: str) -> pykka.ActorRef[Any]:
-        return SstClerk.start(
-            self.ctx.store,
-            name,
-            self.actor_ref,
-            self.ctx.scheduler,
-            poll_interval=self.ctx.options.delete_poll_interval,
-            in_flight=self.ctx.in_flight,
-            cache=self.ctx.block_cache,
-        )
+        return start_clerk(self.ctx, SstClerk, self.actor_ref, name=name)
 
     @handles(L0Written)
     def _l0_written(self, message: L0Written) -> None:

@@ -5,25 +5,26 @@ immutable views a writer publishes (:mod:`inkpen.actors.read.views`) straight fr
 typically a checkpoint's — and reads through the ordinary read path. Building them is what a
 writer's start-up does, minus the claim:
 
-1. open an SST reader per ledger file and a journal reader per journal file, in parallel, each
-   through the store that holds it (a clone reads inherited files from its parent's root);
+1. open an SST reader per ledger file and a journal reader per journal file, in parallel, through
+   a table store (:mod:`inkpen.manifest.table_store`: each from the store that holds it, a clone
+   reading inherited files from its parent's root);
 2. read the manifest's unfolded segments ``(last_folded_segment, next_segment)``, keeping only
-   those the reader rule accepts (no segment an older epoch wrote after a newer one); one
-   missing there is damage, a :class:`~inkpen.errors.CorruptionError` naming it, unless the
-   option ``allow_missing_segments`` lets the client read what is left (logged);
-3. replay every journal entry above the ledger's persisted SQN into one memory table.
+   those the reader rule accepts (no segment an older epoch wrote after a newer one; the table
+   store's :meth:`~inkpen.manifest.table_store.TableStore.read_segments`); one missing there is
+   damage, a :class:`~inkpen.errors.CorruptionError` naming it, unless the option
+   ``allow_missing_segments`` lets the client read what is left (logged);
+3. replay every journal entry above the ledger's persisted SQN into one memory table
+   (:mod:`inkpen.actors.journal.replay`).
 
 The checkpoint the client holds keeps every one of those objects from GC while it reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from inkpen.actors.files.fetch import ChunkedFetch, DirectFetch
-from inkpen.actors.journal.changes import replayed_entries
+from inkpen.actors.journal.replay import replay
 from inkpen.actors.ledger.levels import Levels
 from inkpen.actors.read.views import (
     CacheView,
@@ -34,21 +35,10 @@ from inkpen.actors.read.views import (
     SegmentTable,
     SstHandle,
 )
-from inkpen.errors import NotFoundError
-from inkpen.formats.cache import LruCache
-from inkpen.formats.journal import JournalEntry, JournalReader, decode_journal
-from inkpen.formats.keys import LedgerValue
-from inkpen.formats.sst import SstReader
 from inkpen.manifest.clones import StoreResolver
-from inkpen.manifest.fencing import (
-    SegmentRef,
-    accepted_segments,
-    missing_segments_error,
-    scan_segments,
-    settle_missing,
-)
-from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
-from inkpen.manifest.paths import segment_key
+from inkpen.manifest.fencing import scan_segments, settle_missing
+from inkpen.manifest.model import Manifest
+from inkpen.manifest.table_store import TableStore
 from inkpen.options import Options
 
 OPENERS = 8
@@ -70,42 +60,18 @@ def load_views(
     resolver: StoreResolver, manifest: Manifest, manifest_id: int, options: Options
 ) -> ManifestViews:
     """Open every file ``manifest`` names and replay its journal tail (see module docstring)."""
-    block_cache = LruCache(options.block_cache_bytes) if options.block_cache_bytes else None
-    journal_cache = LruCache(options.journal_cache_bytes) if options.journal_cache_bytes else None
-
-    def open_sst(descriptor: SstDescriptor) -> SstReader:
-        store = resolver.store_for(descriptor.root)
-        return SstReader.open(
-            descriptor.name,
-            descriptor.size,
-            DirectFetch(store, descriptor.name),
-            cache=block_cache,
-            sqn_base=descriptor.sqn_base,
-        )
-
-    def open_journal(descriptor: JournalFileDescriptor) -> JournalHandle:
-        store = resolver.store_for(descriptor.root)
-        fetch = (
-            ChunkedFetch(
-                store, descriptor.name, descriptor.size, journal_cache, options.journal_chunk_bytes
-            )
-            if journal_cache is not None
-            else DirectFetch(store, descriptor.name)
-        )
-        reader = JournalReader.open(
-            descriptor.name, descriptor.size, fetch, sqn_base=descriptor.sqn_base
-        )
-        return JournalHandle(descriptor, reader)
-
+    tables = TableStore.for_options(resolver, options)
+    journal_files = manifest.journal.files
     with ThreadPoolExecutor(max_workers=OPENERS) as pool:
         levels = [
-            [SstHandle(d, r) for d, r in zip(level, pool.map(open_sst, level), strict=True)]
+            [SstHandle(d, r) for d, r in zip(level, pool.map(tables.open_sst, level), strict=True)]
             for level in manifest.ledger.levels
         ]
-        files = list(pool.map(open_journal, manifest.journal.files))
-        segments = _read_segments(resolver, manifest, pool, options.allow_missing_segments)
+        readers = pool.map(tables.open_journal, journal_files)
+        files = [JournalHandle(d, r) for d, r in zip(journal_files, readers, strict=True)]
+    segments = _read_segments(tables, manifest, options.allow_missing_segments)
     persisted = manifest.ledger.persisted_sqn
-    tail = MemTable.of(list(_replay(files, segments, persisted)))
+    tail = MemTable.of([e for entries in replay(files, segments, persisted) for e in entries])
     ledger = LedgerView(
         manifest_id=manifest_id,
         mem=(tail,) if len(tail) else (),
@@ -117,50 +83,15 @@ def load_views(
 
 
 def _read_segments(
-    resolver: StoreResolver, manifest: Manifest, pool: ThreadPoolExecutor, allow_missing: bool
+    tables: TableStore, manifest: Manifest, allow_missing: bool
 ) -> list[SegmentTable]:
-    store = resolver.own_store
+    """The accepted segments of the manifest's window ``(last_folded_segment, next_segment)``;
+    one missing there is settled first (an error, or logged when allowed)."""
+    store = tables.store
     state = manifest.journal
     scan = scan_segments(store, state.last_folded_segment, next_segment=state.next_segment)
     window = replace(scan, missing=tuple(i for i in scan.missing if i < state.next_segment))
     settle_missing(store.url, window, allow=allow_missing)
-    refs = [r for r in scan.refs if r.id < state.next_segment]
-
-    def read(ref: SegmentRef) -> tuple[SegmentRef, list[JournalEntry], int] | None:
-        key = segment_key(ref.id)
-        try:
-            data = store.get(key)
-        except NotFoundError:
-            if allow_missing:
-                return None
-            raise missing_segments_error(store.url, [ref.id]) from None
-        header, entries = decode_journal(data, key)
-        return SegmentRef(ref.id, ref.size, header.writer_epoch), entries, len(data)
-
-    read_back = [r for r in pool.map(read, refs) if r is not None]
-    accepted = {ref.id for ref in accepted_segments(r for r, _, _ in read_back)}
-    tables = []
-    for ref, entries, size in read_back:
-        if ref.id in accepted and entries:
-            tables.append(
-                SegmentTable(
-                    ref.id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, size
-                )
-            )
-    return tables
-
-
-def _replay(
-    files: Iterable[JournalHandle], segments: Iterable[SegmentTable], persisted: int
-) -> Iterator[tuple[bytes, LedgerValue]]:
-    for handle in sorted(files, key=lambda h: h.descriptor.min_sqn):
-        descriptor = handle.descriptor
-        if descriptor.in_ledger or descriptor.max_sqn <= persisted:
-            continue
-        for entry in handle.reader.iter_entries():
-            if entry.sqn > persisted:
-                yield from replayed_entries(entry)
-    for segment in segments:
-        for sqn in sorted(segment.entries):
-            if sqn > persisted:
-                yield from replayed_entries(segment.entries[sqn])
+    ids = [r.id for r in scan.refs if r.id < state.next_segment]
+    segments = tables.read_segments(ids, allow_missing=allow_missing)
+    return [SegmentTable.read_back(s) for s in segments]

@@ -33,6 +33,7 @@ from inkpen.formats.journal import JournalEntry, JournalReader, Kind
 from inkpen.formats.keys import LedgerValue
 from inkpen.formats.sst import SstReader
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
+from inkpen.manifest.table_store import Segment
 
 
 class MemTable:
@@ -232,6 +233,14 @@ class SegmentTable:
     last_sqn: int
     entries: dict[int, JournalEntry]
     size: int
+
+    @classmethod
+    def read_back(cls, segment: Segment) -> SegmentTable:
+        """The table of a segment read back from the store (start-up, read-only views)."""
+        entries = segment.entries
+        return cls(
+            segment.id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, segment.size
+        )
 
 
 @dataclass(frozen=True, slots=True)

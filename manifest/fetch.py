@@ -3,7 +3,8 @@
 SST readers cache decoded blocks themselves, so they read straight from the store. Journal
 readers fetch one record per lookup; on an object store every request costs a round trip, so
 :class:`ChunkedFetch` reads aligned chunks through a byte-weighted cache shared by every journal
-file of the Bookie, and serves records from memory once their chunk is cached.
+file of a database, and serves records from memory once their chunk is cached. The table store
+(:mod:`inkpen.manifest.table_store`) picks which one a reader gets.
 """
 
 from __future__ import annotations

@@ -1,0 +1,43 @@
+"""Journal replay: the ledger entries the journal holds above the ledger's persisted SQN.
+
+The ledger's ``persisted_sqn`` says every journal entry up to it is in SSTs. What lies above it
+exists only in the journal, so whoever builds a ledger from a manifest — the Inker at a writer's
+start-up (pushing into the Penciller), a read-only view of a manifest (one memory table) — turns
+those journal entries back into ledger entries, in SQN order:
+
+1. journal files by their lowest SQN, passing over a file the ledger already holds whole
+   (``in_ledger``: a bulk load wrote its SSTs too) or one at or below ``persisted_sqn``;
+2. then the unfolded segments, in id order (so SQN order).
+
+Each journal entry above ``persisted_sqn`` becomes its ledger entries
+(:func:`~inkpen.actors.journal.changes.replayed_entries`: the object's metadata and one entry per
+index spec), exactly as the Bookie made them when the write was acknowledged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from inkpen.actors.journal.changes import replayed_entries
+from inkpen.actors.read.views import JournalHandle, SegmentTable
+from inkpen.formats.keys import LedgerValue
+
+
+def replay(
+    files: Iterable[JournalHandle], segments: Iterable[SegmentTable], persisted_sqn: int
+) -> Iterator[list[tuple[bytes, LedgerValue]]]:
+    """The ledger entries of each journal entry above ``persisted_sqn``, one list per journal
+    entry, in SQN order (see the module docstring)."""
+    for handle in sorted(files, key=lambda h: h.descriptor.min_sqn):
+        descriptor = handle.descriptor
+        if descriptor.in_ledger or descriptor.max_sqn <= persisted_sqn:
+            continue
+        for entry in handle.reader.iter_entries():
+            if entry.sqn > persisted_sqn:
+                yield replayed_entries(entry)
+    for segment in segments:
+        if segment.last_sqn <= persisted_sqn:
+            continue
+        for sqn in sorted(segment.entries):
+            if sqn > persisted_sqn:
+                yield replayed_entries(segment.entries[sqn])

@@ -1,0 +1,268 @@
+"""The table store: the one place that writes and opens a database's SST and journal files.
+
+(SlateDB's ``TableStore``.) Every SST (``ledger/<file-id>.sst``) and journal file
+(``journal/compacted/<file-id>.jnl``) is stored and opened through a :class:`TableStore` over the
+database's object store: the writer's file clerks, read-only views of a manifest (Readers, Spark
+tasks), the bulk load, hot backups and copies of a database. It is plain I/O over an
+:class:`~inkpen.objectstore.ObjectStore`, with no actors.
+
+**Writing.** A new file gets a fresh name (:func:`new_name`: a ``<file-id>`` never reused) in this
+database's own store and is created with create-if-absent, so no write replaces another's file.
+``on_write`` (the writer's in-flight set) is told the name before the put: the writer's own GC
+leaves the file alone until a manifest names it. The answer is the file's manifest descriptor,
+made from what was written (:func:`descriptor_for`, :func:`journal_descriptor_for`); nothing
+names the file until the caller commits a manifest holding that descriptor.
+
+**Opening.** A file is read from the root that holds it: the descriptor's ``root`` (None for this
+database's own files; a clone's inherited files live in its parent's store, found through the
+:class:`~inkpen.manifest.clones.StoreResolver`). SST readers read straight from the store and
+keep decoded blocks in the block cache; journal readers read aligned chunks through the journal
+cache shared by every journal file (:mod:`inkpen.manifest.fetch`). Both apply the descriptor's
+``sqn_base`` (bulk-loaded files store local SQNs).
+
+**Reading unfolded segments** (:meth:`TableStore.read_segments`). The journal segments a manifest
+has not folded yet (``journal/<id>.jnl`` in its own store) are read back, in parallel, decoded,
+and kept only if the reader rule accepts them (:func:`~inkpen.manifest.fencing.accepted_segments`
+over the epochs in their headers: no segment an older epoch wrote after a newer one) and they
+hold entries (a writer's fence holds none). A segment absent from the store is damage, an error
+naming it (:func:`~inkpen.manifest.fencing.missing_segments_error` unless the caller names
+another), or is passed over when the caller allows missing segments. Which ids to read is the
+caller's: a writer's claim, a pinned manifest's window, a copy's checkpoint.
+
+**Deleting.** Only this database's own files, and only when the owner of the file says so (a file
+clerk after delete_pending, or GC).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+from inkpen.errors import InkpenError, NotFoundError
+from inkpen.formats.cache import LruCache
+from inkpen.formats.journal import JournalEntry, JournalReader, build_journal, decode_journal
+from inkpen.formats.sst import SstInfo, SstReader
+from inkpen.objectstore import ObjectStore
+from inkpen.options import Options
+
+from .clones import StoreResolver
+from .fencing import SegmentRef, accepted_segments, missing_segments_error
+from .fetch import ChunkedFetch, DirectFetch
+from .model import JournalFileDescriptor, SstDescriptor
+from .paths import journal_file_key, new_file_id, segment_key, sst_key
+
+FileKind = Literal["sst", "journal"]
+SEGMENT_READERS = 8
+"""Segments read back at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One unfolded journal segment read back: its id, its writer's epoch, its stored size and its
+    entries (SQN order, at least one)."""
+
+    id: int
+    writer_epoch: int
+    size: int
+    entries: tuple[JournalEntry, ...]
+
+
+def new_name(kind: FileKind) -> str:
+    """A fresh object key for a new SST or journal file."""
+    return sst_key(new_file_id()) if kind == "sst" else journal_file_key(new_file_id())
+
+
+def descriptor_for(name: str, info: SstInfo) -> SstDescriptor:
+    """The manifest descriptor of an SST this process wrote."""
+    return SstDescriptor(
+        name=name,
+        first_key=info.first_key,
+        last_key=info.last_key,
+        min_sqn=info.min_sqn,
+        max_sqn=info.max_sqn,
+        size=info.size,
+        entry_count=info.entry_count,
+        tombstone_count=info.tombstone_count,
+    )
+
+
+def journal_descriptor_for(
+    name: str, entries: Sequence[JournalEntry], size: int
+) -> JournalFileDescriptor:
+    """The manifest descriptor of a journal file this process wrote: ``entries`` (SQN order, at
+    least one) encoded in ``size`` bytes."""
+    return JournalFileDescriptor(
+        name=name,
+        min_sqn=entries[0].sqn,
+        max_sqn=entries[-1].sqn,
+        size=size,
+        entry_count=len(entries),
+    )
+
+
+class TableStore:
+    """Writes, opens and deletes the SST and journal files of the database at ``store``.
+
+    ``resolver`` finds the stores of files a clone inherited (its own store must be ``store``);
+    without one only this database's own files can be opened. ``block_cache`` keeps decoded SST
+    blocks, ``journal_cache`` journal chunks of ``journal_chunk_bytes`` (default: the option's
+    default); without a cache a reader reads the store directly.
+    ``on_write`` is told each new file's name just before it is stored.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        resolver: StoreResolver | None = None,
+        block_cache: LruCache | None = None,
+        journal_cache: LruCache | None = None,
+        journal_chunk_bytes: int | None = None,
+        on_write: Callable[[str], object] | None = None,
+    ) -> None:
+        self.store = store
+        self._resolver = resolver
+        self.block_cache = block_cache
+        self.journal_cache = journal_cache
+        self._chunk = (
+            Options().journal_chunk_bytes if journal_chunk_bytes is None else journal_chunk_bytes
+        )
+        self._on_write = on_write
+
+    @classmethod
+    def for_options(
+        cls,
+        resolver: StoreResolver,
+        options: Options,
+        *,
+        on_write: Callable[[str], object] | None = None,
+    ) -> TableStore:
+        """A table store over ``resolver``'s own store with the caches ``options`` size."""
+        return cls(
+            resolver.own_store,
+            resolver=resolver,
+            block_cache=LruCache(options.block_cache_bytes) if options.block_cache_bytes else None,
+            journal_cache=(
+                LruCache(options.journal_cache_bytes) if options.journal_cache_bytes else None
+            ),
+            journal_chunk_bytes=options.journal_chunk_bytes,
+            on_write=on_write,
+        )
+
+    def store_for(self, root: str | None) -> ObjectStore:
+        """The store holding the files of ``root`` (None: this database's own)."""
+        if self._resolver is not None:
+            return self._resolver.store_for(root)
+        if root is None or root == self.store.url:
+            return self.store
+        raise InkpenError(
+            f"a file of {root} was to be read through the table store of {self.store.url}, "
+            "which was given no StoreResolver for a clone's parents; this is a bug"
+        )
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def put(self, name: str, data: bytes) -> None:
+        """Store a new file's bytes as ``name``, create-if-absent; ``on_write`` is told first."""
+        if self._on_write is not None:
+            self._on_write(name)
+        self.store.put_if_absent(name, data)
+
+    def write_sst(self, data: bytes, info: SstInfo, *, name: str | None = None) -> SstDescriptor:
+        """Store an SST built as ``data`` (described by ``info``) under ``name`` (a fresh one by
+        default); answers its manifest descriptor."""
+        name = new_name("sst") if name is None else name
+        self.put(name, data)
+        return descriptor_for(name, info)
+
+    def write_journal(
+        self,
+        entries: Sequence[JournalEntry],
+        *,
+        writer_epoch: int,
+        data: bytes | None = None,
+        name: str | None = None,
+    ) -> JournalFileDescriptor:
+        """Store ``entries`` (strictly increasing SQNs, at least one) as one journal file stamped
+        with ``writer_epoch``, under ``name`` (a fresh one by default); answers its descriptor.
+
+        ``data``: the entries already encoded with that epoch (a writer encodes in its compute
+        pool); otherwise they are encoded here.
+        """
+        if not entries:
+            raise ValueError("a journal file holds at least one entry")
+        if data is None:
+            data = build_journal(entries, writer_epoch=writer_epoch)
+        name = new_name("journal") if name is None else name
+        self.put(name, data)
+        return journal_descriptor_for(name, entries, len(data))
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def open_sst(self, descriptor: SstDescriptor) -> SstReader:
+        """A reader of the SST ``descriptor`` names, from the store that holds it."""
+        name = descriptor.name
+        return SstReader.open(
+            name,
+            descriptor.size,
+            DirectFetch(self.store_for(descriptor.root), name),
+            cache=self.block_cache,
+            sqn_base=descriptor.sqn_base,
+        )
+
+    def open_journal(self, descriptor: JournalFileDescriptor) -> JournalReader:
+        """A reader of the journal file ``descriptor`` names, from the store that holds it,
+        through the journal cache when there is one."""
+        name = descriptor.name
+        store = self.store_for(descriptor.root)
+        cache = self.journal_cache
+        fetch = (
+            ChunkedFetch(store, name, descriptor.size, cache, self._chunk)
+            if cache is not None
+            else DirectFetch(store, name)
+        )
+        return JournalReader.open(name, descriptor.size, fetch, sqn_base=descriptor.sqn_base)
+
+    def read(self, descriptor: SstDescriptor | JournalFileDescriptor) -> bytes:
+        """The whole stored file ``descriptor`` names (a merge's input)."""
+        return self.store_for(descriptor.root).get(descriptor.name)
+
+    def read_segments(
+        self,
+        ids: Iterable[int],
+        *,
+        allow_missing: bool = False,
+        missing_error: Callable[[str, Sequence[int]], Exception] = missing_segments_error,
+    ) -> list[Segment]:
+        """The segments ``ids`` (increasing) that the reader rule accepts and that hold entries,
+        in id order (see the module docstring). One absent from the store raises
+        ``missing_error(url, [id])``, or is passed over when ``allow_missing``."""
+        store = self.store
+
+        def read(segment_id: int) -> Segment | None:
+            key = segment_key(segment_id)
+            try:
+                data = store.get(key)
+            except NotFoundError:
+                if allow_missing:
+                    return None
+                raise missing_error(store.url, [segment_id]) from None
+            header, entries = decode_journal(data, key)
+            return Segment(segment_id, header.writer_epoch, len(data), tuple(entries))
+
+        wanted = list(ids)
+        if not wanted:
+            return []
+        with ThreadPoolExecutor(max_workers=min(SEGMENT_READERS, len(wanted))) as pool:
+            found = [s for s in pool.map(read, wanted) if s is not None]
+        refs = (SegmentRef(s.id, s.size, s.writer_epoch) for s in found)
+        accepted = {ref.id for ref in accepted_segments(refs)}
+        return [s for s in found if s.id in accepted and s.entries]
+
+    # -- deleting -----------------------------------------------------------------------------
+
+    def delete(self, name: str) -> None:
+        """Delete one of this database's own files."""
+        self.store.delete(name)
