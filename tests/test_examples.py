@@ -191,6 +191,7 @@ def test_http_app_script_starts_answers_and_stops_cleanly(tmp_path: Path) -> Non
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT dumps every thread's stack
     )
     try:
         first = _line(process, time.monotonic() + START_TIMEOUT)
@@ -200,7 +201,12 @@ def test_http_app_script_starts_answers_and_stops_cleanly(tmp_path: Path) -> Non
         assert client.call("PUT", "/objects/b/k", b"over loopback")[0] == 201
         assert client.call("GET", "/objects/b/k")[2] == b"over loopback"
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=RUN_TIMEOUT)
+        try:
+            out, err = process.communicate(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            _, err = process.communicate(timeout=30)
+            raise AssertionError(f"the app did not stop within {RUN_TIMEOUT} s:\n{err}") from None
     finally:
         if process.poll() is None:
             process.kill()
