@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,9 @@ WRITER = Path(__file__).parent / "support" / "fence_writer.py"
 ROUNDS = 10
 PROCESSES = 3
 SURVIVOR_ACKS = 5
-DEADLINE = 60.0
+DEADLINE = 120.0
+"""Seconds any one step may take: an open on SeaweedFS takes well under a second here, but a
+suite run beside other suites on 2 cores has been seen to starve a process for over a minute."""
 
 
 class Child:
@@ -85,6 +87,11 @@ class Child:
         self._pump.join(timeout=DEADLINE)
         assert self.proc.returncode == 0, self.errors.read_text()[-3000:]
 
+    def describe(self) -> str:
+        with self._lock:
+            last = [" ".join(words) for words in self._lines[-5:]]
+        return f"{self.name}: last lines {last}; stderr: {self.errors.read_text()[-1500:]!r}"
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
@@ -92,11 +99,21 @@ class Child:
             self.proc.wait()
 
 
-def wait_until(condition: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+def wait_until(
+    condition: Callable[[], bool],
+    what: str,
+    deadline: float = DEADLINE,
+    children: Sequence[Child] = (),
+) -> None:
+    """Poll ``condition``; fail at the deadline, or at once if one of ``children`` died, with
+    what each child printed last and its stderr."""
     end = time.monotonic() + deadline
     while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline} s waiting for {what}")
+        dead = [c for c in children if c.proc.poll() is not None]
+        if dead or time.monotonic() > end:
+            cause = f"{', '.join(c.name for c in dead)} exited" if dead else f"{deadline} s passed"
+            report = "\n".join(c.describe() for c in children)
+            raise AssertionError(f"{cause} while waiting for {what}\n{report}")
         time.sleep(0.01)
 
 
@@ -128,6 +145,7 @@ def test_writer_processes_racing_to_open_one_database(
             wait_until(
                 lambda r=r: all(c.epoch(r) is not None or c.ended(r) for c in children),
                 f"every writer to open or fail in round {r}",
+                children=children,
             )
             epochs = [c.epoch(r) for c in children if c.epoch(r) is not None]
             assert len(set(epochs)) == len(epochs), f"two writers share an epoch: {epochs}"
@@ -139,9 +157,15 @@ def test_writer_processes_racing_to_open_one_database(
                 fenced = all(c.ended(r) for c in children if c is not survivor)
                 return fenced and len(survivor.keys("ACK", r)) >= SURVIVOR_ACKS
 
-            wait_until(settled, f"every fenced writer's puts to end in round {r}")
+            wait_until(
+                settled, f"every fenced writer's puts to end in round {r}", children=children
+            )
             (tmp_path / f"stop-{r}").touch()
-            wait_until(lambda r=r: all(c.ended(r) for c in children), f"round {r} to end")
+            wait_until(
+                lambda r=r: all(c.ended(r) for c in children),
+                f"round {r} to end",
+                children=children,
+            )
             for child in children:
                 assert not child.lines("FAILED", r), child.lines("FAILED", r)[:3]
                 if child is not survivor and child.epoch(r) is not None:
