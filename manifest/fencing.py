@@ -238,24 +238,12 @@ def write_segment(store: ObjectStore, segment_id: int, data: bytes, *, writer_ep
 
 def list_segments(store: ObjectStore, after: int) -> list[SegmentRef]:
     """The contiguous run of segments with ids ``after + 1, after + 2, ...`` (stops at a gap)."""
-    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
-        raise UsageError(f"after must be an int >= 0, got {after!r}")
-    refs: list[SegmentRef] = []
-    expected = after + 1
-    start = segment_key(expected)
-    for info in store.list(JOURNAL_PREFIX):
-        if info.key < start:
-            continue
-        segment_id = parse_segment_key(info.key)
-        if segment_id is None:
-            if info.key.startswith(JOURNAL_PREFIX + "compacted/"):
-                break  # "compacted/" sorts after every 20-digit segment key
-            continue
-        if segment_id != expected:
+    run: list[SegmentRef] = []
+    for ref in scan_segments(store, after).refs:
+        if ref.id != after + 1 + len(run):
             break
-        refs.append(SegmentRef(segment_id, info.size))
-        expected += 1
-    return refs
+        run.append(ref)
+    return run
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,17 @@ the segment, unless the operator opens what is left with ``allow_missing_segment
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 from structlog.testing import capture_logs
 
 import inkpen
 from inkpen.manifest.paths import parse_segment_key
 from inkpen.objectstore import ObjectStore, open_store
+from support.cli import ok
 from support.engine import TINY, contents
 
 UNFOLDED = {**TINY, "fold_segments": 1000, "fold_bytes": 64 * 1024 * 1024, "fold_on_close": False}
@@ -119,3 +124,17 @@ def test_a_lost_write_the_ledger_recorded_is_never_read_as_data(store_url: str) 
         assert book.get("b", "other") == b"kept"
         with pytest.raises(inkpen.CorruptionError, match="no journal"):
             book.get("b", "k")
+
+
+def test_info_names_a_missing_segment(tmp_path: Path) -> None:
+    url = str(tmp_path / "db")
+    lost, _ = crash_with_unfolded_segments(url)
+    store = open_store(url)
+    try:
+        store.delete(lost)
+    finally:
+        store.close()
+    ran = ok("info", url, "--json")
+    journal = json.loads(ran.stdout)["journal"]
+    assert journal["missing_segments"] == [parse_segment_key(lost)]
+    assert re.search(rf"MISSING\s+1 segment\(s\): {parse_segment_key(lost)} ", ok("info", url).out)

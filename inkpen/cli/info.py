@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE
-from inkpen.manifest.fencing import list_segments
+from inkpen.manifest.fencing import scan_segments
 from inkpen.manifest.model import Checkpoint, Manifest
 from inkpen.manifest.store import ManifestStore
 
@@ -57,7 +57,10 @@ def describe(manifests: ManifestStore, manifest_id: int, manifest: Manifest) -> 
     """What ``info`` reports about a database, as a JSON-friendly dict."""
     now = time.time()
     journal, ledger = manifest.journal, manifest.ledger
-    segments = list_segments(manifests.store, journal.last_folded_segment)
+    scan = scan_segments(
+        manifests.store, journal.last_folded_segment, next_segment=journal.next_segment
+    )
+    segments = scan.refs
     files = journal.files
     levels = [
         {
@@ -90,6 +93,7 @@ def describe(manifests: ManifestStore, manifest_id: int, manifest: Manifest) -> 
             "fence_segments": sum(1 for s in segments if s.size == EMPTY_JOURNAL_SIZE),
             "first_segment": segments[0].id if segments else None,
             "last_segment": segments[-1].id if segments else None,
+            "missing_segments": list(scan.missing),
         },
         "ledger": {
             "persisted_sqn": ledger.persisted_sqn,
@@ -130,6 +134,12 @@ def _text_lines(found: dict[str, Any]) -> list[str]:
         )
     else:
         lines.append(f"segments      none after segment {journal['last_folded_segment']}")
+    if journal["missing_segments"]:
+        shown = ", ".join(str(i) for i in journal["missing_segments"][:5])
+        lines.append(
+            f"MISSING       {len(journal['missing_segments'])} segment(s): {shown} "
+            "(damage: run inkpen verify)"
+        )
     lines.append(
         f"ledger        {ledger['files']} files, {render.size(ledger['bytes'])}, "
         f"{ledger['entries']:,} entries, persisted SQN {ledger['persisted_sqn']}"
