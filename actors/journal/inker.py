@@ -66,6 +66,9 @@ from inkpen.manifest.fencing import write_segment
 from inkpen.manifest.model import Checkpoint, Manifest, VersionedManifest
 from inkpen.manifest.paths import segment_key
 
+REPLAY_PROBE_AFTER = 2.0
+"""Seconds a start-up replay waits for ledger room before asking the manifest for a newer epoch."""
+
 log = get_logger("inkpen.inker")
 
 SEGMENT_WRITE_ATTEMPTS = 6
@@ -604,16 +607,26 @@ class Inker(FileOwner):
         return replayed
 
     def _push_replayed(self, table: MemTable) -> None:
+        """Push one replayed table, waiting while the Penciller has no room; ends with the
+        writer's error once it is halted (fenced, failed, closed). A writer fenced during its
+        own start-up commits nothing that would tell it, so a wait that lasts asks the manifest
+        every ``REPLAY_PROBE_AFTER`` seconds."""
         assert self.penciller is not None
         room = self.ctx.ledger_room
         deadline = time.monotonic() + 600.0
         while True:
+            halted = self.ctx.throttle.error
+            if halted is not None:
+                raise halted
             room.clear()
             if penciller_actor.push_mem(self.penciller, (table,)):
                 return
-            if not room.wait(timeout=max(0.0, deadline - time.monotonic())):
+            left = deadline - time.monotonic()
+            if left <= 0:
                 penciller_actor.push_mem(self.penciller, (table,), force=True)
                 return
+            if not room.wait(timeout=min(left, REPLAY_PROBE_AFTER)):
+                self.ctx.keeper.refresh()  # raises FencedError (and halts) if a newer writer opened
 
     # -- the rest -----------------------------------------------------------------------------
 
