@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 import inkpen
+from inkpen.manifest.paths import LEDGER_PREFIX
 from inkpen.objectstore import FaultPlan, FaultyStore, open_store
 from support.cli import ok
 from support.engine import (
@@ -19,6 +20,7 @@ from support.engine import (
     missing_objects,
     wait_for,
 )
+from support.hooks import HookedStore
 
 THROTTLED = {**TINY, "ledger_cache_entries": 4, "l0_cache_entries": 8, "max_l0_files": 1}
 """Backpressure reaches "stop" after a few dozen puts while the ledger cannot flush."""
@@ -198,3 +200,49 @@ def test_a_fenced_writer_that_does_not_know_it_deletes_nothing_with_its_gc(
     store.close()
     if store_kind != "memory":
         assert ok("verify", store_url).lines[-1].startswith("result: all ")
+
+
+@pytest.mark.parametrize("kind", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_writer_fenced_during_its_start_up_replay_fails_its_open(
+    make_store_url: Callable[[str], str], kind: str
+) -> None:
+    """A crashed writer left puts the ledger never persisted. The next writer's start-up replay
+    fills its Penciller while its first L0 write is held back, so the replay waits for room;
+    another writer opens meanwhile. The waiting open must end with FencedError (it learns of the
+    fence by asking the manifest), not wait for room for minutes."""
+    url = make_store_url(kind)
+    crashed = inkpen.open(url, ledger_cache_entries=10_000, l0_cache_entries=100_000)
+    for n in range(200):
+        crashed.put("b", f"k{n:03d}", b"v")
+    crashed.abandon()
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold_l0_write() -> None:
+        held.set()
+        release.wait(timeout=120)
+
+    store = HookedStore(open_store(url))
+    store.before_create(LEDGER_PREFIX, hold_l0_write)
+    outcome: list[BaseException | None] = []
+
+    def open_second() -> None:
+        try:
+            inkpen.open(store, **TINY).abandon()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    second = threading.Thread(target=open_second, daemon=True)
+    second.start()
+    try:
+        assert held.wait(timeout=120), "the replay never wrote an L0 file"
+        with inkpen.open(url) as third:
+            assert third.get("b", "k199") == b"v"
+            second.join(timeout=60)
+            assert not second.is_alive(), "the fenced open is still waiting for ledger room"
+            assert len(outcome) == 1 and isinstance(outcome[0], inkpen.FencedError), outcome
+    finally:
+        release.set()
+        second.join(timeout=60)
+        store.close()
