@@ -12,8 +12,7 @@ later (Spark filters are not pushed down: see :mod:`.source` for why).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from inkpen.formats.keys import (
     Tag,
@@ -57,10 +56,6 @@ class Scope:
             highs=() if options.end is None else (Bound(options.end, True),),
             prefixes=() if options.prefix is None else (options.prefix,),
         )
-
-    def with_buckets(self, values: Iterable[bytes]) -> Scope:
-        allowed = frozenset(values)
-        return replace(self, buckets=allowed if self.buckets is None else self.buckets & allowed)
 
     def ranges(self) -> list[KeyRange]:
         """The encoded ranges, sorted and disjoint (empty when nothing can match)."""
