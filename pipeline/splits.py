@@ -68,9 +68,20 @@ class KeyScale:
         return key[start : start + _WIDTH].ljust(_WIDTH, b"\0")
 
     def _number(self, digits: bytes) -> int:
+        # A digit outside its span counts as the nearer end, and so do all digits after it
+        # (the key then lies beyond every key with that end digit): the number keeps key order.
         value = 0
+        clamp: int | None = None  # after a clamped digit: 0 (below) or radix - 1 (above)
         for digit, base, radix in zip(digits, self._bases, self._radixes, strict=True):
-            value = value * radix + min(max(digit - base, 0), radix - 1)
+            if clamp is not None:
+                step = 0 if clamp == 0 else radix - 1
+            elif digit < base:
+                step, clamp = 0, 0
+            elif digit > base + radix - 1:
+                step, clamp = radix - 1, 1
+            else:
+                step = digit - base
+            value = value * radix + step
         return value
 
     def position(self, key: bytes) -> float:
