@@ -64,12 +64,12 @@ def main() -> None:
         store = CountingStore(open_store(root))
         items = [(f"key{i % args.keys:08d}", os.urandom(100)) for i in range(args.n)]
         logical = sum(len(k) + len(v) for k, v in items)
-        options = {"fold_segments": 64, "journal_file_target_bytes": 1 << 20, "gc_min_age": 0}
+        options = {"roll_segments": 64, "journal_file_target_bytes": 1 << 20, "gc_min_age": 0}
         with inkpen.open(store, **options) as book:
             write_all(book, items)
             book.flush()
             book.compact_ledger()
-            book.run_gc(min_age=0)  # folded segments go; what is left is the journal proper
+            book.run_gc(min_age=0)  # rolled segments go; what is left is the journal proper
             before = journal_bytes(root)
             started = time.perf_counter()
             rounds = 0

@@ -8,6 +8,7 @@ message saying what to change, before anything touches the store.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -25,6 +26,14 @@ KiB = 1024
 MiB = 1024 * KiB
 MAX_SECONDS = 10 * 365 * 86400.0
 """The longest duration any option or argument takes (ten years, in seconds)."""
+
+
+RENAMED_OPTIONS = {
+    "fold_bytes": "roll_bytes",
+    "fold_segments": "roll_segments",
+    "fold_on_close": "roll_on_close",
+}
+"""Old option names, still accepted with a ``DeprecationWarning``; "fold" now means reading."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +60,7 @@ class Options:
         policy given here brings its own sizes).
 
     Journal (the Inker and its clerk)
-        ``fold_bytes`` / ``fold_segments``: unfolded segments are folded into one journal file
+        ``roll_bytes`` / ``roll_segments``: unrolled segments are rolled into one journal file
         when their bytes or their count reach these. ``journal_file_target_bytes``: compaction
         splits its output at about this size. ``max_run_length``,
         ``single_file_compaction_pct``, ``max_run_compaction_pct``: Leveled's run-selection
@@ -69,7 +78,7 @@ class Options:
 
     Compute
         ``compute_workers``: worker processes (shared by every Bookie of the process) that
-        encode L0 files, merges and journal folds, so that this work does not hold the
+        encode L0 files, merges and journal rolls, so that this work does not hold the
         interpreter lock the actors serving reads and writes need; 0 does it in the clerks'
         threads.
 
@@ -80,8 +89,8 @@ class Options:
         ``CorruptionError`` naming the missing segment, writing nothing: the writes it held
         are lost, and a key it updated would read as its older value. With True the
         operator opens what is left: a warning (``journal.segments_missing``) names the
-        missing segments, every other segment is read, and a writer folds the survivors at
-        once and moves ``last_folded_segment`` past the gap, so later opens need the option no
+        missing segments, every other segment is read, and a writer rolls the survivors at
+        once and moves ``last_rolled_segment`` past the gap, so later opens need the option no
         more. The writes the missing segments held are gone: a key they updated reads as its
         previous value, or, when the ledger had already recorded the lost write, reading it
         raises ``CorruptionError``. Restore the missing objects from a backup first when there
@@ -109,9 +118,9 @@ class Options:
     merge_policy: MergePolicy | None = None
     merge_poll_interval: float = 0.2
 
-    fold_bytes: int = 32 * MiB
-    fold_segments: int = 1024
-    fold_on_close: bool = True
+    roll_bytes: int = 32 * MiB
+    roll_segments: int = 1024
+    roll_on_close: bool = True
     journal_file_target_bytes: int = 64 * MiB
     max_run_length: int = 8
     single_file_compaction_pct: float = 30.0
@@ -146,7 +155,7 @@ class Options:
 
     def __post_init__(self) -> None:
         _check_choice("flush_policy", self.flush_policy, ("idle", "interval"))
-        for name in ("fold_on_close", "allow_missing_segments"):
+        for name in ("roll_on_close", "allow_missing_segments"):
             check_flag(f"option {name}", getattr(self, name))
         for name in ("flush_interval", "merge_poll_interval"):
             _check_range(name, getattr(self, name), 0.0, 60.0)
@@ -172,8 +181,8 @@ class Options:
             "bloom_bits_per_key": (1, 64),
             "l1_target_files": (1, 10_000),
             "level_fanout": (2, 1000),
-            "fold_bytes": (1, 16384 * MiB),
-            "fold_segments": (1, 10_000_000),
+            "roll_bytes": (1, 16384 * MiB),
+            "roll_segments": (1, 10_000_000),
             "journal_file_target_bytes": (1 * KiB, 16384 * MiB),
             "max_run_length": (1, 1000),
             "compaction_sample_size": (1, 1_000_000),
@@ -219,6 +228,14 @@ class Options:
     def build(cls, options: Options | None = None, **overrides: Any) -> Options:
         """An Options from an optional base plus keyword overrides; unknown names are refused."""
         known = {f.name for f in fields(cls)}
+        for old in set(overrides) & RENAMED_OPTIONS.keys():
+            new = RENAMED_OPTIONS[old]
+            if new in overrides:
+                raise UsageError(f"option {old} is the old name of {new}; give only {new}")
+            warnings.warn(
+                f"inkpen option {old} is now called {new}", DeprecationWarning, stacklevel=3
+            )
+            overrides[new] = overrides.pop(old)
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise UsageError(

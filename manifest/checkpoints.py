@@ -10,7 +10,7 @@ point the checkpoint at ``n + 1``, the id of the very update that adds it; and r
 manifest ``journal.next_segment``, one past the last journal segment listed *after reading
 manifest n* (inside the CAS change, once per attempt), so the checkpoint covers every segment
 manifest n's ledger may name — a flush persists SQNs only of segments already written — and every
-segment acknowledged but not yet folded. A segment missing below a later one, or below
+segment acknowledged but not yet rolled. A segment missing below a later one, or below
 ``next_segment``, is damage: a :class:`CorruptionError`, unless the caller allows missing
 segments, when the checkpoint covers every segment present. Creating
 one from a live source checkpoint: the new checkpoint names the source's manifest id. Refreshing
@@ -157,13 +157,13 @@ def ensure_checkpoint(
             # Listed after reading the very manifest this update builds on, so every segment
             # its ledger may name (a flush persists SQNs of segments written before it) is
             # listed: a listing taken before reading it misses a flush that lands in between.
-            # A segment GC removes meanwhile was already folded into this manifest.
+            # A segment GC removes meanwhile was already rolled into this manifest.
             # A segment missing below a later one or below next_segment is damage, unless a
-            # newer manifest folded it (then this CAS fails and the next attempt lists again).
+            # newer manifest rolled it (then this CAS fails and the next attempt lists again).
             journal = manifest.journal
             scan = scan_segments(
                 manifest_store.store,
-                journal.last_folded_segment,
+                journal.last_rolled_segment,
                 next_segment=journal.next_segment,
             )
             if scan.missing:
@@ -183,7 +183,7 @@ def ensure_checkpoint(
             pinned = versioned.id + 1
             if segment_floor is not None:
                 journal = manifest.journal
-                floor = max(journal.next_segment, segment_floor, journal.last_folded_segment + 1)
+                floor = max(journal.next_segment, segment_floor, journal.last_rolled_segment + 1)
                 manifest = manifest.with_journal(replace(journal, next_segment=floor))
         checkpoint = Checkpoint(
             id=checkpoint_id,

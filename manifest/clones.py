@@ -3,8 +3,8 @@
 A clone is shallow. Its manifest copies the journal and ledger state of the parent's pinned
 manifest with every file descriptor's ``root`` set to the parent's URL (descriptors already
 pointing further up keep their root), so reads resolve those files in the parent's store (see
-:class:`StoreResolver`). Only the journal segments the pinned manifest has not folded yet, the ids
-in ``(last_folded_segment, next_segment)``, are copied into the clone's own ``journal/`` under the
+:class:`StoreResolver`). Only the journal segments the pinned manifest has not rolled yet, the ids
+in ``(last_rolled_segment, next_segment)``, are copied into the clone's own ``journal/`` under the
 same ids (server-side copy, or a hard link on a local directory): the clone's writer replays them
 like its own. Writes go to the clone only; its writer epoch starts one above the pinned
 manifest's, above every copied segment's epoch.
@@ -18,7 +18,7 @@ Creation is resumable, in the order that leaves nothing untracked at any crash p
    id of the pin checkpoint (decided here, so a rerun finds and reuses it);
 2. the pin in the parent, created unless present: from the named checkpoint, or from the
    parent's latest state (including its acknowledged segments);
-3. the unfolded segments of the pinned manifest, copied unless already present;
+3. the unrolled segments of the pinned manifest, copied unless already present;
 4. the clone's manifest with the copied state and ``initialized`` True.
 
 Calling :func:`create_clone` again with the same arguments finishes an interrupted clone; on a
@@ -208,7 +208,7 @@ def _start_clone(clone_ms: ManifestStore, parent_url: str) -> VersionedManifest:
 
 
 def _copy_segments(source: ObjectStore, dest: ObjectStore, journal: JournalState) -> None:
-    for segment_id in journal.unfolded_segments():
+    for segment_id in journal.unrolled_segments():
         key = segment_key(segment_id)
         try:
             dest.head(key)

@@ -6,13 +6,13 @@ needs no Bookie, so it never bumps the source's writer epoch: a writer running e
 1. **Pin.** Take a reader checkpoint on the source's latest state (refreshed while the copy runs,
    deleted after), or read at an existing live checkpoint (then nothing is written to the source).
    The checkpoint keeps every file of the pinned manifest from the writer's deletes and from GC,
-   and covers every write acknowledged before it, including unfolded journal segments.
+   and covers every write acknowledged before it, including unrolled journal segments.
 2. **Copy files.** Every SST and journal file the pinned manifest names, from whichever root holds
    it (a clone's inherited files too), under the same name: a hard link on one local filesystem,
    a server-side copy on S3, bytes otherwise. A file the destination already has (same name and
    size; names are never reused) is kept, so repeating a copy into one destination is incremental
    and an interrupted copy resumes.
-3. **Fold segments.** The pinned manifest's unfolded segments that the reader rule accepts are
+3. **Roll segments.** The pinned manifest's unrolled segments that the reader rule accepts are
    written as one more journal file, so the copy holds no segments and its own writers' segment
    ids never meet the source's.
 4. **Commit.** The destination's manifest names exactly those files, with the source's ledger
@@ -90,7 +90,7 @@ class CopyReport:
     files_copied: int
     files_kept: int
     bytes_copied: int
-    segments_folded: int
+    segments_rolled: int
     files_removed: int
     seconds: float
 
@@ -183,15 +183,15 @@ def copy_files(
     return copied, kept, copied_bytes
 
 
-def fold_segments(
+def roll_segments(
     source: ObjectStore, dest: ObjectStore, journal: JournalState
 ) -> tuple[JournalFileDescriptor | None, int]:
-    """Write the accepted unfolded segments of ``journal`` into ``dest`` as one journal file.
+    """Write the accepted unrolled segments of ``journal`` into ``dest`` as one journal file.
 
     Answers the new file's descriptor (None when the segments hold no entries) and how many
     segments were read.
     """
-    ids = journal.unfolded_segments()
+    ids = journal.unrolled_segments()
     segments = TableStore(source).read_segments(ids, missing_error=_missing_from_pin)
     if not segments:
         return None, len(ids)
@@ -220,12 +220,12 @@ def commit(
 
     def change(current: VersionedManifest) -> Manifest:
         old = current.manifest
-        # Every segment there is superseded by the copy, a gap or not: fold past the highest.
-        last = scan_segments(store, old.journal.last_folded_segment).last
+        # Every segment there is superseded by the copy, a gap or not: roll past the highest.
+        last = scan_segments(store, old.journal.last_rolled_segment).last
         return replace(
             old.without_checkpoints_of_kind(KIND_WRITER),
             writer_epoch=old.writer_epoch + 1,
-            journal=replace(journal, last_folded_segment=last, next_segment=last + 1),
+            journal=replace(journal, last_rolled_segment=last, next_segment=last + 1),
             ledger=ledger,
             initialized=True,
         )
@@ -265,7 +265,7 @@ def copy_database(
             copied, kept, copied_bytes = copy_files(
                 resolver, dest, [*manifest.ledger.ssts(), *manifest.journal.files], observe
             )
-            tail, segments = fold_segments(source, dest, manifest.journal)
+            tail, segments = roll_segments(source, dest, manifest.journal)
         finally:
             resolver.close()
     rootless = tuple(f.with_root(None) for f in manifest.journal.files)
@@ -287,7 +287,7 @@ def copy_database(
         files_copied=copied,
         files_kept=kept,
         bytes_copied=copied_bytes,
-        segments_folded=segments,
+        segments_rolled=segments,
         files_removed=sum(1 for key in collected if is_sst_key(key) or is_journal_file_key(key)),
         seconds=round(time.monotonic() - started, 3),
     )

@@ -7,7 +7,7 @@ header). A writer claims the database in three steps:
 1. **Bump the epoch.** A CAS manifest update sets ``writer_epoch = E`` (one above the stored
    epoch), drops the checkpoints of earlier writers and adds a writer checkpoint for epoch ``E``
    pinning the manifest it writes.
-2. **Fence the journal.** List the segments after ``last_folded_segment``, take the first free id
+2. **Fence the journal.** List the segments after ``last_rolled_segment``, take the first free id
    (the end of the contiguous run, and no lower than ``journal.next_segment``) and create an empty
    segment of epoch ``E`` there. If the slot is taken, the four outcomes of a fence write are:
 
@@ -23,7 +23,7 @@ header). A writer claims the database in three steps:
 3. **Confirm.** Re-read the manifest; if its ``writer_epoch`` is no longer ``E`` a newer writer
    won, and this claim is fenced.
 
-The segments a new writer replays are the accepted ones between ``last_folded_segment`` and its
+The segments a new writer replays are the accepted ones between ``last_rolled_segment`` and its
 fence. **Reader rule:** walking segment ids upwards, a segment whose epoch is lower than the epoch
 of any earlier segment is rejected, never replayed: it was written by a writer that had already
 been fenced.
@@ -38,10 +38,10 @@ Invariants:
   epoch holds a newer writer's fence. GC therefore keeps fence segments: deleting one would let a
   stalled writer write into the freed slot and acknowledge writes nobody will replay.
 
-**Missing segments.** Because ids are contiguous, an id after ``last_folded_segment`` that is
+**Missing segments.** Because ids are contiguous, an id after ``last_rolled_segment`` that is
 absent while a higher segment exists, or that lies below the manifest's ``next_segment``, is
 damage: the segment held acknowledged writes (and possibly newer values of keys an older segment
-also holds). :func:`scan_segments` lists every segment after ``last_folded_segment`` without
+also holds). :func:`scan_segments` lists every segment after ``last_rolled_segment`` without
 stopping at a gap and names the missing ids; :func:`settle_missing` raises a
 :class:`CorruptionError` naming them, or, when the operator allowed it
 (``allow_missing_segments``), logs ``journal.segments_missing`` and lets the caller go on with
@@ -98,7 +98,7 @@ class WriterClaim:
 
     ``epoch`` is its writer epoch, ``versioned`` the manifest it confirmed its claim against,
     ``fence_segment`` the id of its empty fence segment (its first own segment is the next id),
-    and ``segments`` the accepted segments in ``(last_folded_segment, fence_segment)`` that it
+    and ``segments`` the accepted segments in ``(last_rolled_segment, fence_segment)`` that it
     must replay, each with its epoch. ``missing`` are the segment ids found missing there (only
     ever non-empty when the claim was made with ``allow_missing_segments``).
     """
@@ -323,24 +323,24 @@ def settle_missing(url: str, scan: SegmentScan, *, allow: bool) -> None:
 def scan_latest(
     manifest_store: ManifestStore, versioned: VersionedManifest
 ) -> tuple[VersionedManifest, SegmentScan]:
-    """Scan the segments after ``versioned``'s ``last_folded_segment``, from a manifest that
+    """Scan the segments after ``versioned``'s ``last_rolled_segment``, from a manifest that
     explains every gap it can.
 
-    A fold committed after ``versioned`` was read lets GC remove the folded segments, which then
+    A roll committed after ``versioned`` was read lets GC remove the rolled segments, which then
     look missing from the older manifest's point of view: when the scan finds ids missing and
-    the latest manifest has folded further, the scan is repeated from the latest. Answers the
+    the latest manifest has rolled further, the scan is repeated from the latest. Answers the
     manifest the scan was made from and the scan.
     """
     store = manifest_store.store
     for _ in range(_RESOLVE_ATTEMPTS):
         journal = versioned.manifest.journal
-        scan = scan_segments(store, journal.last_folded_segment, next_segment=journal.next_segment)
+        scan = scan_segments(store, journal.last_rolled_segment, next_segment=journal.next_segment)
         if not scan.missing:
             return versioned, scan
         again = manifest_store.latest()
         if (
             again is None
-            or again.manifest.journal.last_folded_segment <= journal.last_folded_segment
+            or again.manifest.journal.last_rolled_segment <= journal.last_rolled_segment
         ):
             return versioned, scan
         versioned = again
@@ -453,10 +453,10 @@ def claim_writer(
     )
     epoch = claimed.manifest.writer_epoch
     journal = claimed.manifest.journal
-    # No older writer can fold any more (its epoch is stale), so this scan sees a settled tail.
-    scan = scan_segments(store, journal.last_folded_segment, next_segment=journal.next_segment)
+    # No older writer can roll any more (its epoch is stale), so this scan sees a settled tail.
+    scan = scan_segments(store, journal.last_rolled_segment, next_segment=journal.next_segment)
     if scan.missing and not allow_missing_segments:
-        _require_epoch(manifest_store, epoch)  # a newer writer may have folded and collected
+        _require_epoch(manifest_store, epoch)  # a newer writer may have rolled and collected
         raise missing_segments_error(url, scan.missing)
     candidate = max(scan.last + 1, journal.next_segment)
     fence = build_journal([], writer_epoch=epoch)
@@ -474,8 +474,8 @@ def claim_writer(
         log.info("writer.fence_slot_taken", url=url, segment=candidate, found=outcome, epoch=epoch)
         candidate += 1
     confirmed = _require_epoch(manifest_store, epoch)
-    folded = max(journal.last_folded_segment, confirmed.manifest.journal.last_folded_segment)
-    tail = scan_segments(store, folded, next_segment=candidate)
+    rolled = max(journal.last_rolled_segment, confirmed.manifest.journal.last_rolled_segment)
+    tail = scan_segments(store, rolled, next_segment=candidate)
     missing = tuple(i for i in tail.missing if i < candidate)
     if missing:
         _require_epoch(manifest_store, epoch)

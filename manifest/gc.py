@@ -11,8 +11,8 @@ and GC keeps the whole range. An object is kept while an active manifest may nee
 object                            deleted when
 ================================  ===============================================================
 ``manifest/<id>.manifest``        not active, below the latest id, and older than ``min_age``
-``journal/<id>.jnl`` (data)       at or below the latest ``last_folded_segment``, outside every
-                                  active checkpoint manifest's ``(last_folded, next_segment)``,
+``journal/<id>.jnl`` (data)       at or below the latest ``last_rolled_segment``, outside every
+                                  active checkpoint manifest's ``(last_rolled, next_segment)``,
                                   and older than ``min_age``
 ``journal/<id>.jnl`` (fence)      as a data segment, and only when ``fence_min_age`` is set and
                                   the fence is older than it (kept by default: see fencing)
@@ -82,15 +82,15 @@ from .store import ManifestStore, as_store
 log = get_logger("inkpen.manifest")
 
 REASON_MANIFEST = "manifest is superseded and pinned by no live checkpoint"
-REASON_SEGMENT = "segment is folded and outside every live checkpoint's segment range"
-REASON_FENCE = "fence segment is folded, unpinned and older than fence_min_age"
+REASON_SEGMENT = "segment is rolled and outside every live checkpoint's segment range"
+REASON_FENCE = "fence segment is rolled, unpinned and older than fence_min_age"
 REASON_JOURNAL_FILE = "journal file is referenced by no active manifest"
 REASON_SST = "SST is referenced by no active manifest"
 REASON_DESTROYED = "database was destroyed, its grace period is over and no checkpoint is live"
 
 MIN_AGE_WITHOUT_WRITER = 60.0
 """The least ``min_age`` of a GC not run by the writer (unless ``offline``): far above the time an
-inkpen writer takes from storing an L0 file, a fold or a merge output to committing it. A bulk
+inkpen writer takes from storing an L0 file, a roll or a merge output to committing it. A bulk
 load's tasks store files long before its commit and need a larger ``min_age`` (section 9.2)."""
 DELETE_BATCH = 64
 """Deletes between two reads of the writer epoch."""
@@ -217,8 +217,8 @@ def plan_gc(
     for m in active:
         referenced.update(name for root, name in m.referenced_objects() if root is None)
     for m in active[1:]:
-        pinned_segments.update(m.journal.unfolded_segments())
-    folded = manifest.journal.last_folded_segment
+        pinned_segments.update(m.journal.unrolled_segments())
+    rolled = manifest.journal.last_rolled_segment
 
     segments: list[str] = []
     journal_files: list[str] = []
@@ -238,7 +238,7 @@ def plan_gc(
             continue
         segment_id = parse_segment_key(key)
         if segment_id is not None:
-            if segment_id > folded or segment_id in pinned_segments:
+            if segment_id > rolled or segment_id in pinned_segments:
                 continue
             if info.size == EMPTY_JOURNAL_SIZE:
                 if options.fence_min_age is None or age < options.fence_min_age:

@@ -16,7 +16,7 @@ Invariants checked on construction:
 
 - SQN ranges are ordered (``min_sqn <= max_sqn``) and sizes and counts are non-negative;
 - journal files are ordered by ``min_sqn`` and their SQN ranges are disjoint;
-- ``0 <= last_folded_segment < next_segment`` (segment ids start at 1);
+- ``0 <= last_rolled_segment < next_segment`` (segment ids start at 1);
 - ledger levels below L0 are sorted by ``first_key`` and do not overlap;
 - checkpoint ids are unique within a manifest.
 """
@@ -198,15 +198,15 @@ class JournalState:
     """The journal part of the manifest: compacted files and the segment watermarks.
 
     ``files`` are ordered by ``min_sqn`` with disjoint SQN ranges. Every segment id up to
-    ``last_folded_segment`` has been folded into ``files`` (or was an empty fence);
+    ``last_rolled_segment`` has been rolled into ``files`` (or was an empty fence);
     ``next_segment`` is the first segment id not known to be written when this manifest was made.
     The segments a reader of this manifest replays are the ids in
-    ``(last_folded_segment, next_segment)`` (for the latest manifest: every id after
-    ``last_folded_segment`` that the journal holds).
+    ``(last_rolled_segment, next_segment)`` (for the latest manifest: every id after
+    ``last_rolled_segment`` that the journal holds).
     """
 
     files: tuple[JournalFileDescriptor, ...] = ()
-    last_folded_segment: int = 0
+    last_rolled_segment: int = 0
     next_segment: int = 1
 
     def __post_init__(self) -> None:
@@ -221,22 +221,22 @@ class JournalState:
                     f"{after.name} (SQN {after.min_sqn}-{after.max_sqn}) are out of order or "
                     "overlap; journal files must be ordered by SQN with disjoint ranges"
                 )
-        _check_int(self.last_folded_segment, "last_folded_segment")
+        _check_int(self.last_rolled_segment, "last_rolled_segment")
         _check_int(self.next_segment, "next_segment", minimum=1)
-        if self.next_segment <= self.last_folded_segment:
+        if self.next_segment <= self.last_rolled_segment:
             raise UsageError(
-                f"next_segment {self.next_segment} must be above last_folded_segment "
-                f"{self.last_folded_segment}"
+                f"next_segment {self.next_segment} must be above last_rolled_segment "
+                f"{self.last_rolled_segment}"
             )
 
-    def unfolded_segments(self) -> range:
-        """The segment ids a reader of this manifest replays: (last_folded, next_segment)."""
-        return range(self.last_folded_segment + 1, self.next_segment)
+    def unrolled_segments(self) -> range:
+        """The segment ids a reader of this manifest replays: (last_rolled, next_segment)."""
+        return range(self.last_rolled_segment + 1, self.next_segment)
 
     def to_document(self) -> dict[str, Any]:
         return {
             "files": [f.to_document() for f in self.files],
-            "last_folded_segment": self.last_folded_segment,
+            "last_rolled_segment": self.last_rolled_segment,
             "next_segment": self.next_segment,
         }
 
@@ -244,7 +244,8 @@ class JournalState:
     def from_document(cls, doc: Mapping[str, Any]) -> JournalState:
         return cls(
             files=tuple(JournalFileDescriptor.from_document(f) for f in doc.get("files", ())),
-            last_folded_segment=doc.get("last_folded_segment", 0),
+            # Manifests written before the rename call it "last_folded_segment".
+            last_rolled_segment=doc.get("last_rolled_segment", doc.get("last_folded_segment", 0)),
             next_segment=doc.get("next_segment", 1),
         )
 

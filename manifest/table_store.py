@@ -20,8 +20,8 @@ keep decoded blocks in the block cache; journal readers read aligned chunks thro
 cache shared by every journal file (:mod:`inkpen.manifest.fetch`). Both apply the descriptor's
 ``sqn_base`` (bulk-loaded files store local SQNs).
 
-**Reading unfolded segments** (:meth:`TableStore.read_segments`). The journal segments a manifest
-has not folded yet (``journal/<id>.jnl`` in its own store) are read back, in parallel, decoded,
+**Reading unrolled segments** (:meth:`TableStore.read_segments`). The journal segments a manifest
+has not rolled yet (``journal/<id>.jnl`` in its own store) are read back, in parallel, decoded,
 and kept only if the reader rule accepts them (:func:`~inkpen.manifest.fencing.accepted_segments`
 over the epochs in their headers: no segment an older epoch wrote after a newer one) and they
 hold entries (a writer's fence holds none). A segment absent from the store is damage, an error
@@ -60,7 +60,7 @@ SEGMENT_READERS = 8
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One unfolded journal segment read back: its id, its writer's epoch, its stored size and its
+    """One unrolled journal segment read back: its id, its writer's epoch, its stored size and its
     entries (SQN order, at least one)."""
 
     id: int

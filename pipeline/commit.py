@@ -13,8 +13,8 @@ Protocol (all or nothing; one manifest update makes the load visible):
    the database's writer.
 3. **Finish the fenced writer's work** (:mod:`.tail`). Its acknowledged writes above
    ``ledger.persisted_sqn`` live only in the journal: their ledger entries are written as more
-   SSTs (one per key tag). Its unfolded segments are folded into one more journal file (as its
-   own fold would have done), so every journal file's SQN range stays below the loaded ones.
+   SSTs (one per key tag). Its unrolled segments are rolled into one more journal file (as its
+   own roll would have done), so every journal file's SQN range stays below the loaded ones.
 4. **Number.** ``top`` is the highest SQN anywhere. Partition ``i`` (in partition order) gets
    ``sqn_base = top + rows of the partitions before it``, so its local SQNs 1..n become
    ``base + 1 .. base + n``: disjoint, above everything already there (loaded values win over
@@ -30,8 +30,8 @@ Protocol (all or nothing; one manifest update makes the load visible):
      it, and nothing above it exists in any journal, so start-up replays nothing;
    - the loaded journal files join ``journal.files`` (sorted by SQN) with their ``sqn_base``
      and ``in_ledger=True``: their entries are in the ledger already, so replay skips them,
-     while a rebuild from the journal (a restored backup) replays them; the folded segments'
-     file joins them too, and ``last_folded_segment`` becomes the fence
+     while a rebuild from the journal (a restored backup) replays them; the rolled segments'
+     file joins them too, and ``last_rolled_segment`` becomes the fence
      (``next_segment`` moves past it);
    - the claim's writer checkpoint is dropped: the load is not a long-lived writer.
 
@@ -92,8 +92,8 @@ class LoadReport:
     ssts: int
     tail_entries: int
     """Ledger entries of the fenced writer's journal tail the commit wrote as an SST."""
-    folded_entries: int
-    """Entries of unfolded segments the commit folded into a journal file."""
+    rolled_entries: int
+    """Entries of unrolled segments the commit rolled into a journal file."""
     writer_epoch: int
 
 
@@ -159,10 +159,10 @@ def _write_tail(
     store: ObjectStore, tail: JournalTail, epoch: int
 ) -> tuple[tuple[SstDescriptor, ...], JournalFileDescriptor | None]:
     """Step 3: the tail's ledger entries as SSTs (one per key tag: objects and index entries
-    apart), the unfolded segments as one journal file."""
+    apart), the unrolled segments as one journal file."""
     ssts = write_ssts(store, tail.entries, target_bytes=_TAIL_SST_BYTES, options=Options())
-    folded = write_journal(store, tail.unfolded, writer_epoch=epoch) if tail.unfolded else None
-    return tuple(ssts), folded
+    rolled = write_journal(store, tail.unrolled, writer_epoch=epoch) if tail.unrolled else None
+    return tuple(ssts), rolled
 
 
 def _release_claim(manifests: ManifestStore, checkpoint_id: str | None) -> None:
@@ -183,7 +183,7 @@ class _Additions:
     ssts: tuple[SstDescriptor, ...]
     """Newest (highest partition) first, then the tail's SSTs."""
     journal_files: tuple[JournalFileDescriptor, ...]
-    """The loaded journal files, then the folded segments' file if any."""
+    """The loaded journal files, then the rolled segments' file if any."""
     first_sqn: int
     top_sqn: int
 
@@ -192,7 +192,7 @@ def _number(
     parts: Sequence[LoadedPartition],
     top: int,
     tail_ssts: tuple[SstDescriptor, ...],
-    folded: JournalFileDescriptor | None,
+    rolled: JournalFileDescriptor | None,
 ) -> _Additions:
     """Step 4: give partition i the base ``top + rows before it``; order SSTs newest first."""
     ssts: list[SstDescriptor] = []
@@ -204,8 +204,8 @@ def _number(
         journals.extend(based_journals)
         base += part.rows
     ssts.extend(tail_ssts)
-    if folded is not None:
-        journals.append(folded)
+    if rolled is not None:
+        journals.append(rolled)
     return _Additions(tuple(ssts), tuple(journals), top + 1, base)
 
 
@@ -220,7 +220,7 @@ def _manifest_change(
         if (
             current.ledger != basis.ledger
             or current.journal.files != basis.journal.files
-            or current.journal.last_folded_segment != basis.journal.last_folded_segment
+            or current.journal.last_rolled_segment != basis.journal.last_rolled_segment
         ):
             raise InkpenError(
                 f"the ledger or journal of {url} changed after this load claimed it (manifest "
@@ -234,7 +234,7 @@ def _manifest_change(
             files=tuple(
                 sorted((*current.journal.files, *added.journal_files), key=lambda f: f.min_sqn)
             ),
-            last_folded_segment=max(current.journal.last_folded_segment, claim.fence_segment),
+            last_rolled_segment=max(current.journal.last_rolled_segment, claim.fence_segment),
             next_segment=max(current.journal.next_segment, claim.fence_segment + 1),
         )
         updated = replace(
@@ -257,8 +257,8 @@ def _commit_once(
     writer_checkpoint = claim.writer_checkpoint
     try:
         tail = read_journal_tail(resolver, claim)
-        tail_ssts, folded = _write_tail(manifests.store, tail, claim.epoch)
-        added = _number(parts, tail.top_sqn, tail_ssts, folded)
+        tail_ssts, rolled = _write_tail(manifests.store, tail, claim.epoch)
+        added = _number(parts, tail.top_sqn, tail_ssts, rolled)
         change = _manifest_change(claim, added, writer_checkpoint, manifests.url)
         committed = manifests.update(change, writer_epoch=claim.epoch)
     except FencedError:
@@ -271,10 +271,10 @@ def _commit_once(
         rows=added.top_sqn - tail.top_sqn,
         first_sqn=added.first_sqn,
         last_sqn=added.top_sqn,
-        journal_files=len(added.journal_files) - (0 if folded is None else 1),
+        journal_files=len(added.journal_files) - (0 if rolled is None else 1),
         ssts=len(added.ssts) - len(tail_ssts),
         tail_entries=len(tail.entries),
-        folded_entries=len(tail.unfolded),
+        rolled_entries=len(tail.unrolled),
         writer_epoch=claim.epoch,
     )
 
@@ -316,7 +316,7 @@ def commit_load(url: str, parts: Sequence[LoadedPartition | None]) -> LoadReport
         journal_files=report.journal_files,
         ssts=report.ssts,
         tail_entries=report.tail_entries,
-        folded_entries=report.folded_entries,
+        rolled_entries=report.rolled_entries,
         writer_epoch=report.writer_epoch,
         ms=round((time.monotonic() - started) * 1000, 1),
     )

@@ -1,7 +1,7 @@
 """Reading one partition of a Spark read, in its task: views of the checkpoint, rows as Arrow.
 
 A task opens the views of its partition's cut-down manifest once
-(:func:`inkpen.actors.read.checkpoint_views.load_views`: SST readers, journal readers, the unfolded
+(:func:`inkpen.actors.read.checkpoint_views.load_views`: SST readers, journal readers, the unrolled
 segments and the replayed journal tail), then walks its key ranges with the read path every inkpen
 reader uses (:func:`inkpen.actors.read.path.live_range`: every source merged in key order, the
 newest

@@ -4,19 +4,19 @@ A writer leaves two things for the next start-up, and a bulk load must finish bo
 
 - **writes its ledger lacks.** The ledger persists only up to ``ledger.persisted_sqn``; every
   acknowledged write above it lives in the journal alone (journal files not marked
-  ``in_ledger``, and unfolded segments) and in the fenced writer's memory, and start-up would
+  ``in_ledger``, and unrolled segments) and in the fenced writer's memory, and start-up would
   replay it. A bulk load puts its SSTs in L0 and raises ``persisted_sqn`` to its top SQN, so
   nothing would replay those writes any more: the load adds their ledger entries as an SST.
-- **segments it has not folded.** The accepted segments after ``last_folded_segment`` hold
+- **segments it has not rolled.** The accepted segments after ``last_rolled_segment`` hold
   values (of ledger entries below and above ``persisted_sqn`` alike) that no journal file holds
-  yet. A writer folds them into one journal file spanning their SQNs; after a load, that file's
+  yet. A writer rolls them into one journal file spanning their SQNs; after a load, that file's
   range would reach past the loaded journal files below it, which journal files must never do.
-  So the load folds them itself, into a journal file below its own, and moves
-  ``last_folded_segment`` to its fence.
+  So the load rolls them itself, into a journal file below its own, and moves
+  ``last_rolled_segment`` to its fence.
 
 After :func:`inkpen.manifest.fencing.claim_writer`, no older writer can add a segment (the fence
 holds the slot after the last one) or change the manifest (its epoch is stale), so the tail is
-fixed: the accepted segments between ``last_folded_segment`` and the claim's fence, and the
+fixed: the accepted segments between ``last_rolled_segment`` and the claim's fence, and the
 journal files above ``persisted_sqn``. It is read with the same view builder every reader uses
 (:func:`inkpen.actors.read.checkpoint_views.load_views` on the claimed manifest, its segment range
 stretched to the fence and its SSTs left out), so the tail's ledger entries are exactly those
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from inkpen.actors.journal.clerk import fold_entries
+from inkpen.actors.journal.clerk import roll_entries
 from inkpen.actors.read.checkpoint_views import load_views
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue
@@ -42,12 +42,12 @@ from inkpen.options import Options
 
 @dataclass(frozen=True, slots=True)
 class JournalTail:
-    """What the claimed database's writer left: ledger entries, unfolded entries, the top SQN."""
+    """What the claimed database's writer left: ledger entries, unrolled entries, the top SQN."""
 
     entries: tuple[tuple[bytes, LedgerValue], ...]
     """Ledger entries of the journal above ``persisted_sqn``: in key order, newest per key."""
-    unfolded: tuple[JournalEntry, ...]
-    """Every entry of the accepted unfolded segments, in SQN order."""
+    unrolled: tuple[JournalEntry, ...]
+    """Every entry of the accepted unrolled segments, in SQN order."""
     top_sqn: int
     """The highest SQN anywhere in the database."""
 
@@ -89,4 +89,4 @@ def read_journal_tail(
             *(s.max_sqn for s in manifest.ledger.ssts()),
         ]
     )
-    return JournalTail(entries, tuple(fold_entries(views.journal.segments)), top)
+    return JournalTail(entries, tuple(roll_entries(views.journal.segments)), top)

@@ -1,7 +1,7 @@
 """The commands that only look: info, manifest, ls, get, checkpoint, verify, on local and S3.
 
 One database per store kind serves every test here: a writer filled it with tiny files (several
-ledger levels, many journal files) and then stopped as a crash would, leaving unfolded segments
+ledger levels, many journal files) and then stopped as a crash would, leaving unrolled segments
 and its writer checkpoint behind. Each command runs as a separate process.
 """
 
@@ -57,7 +57,7 @@ def test_info_reports_the_latest_manifest(db: Db) -> None:
     assert figures["ledger"]["files"] == manifest.sst_count() > 1
     assert len(figures["ledger"]["levels"]) == len(manifest.ledger.levels) > 1
     assert figures["journal"]["files"] == len(manifest.journal.files) > 1
-    assert figures["journal"]["segments"] >= 1, "the crashed writer left segments unfolded"
+    assert figures["journal"]["segments"] >= 1, "the crashed writer left segments unrolled"
     assert figures["writer_epoch"] == manifest.writer_epoch >= 1
     kinds = {cp["kind"] for cp in figures["checkpoints"] if cp["live"]}
     assert KIND_WRITER in kinds, "the crashed writer's checkpoint is still there"
@@ -172,5 +172,5 @@ def test_verify_finds_every_object_intact(db: Db) -> None:
     assert checked["sst"]["units"] >= checked["sst"]["objects"]  # blocks
     assert checked["journal file"]["ok"] >= len(manifest.journal.files)
     assert checked["segment"]["ok"] >= 1
-    assert checked["segment"]["units"] >= 1  # the crashed writer's unfolded records
+    assert checked["segment"]["units"] >= 1  # the crashed writer's unrolled records
     assert checked["manifest"]["ok"] >= 2

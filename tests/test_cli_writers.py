@@ -180,7 +180,7 @@ def test_backup_without_fencing_copies_a_live_writers_acknowledged_writes(
             book.put("b", f"k{i:02d}", b"acknowledged %d" % i)
         copied = json.loads(ok("backup", url, backup, "--no-fence", "--json").out)
         book.put("b", "after", b"the writer was not fenced")
-    assert copied["segments_folded"] >= 1, "unfolded segments are part of the copy"
+    assert copied["segments_rolled"] >= 1, "unrolled segments are part of the copy"
     ok("restore", backup, restored)
     assert len(ok("ls", restored, "b").lines) == 50
     assert ok("get", restored, "b", "k49").stdout == b"acknowledged 49"

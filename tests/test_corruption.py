@@ -1,15 +1,15 @@
 """Corruption: a damaged byte in any stored object is reported, never read back as data.
 
 One database is built on a local directory, with a model of what it holds: SSTs on several
-levels, compacted journal files, unfolded journal segments a crashed writer left behind, and
+levels, compacted journal files, unrolled journal segments a crashed writer left behind, and
 superseded manifests nothing reads any more. Each case copies it, flips bits of one byte of one
 object, opens the copy and reads everything the API can read (every get and head, every fold,
 the journal in SQN order). Then:
 
 - a damaged latest manifest: opening fails with a ``CorruptionError`` naming it;
-- a damaged object the database reads (SST, journal file, unfolded segment): opening or some read
+- a damaged object the database reads (SST, journal file, unrolled segment): opening or some read
   raises ``CorruptionError`` naming that object, and every read that answers is exactly right;
-- a damaged object nothing reads any more (a superseded manifest, a folded segment, a replaced
+- a damaged object nothing reads any more (a superseded manifest, a rolled segment, a replaced
   file not yet deleted): nothing notices; every read is right.
 """
 
@@ -115,7 +115,7 @@ def classify(root: Path) -> dict[str, tuple[str, ...]]:
                 files["latest manifest"].append(info.key)
             elif info.key in referenced:
                 files[referenced[info.key]].append(info.key)
-            elif segment is not None and segment > manifest.journal.last_folded_segment:
+            elif segment is not None and segment > manifest.journal.last_rolled_segment:
                 files["segment"].append(info.key)
             else:
                 files["unused"].append(info.key)

@@ -164,8 +164,8 @@ def checkpoints(url: str) -> tuple[object, ...]:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"fold_on_close": float("inf")}, "fold_on_close must be True or False"),
-        ({"fold_on_close": 1}, "fold_on_close must be True or False"),
+        ({"roll_on_close": float("inf")}, "roll_on_close must be True or False"),
+        ({"roll_on_close": 1}, "roll_on_close must be True or False"),
         ({"allow_missing_segments": "yes"}, "allow_missing_segments must be True or False"),
         ({"gc_min_age": HUGE}, "out of range"),
         ({"checkpoint_lifetime": float("nan")}, "out of range"),
@@ -284,7 +284,7 @@ def test_fuzzed_bad_arguments_raise_usage_errors_and_change_nothing(
 
 
 OPTION_VALUES = {
-    "fold_on_close": BAD_FLAG,
+    "roll_on_close": BAD_FLAG,
     "allow_missing_segments": BAD_FLAG,
     "gc_min_age": BAD_SECONDS,
     "checkpoint_lifetime": BAD_SECONDS,
@@ -309,3 +309,12 @@ def test_fuzzed_bad_options_are_usage_errors(data: st.DataObject) -> None:
     value = data.draw(OPTION_VALUES[name])
     with pytest.raises(inkpen.UsageError, match=name):
         inkpen.Options.build(**{name: value})
+
+
+def test_old_roll_option_names_still_work_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="fold_bytes is now called roll_bytes"):
+        options = inkpen.Options.build(fold_bytes=1024, fold_on_close=False)
+    assert options.roll_bytes == 1024
+    assert options.roll_on_close is False
+    with pytest.raises(inkpen.UsageError, match="give only roll_segments"):
+        inkpen.Options.build(fold_segments=3, roll_segments=4)

@@ -16,8 +16,8 @@ from inkpen.objectstore import ObjectStore, open_store
 from support.cli import ok
 from support.engine import TINY, contents
 
-UNFOLDED = {**TINY, "fold_segments": 1000, "fold_bytes": 64 * 1024 * 1024, "fold_on_close": False}
-"""Every put stays in its own unfolded segment."""
+UNROLLED = {**TINY, "roll_segments": 1000, "roll_bytes": 64 * 1024 * 1024, "roll_on_close": False}
+"""Every put stays in its own unrolled segment."""
 
 
 def listing(store: ObjectStore) -> list[tuple[str, int]]:
@@ -33,11 +33,11 @@ def segments(store: ObjectStore) -> dict[int, str]:
     return found
 
 
-def crash_with_unfolded_segments(url: str) -> tuple[str, dict[bytes, bytes]]:
-    """Six acknowledged puts in six segments, the writer gone without folding them. Answers
+def crash_with_unrolled_segments(url: str) -> tuple[str, dict[bytes, bytes]]:
+    """Six acknowledged puts in six segments, the writer gone without rolling them. Answers
     the key of the segment holding the newer value of ``k`` (an older one is below it) and what
     is left once that segment is lost."""
-    book = inkpen.open(url, **UNFOLDED)
+    book = inkpen.open(url, **UNROLLED)
     store = open_store(url)
     book.put("b", "a1", b"1")
     book.put("b", "k", b"old")
@@ -54,13 +54,13 @@ def crash_with_unfolded_segments(url: str) -> tuple[str, dict[bytes, bytes]]:
 
 
 def test_a_missing_segment_is_refused_and_can_be_stepped_over(store_url: str) -> None:
-    lost, left = crash_with_unfolded_segments(store_url)
+    lost, left = crash_with_unrolled_segments(store_url)
     store = open_store(store_url)
     store.delete(lost)
     before = listing(store)
 
     with pytest.raises(inkpen.CorruptionError, match=lost) as opening:
-        inkpen.open(store_url, **UNFOLDED)
+        inkpen.open(store_url, **UNROLLED)
     assert opening.value.object_name.endswith(lost)
     with pytest.raises(inkpen.CorruptionError, match=lost):
         inkpen.open_reader(store_url)
@@ -74,18 +74,18 @@ def test_a_missing_segment_is_refused_and_can_be_stepped_over(store_url: str) ->
         assert contents(book, "b") == left
         book.put("b", "after", b"5")
     assert any(e["event"] == "journal.segments_missing" for e in logs)
-    assert any(e["event"] == "journal.missing_segments_folded" for e in logs)
+    assert any(e["event"] == "journal.missing_segments_rolled" for e in logs)
 
-    # The writer folded the survivors past the gap: plain opens work again and lose nothing.
+    # The writer rolled the survivors past the gap: plain opens work again and lose nothing.
     expected = {**left, b"after": b"5"}
     with inkpen.open_reader(store_url) as reader:
         assert contents(reader, "b") == expected
-    with inkpen.open(store_url, **UNFOLDED) as book:
+    with inkpen.open(store_url, **UNROLLED) as book:
         assert contents(book, "b") == expected
 
 
 def test_a_reader_at_a_checkpoint_refuses_a_missing_segment(store_url: str) -> None:
-    book = inkpen.open(store_url, **UNFOLDED)
+    book = inkpen.open(store_url, **UNROLLED)
     store = open_store(store_url)
     for i in range(4):
         book.put("b", f"k{i}", b"%d" % i)
@@ -110,7 +110,7 @@ def test_missing_segments_option_must_be_a_bool(store_url: str) -> None:
 def test_a_lost_write_the_ledger_recorded_is_never_read_as_data(store_url: str) -> None:
     """The ledger persisted the lost write before the crash: with the option, reading that key
     raises CorruptionError (it never answers with the older value or any other bytes)."""
-    book = inkpen.open(store_url, **UNFOLDED)
+    book = inkpen.open(store_url, **UNROLLED)
     store = open_store(store_url)
     book.put("b", "k", b"old")
     before = set(segments(store))
@@ -120,7 +120,7 @@ def test_a_lost_write_the_ledger_recorded_is_never_read_as_data(store_url: str) 
     book.flush()  # the ledger now names the lost write's SQN
     book.abandon()
     store.delete(segments(store)[lost])
-    with inkpen.open(store_url, allow_missing_segments=True, **UNFOLDED) as book:
+    with inkpen.open(store_url, allow_missing_segments=True, **UNROLLED) as book:
         assert book.get("b", "other") == b"kept"
         with pytest.raises(inkpen.CorruptionError, match="no journal"):
             book.get("b", "k")
@@ -128,7 +128,7 @@ def test_a_lost_write_the_ledger_recorded_is_never_read_as_data(store_url: str) 
 
 def test_info_names_a_missing_segment(tmp_path: Path) -> None:
     url = str(tmp_path / "db")
-    lost, _ = crash_with_unfolded_segments(url)
+    lost, _ = crash_with_unrolled_segments(url)
     store = open_store(url)
     try:
         store.delete(lost)

@@ -38,7 +38,7 @@ documents = st.dictionaries(
 DOCUMENT = {
     "version": 1,
     "writer_epoch": 7,
-    "journal": {"files": [["journal/compacted/a.jnl", 1, 100]], "folded_through": 12},
+    "journal": {"files": [["journal/compacted/a.jnl", 1, 100]], "rolled_through": 12},
     "levels": [[{"name": "ledger/x.sst", "first": b"o\x00", "last": b"o\xff", "size": 4096}]],
     "persisted_sqn": 100,
     "checkpoints": [],

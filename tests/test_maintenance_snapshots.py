@@ -1,6 +1,6 @@
 """Snapshots hold their files through merges and compactions, and let them go when released.
 
-A snapshot taken before 10,000 overwrites keeps returning the old values and folding over the old
+A snapshot taken before 10,000 overwrites keeps returning the old values and rolling over the old
 set while merges and journal compaction replace every file it reads; once it is closed — or its
 registration times out — those files are deleted.
 """

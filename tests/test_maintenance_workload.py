@@ -1,7 +1,7 @@
 """Long mixed workloads with tiny files: merges and compaction run all the time, reads stay right.
 
 A dict model follows every write; reads, folds and index queries are compared with it during the
-workload (while merges and folds run in the background) and after explicit merges and journal
+workload (while merges and rolls run in the background) and after explicit merges and journal
 compactions. Overwrites and deletes, once compacted and collected, shrink what the store holds.
 """
 

@@ -85,7 +85,7 @@ def test_checkpoint_covers_acknowledged_segments(database: ManifestStore) -> Non
     cp = create_checkpoint(database, lifetime=None)
     pinned = database.read(cp.manifest_id)
     assert pinned.journal.next_segment == 5
-    assert list(pinned.journal.unfolded_segments()) == [1, 2, 3, 4]
+    assert list(pinned.journal.unrolled_segments()) == [1, 2, 3, 4]
 
     explicit = create_checkpoint(database, lifetime=None, next_segment=7)
     assert database.read(explicit.manifest_id).journal.next_segment == 7

@@ -89,7 +89,7 @@ def clone_pins(parent: ManifestStore) -> list[str]:
     return [cp.id for cp in latest.manifest.checkpoints if cp.kind == "clone"]
 
 
-def test_clone_copies_state_and_unfolded_segments(
+def test_clone_copies_state_and_unrolled_segments(
     parent: ManifestStore, store: ObjectStore, clone_store: ObjectStore
 ) -> None:
     made = create_clone(store, clone_store)

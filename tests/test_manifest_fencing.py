@@ -113,7 +113,7 @@ def test_first_claim_fences_slot_one(database: ManifestStore, store: ObjectStore
     assert writers[0].manifest_id == 2 and writers[0].expire_time is None
 
 
-def test_second_claim_replays_unfolded_segments(
+def test_second_claim_replays_unrolled_segments(
     database: ManifestStore, store: ObjectStore
 ) -> None:
     first = claim_writer(database)
@@ -133,14 +133,14 @@ def test_second_claim_replays_unfolded_segments(
         database.update(record_progress(5), writer_epoch=1)
 
 
-def test_claim_starts_after_folded_segments_and_next_segment(
+def test_claim_starts_after_rolled_segments_and_next_segment(
     database: ManifestStore, store: ObjectStore
 ) -> None:
-    def fold(versioned: VersionedManifest) -> Manifest:
-        journal = replace(versioned.manifest.journal, last_folded_segment=6, next_segment=9)
+    def roll(versioned: VersionedManifest) -> Manifest:
+        journal = replace(versioned.manifest.journal, last_rolled_segment=6, next_segment=9)
         return versioned.manifest.with_journal(journal)
 
-    database.update(fold)
+    database.update(roll)
     for segment_id in (7, 8):
         write_segment(store, segment_id, segment_bytes(segment_id, 1), writer_epoch=1)
     claim = claim_writer(database)
@@ -154,11 +154,11 @@ def test_claim_refuses_segments_missing_below_next_segment(
 ) -> None:
     """The manifest says segments 7 and 8 were written; both are gone: damage."""
 
-    def fold(versioned: VersionedManifest) -> Manifest:
-        journal = replace(versioned.manifest.journal, last_folded_segment=6, next_segment=9)
+    def roll(versioned: VersionedManifest) -> Manifest:
+        journal = replace(versioned.manifest.journal, last_rolled_segment=6, next_segment=9)
         return versioned.manifest.with_journal(journal)
 
-    database.update(fold)
+    database.update(roll)
     before = listing(store)
     with pytest.raises(CorruptionError, match=r"journal/0+7\.jnl") as caught:
         claim_writer(database)

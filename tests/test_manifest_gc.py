@@ -51,7 +51,7 @@ OPERATIONS = (
     "drop_journal_file",
     "segment",
     "fence",
-    "fold",
+    "roll",
     "checkpoint",
     "drop_checkpoint",
     "orphan",
@@ -85,7 +85,7 @@ def histories(draw: st.DrawFn) -> History:
     ssts: list[SstDescriptor] = []
     files: list[JournalFileDescriptor] = []
     checkpoints: list[Checkpoint] = []
-    folded, next_segment, sqn = 0, 1, 1
+    rolled, next_segment, sqn = 0, 1, 1
     manifest = Manifest()
     versions = {1: manifest}
     objects[manifest_key(1)] = (clock, 90)
@@ -109,8 +109,8 @@ def histories(draw: st.DrawFn) -> History:
             size = EMPTY_JOURNAL_SIZE if op == "fence" else 250
             objects[segment_key(next_segment)] = (clock, size)
             next_segment += 1
-        elif op == "fold":
-            folded = draw(st.integers(folded, next_segment - 1))
+        elif op == "roll":
+            rolled = draw(st.integers(rolled, next_segment - 1))
         elif op == "checkpoint":
             lifetime = draw(st.none() | st.floats(1, 3000))
             checkpoints.append(
@@ -131,7 +131,7 @@ def histories(draw: st.DrawFn) -> History:
             objects[f"{key}{next(counter)}"] = (clock, 10)
         manifest = Manifest(
             writer_epoch=1,
-            journal=JournalState(tuple(files), folded, next_segment),
+            journal=JournalState(tuple(files), rolled, next_segment),
             ledger=LedgerState((tuple(ssts),), sqn),
             checkpoints=tuple(checkpoints),
         )
@@ -159,7 +159,7 @@ def test_plan_deletes_only_what_no_active_manifest_needs(
 
     active = [latest.manifest, *pinned.values()]
     referenced = {name for m in active for root, name in m.referenced_objects() if root is None}
-    needed_segments = {s for m in pinned.values() for s in m.journal.unfolded_segments()}
+    needed_segments = {s for m in pinned.values() for s in m.journal.unrolled_segments()}
     active_ids = {latest.id, *pinned}
     assert not plan.destroy
     assert len(set(plan.deletes)) == len(plan.deletes)
@@ -174,7 +174,7 @@ def test_plan_deletes_only_what_no_active_manifest_needs(
         if (manifest_id := parse_manifest_key(key)) is not None:
             assert manifest_id not in active_ids
         elif (segment_id := parse_segment_key(key)) is not None:
-            assert segment_id <= latest.manifest.journal.last_folded_segment
+            assert segment_id <= latest.manifest.journal.last_rolled_segment
             assert segment_id not in needed_segments
             if size == EMPTY_JOURNAL_SIZE:
                 assert fence_min_age is not None and age >= fence_min_age
@@ -281,7 +281,7 @@ def keys(store: ObjectStore, prefix: str = "") -> set[str]:
 
 @dataclass
 class Scene:
-    """A database with history: superseded manifests, folded data and fence segments, a live
+    """A database with history: superseded manifests, rolled data and fence segments, a live
     SST and journal file, an orphan SST, and objects that are not inkpen's."""
 
     ms: ManifestStore
@@ -308,14 +308,14 @@ def build_scene(store: ObjectStore) -> Scene:
     store.put("notes/readme.txt", b"not inkpen's")
     store.put("ledger/readme.txt", b"not inkpen's either")
 
-    def fold(versioned: VersionedManifest) -> Manifest:
+    def roll(versioned: VersionedManifest) -> Manifest:
         sst = SstDescriptor(live_sst, b"a", b"z", 1, 3, 8, 3, 0)
         jfile = JournalFileDescriptor(live_jfile, 1, 3, 17, 3)
         return versioned.manifest.with_ledger(LedgerState(((sst,),), 3)).with_journal(
             JournalState((jfile,), 5, 6)
         )
 
-    ms.update(fold, writer_epoch=claim.epoch)
+    ms.update(roll, writer_epoch=claim.epoch)
     return Scene(ms, live_sst, live_jfile, orphan, claim.epoch)
 
 
@@ -405,12 +405,12 @@ def test_checkpoint_keeps_its_segments_and_files(store: ObjectStore) -> None:
     pinned = scene.ms.read(cp.manifest_id)
     write_segment(store, 7, segment(5, scene.epoch), writer_epoch=scene.epoch)
 
-    def refold(versioned: VersionedManifest) -> Manifest:
+    def reroll(versioned: VersionedManifest) -> Manifest:
         return versioned.manifest.with_ledger(LedgerState()).with_journal(JournalState((), 7, 8))
 
-    scene.ms.update(refold, writer_epoch=scene.epoch)
+    scene.ms.update(reroll, writer_epoch=scene.epoch)
     report = run_gc(store, options=GcOptions(min_age=300), now=time.time() + 3600)
-    assert list(pinned.journal.unfolded_segments()) == [6]
+    assert list(pinned.journal.unrolled_segments()) == [6]
     assert segment_key(7) in report.deleted
     assert segment_key(6) not in report.deleted
     assert scene.live_sst not in report.deleted and scene.live_journal_file not in report.deleted

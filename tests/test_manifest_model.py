@@ -76,7 +76,7 @@ def manifests(draw: st.DrawFn) -> Manifest:
         )
         for i, s in enumerate(sqns)
     )
-    folded = draw(st.integers(0, 50))
+    rolled = draw(st.integers(0, 50))
     checkpoints = tuple(
         Checkpoint(
             f"cp-{i}",
@@ -91,7 +91,7 @@ def manifests(draw: st.DrawFn) -> Manifest:
     return Manifest(
         writer_epoch=draw(st.integers(0, 2**40)),
         compactor_epoch=draw(st.integers(0, 9)),
-        journal=JournalState(files, folded, folded + 1 + draw(st.integers(0, 9))),
+        journal=JournalState(files, rolled, rolled + 1 + draw(st.integers(0, 9))),
         ledger=LedgerState((level0, deeper), draw(st.integers(0, 2**40))),
         checkpoints=checkpoints,
         parent=draw(st.none() | st.just(CloneParent("memory://parent", "cp-p"))),
@@ -122,7 +122,7 @@ def test_referenced_objects_and_counts() -> None:
         ("memory://p", "journal/compacted/j.jnl"),
     }
     assert manifest.sst_count() == 2
-    assert list(journal.unfolded_segments()) == [4]
+    assert list(journal.unrolled_segments()) == [4]
 
 
 def test_checkpoint_liveness_and_manifest_questions() -> None:
@@ -162,7 +162,7 @@ def test_checkpoint_metadata_is_read_only_and_copied() -> None:
             lambda: JournalState((jfile("a", 1, 10), jfile("b", 10, 20))),
             "out of order or overlap",
         ),
-        (lambda: JournalState((), 5, 5), "next_segment 5 must be above last_folded_segment 5"),
+        (lambda: JournalState((), 5, 5), "next_segment 5 must be above last_rolled_segment 5"),
         (lambda: JournalState((), 0, 0), "next_segment must be an int >= 1"),
         (
             lambda: LedgerState(((), (sst("a", b"a", b"m"), sst("b", b"m", b"z")))),
@@ -195,7 +195,7 @@ def test_decode_ignores_unknown_fields_and_defaults_missing_ones() -> None:
     document = {
         "writer_epoch": 7,
         "future_field": {"anything": [1, 2]},
-        "journal": {"last_folded_segment": 3, "next_segment": 9, "future": True},
+        "journal": {"last_rolled_segment": 3, "next_segment": 9, "future": True},
         "checkpoints": [{"id": "c", "manifest_id": 2, "create_time": 1.0, "extra": 1}],
     }
     manifest = decode(encode_manifest(document), "manifest/x")
@@ -209,7 +209,7 @@ def test_decode_ignores_unknown_fields_and_defaults_missing_ones() -> None:
 @pytest.mark.parametrize(
     "document",
     [
-        {"journal": {"last_folded_segment": 5, "next_segment": 2}},
+        {"journal": {"last_rolled_segment": 5, "next_segment": 2}},
         {"checkpoints": [{"manifest_id": 2}]},
         {"ledger": {"levels": [[{"name": "x"}]]}},
         {"journal": [1, 2]},
@@ -270,3 +270,12 @@ def test_bad_ids_are_refused(bad: object) -> None:
 def test_bad_file_ids_are_refused(bad: object) -> None:
     with pytest.raises(UsageError, match="25 lower-case hex digits"):
         paths.sst_key(bad)  # type: ignore[arg-type]
+
+
+def test_journal_state_reads_the_key_written_before_segments_rolled() -> None:
+    """Manifests written before "fold" was renamed "roll" name the field ``last_folded_segment``."""
+    old = {"files": [], "last_folded_segment": 7, "next_segment": 9}
+    state = JournalState.from_document(old)
+    assert state.last_rolled_segment == 7
+    assert state.to_document()["last_rolled_segment"] == 7
+    assert "last_folded_segment" not in state.to_document()

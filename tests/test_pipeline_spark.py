@@ -105,7 +105,7 @@ def test_a_read_during_writes_sees_exactly_its_checkpoint(spark: SparkSession, u
         "ledger_cache_entries": 50,
         "l0_cache_entries": 200,
         "max_l0_files": 2,
-        "fold_segments": 8,
+        "roll_segments": 8,
         "gc_min_age": 0.0,
         "gc_interval": 0.2,
     }
@@ -119,7 +119,7 @@ def test_a_read_during_writes_sees_exactly_its_checkpoint(spark: SparkSession, u
     book.put("live", "new", b"after the checkpoint")
     stop = threading.Event()
 
-    def churn() -> None:  # flushes, merges, folds and GC run while Spark reads
+    def churn() -> None:  # flushes, merges, rolls and GC run while Spark reads
         n = 0
         while not stop.is_set():
             book.put("live", f"k{n % 1500:05d}", b"churn")

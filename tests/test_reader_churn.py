@@ -34,13 +34,13 @@ WRITER = {
     "sst_block_bytes": 512,
     "l1_target_files": 2,
     "level_fanout": 2,
-    "fold_segments": 8,
-    "fold_bytes": 64 * 1024,
+    "roll_segments": 8,
+    "roll_bytes": 64 * 1024,
     "journal_file_target_bytes": 8192,
     "delete_poll_interval": 0.05,
     "gc_min_age": 0.0,
 }
-"""Small files: the puts of a few seconds flush, merge, fold and compact many times."""
+"""Small files: the puts of a few seconds flush, merge, roll and compact many times."""
 
 
 def check_fold(fold: dict[str, str], keys: list[str], acked: list[float], opened: float) -> None:

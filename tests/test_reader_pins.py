@@ -32,12 +32,12 @@ DEADLINE = 60.0
 QUIET = {
     "ledger_cache_entries": 10_000,
     "l0_cache_entries": 10_000,
-    "fold_segments": 10_000,
-    "fold_bytes": 64 * 1024 * 1024,
+    "roll_segments": 10_000,
+    "roll_bytes": 64 * 1024 * 1024,
     "gc_min_age": 0.0,
     "delete_poll_interval": 0.05,
 }
-"""Nothing flushes or folds unless the test says so."""
+"""Nothing flushes or rolls unless the test says so."""
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:

@@ -3,7 +3,7 @@
 A Hypothesis rule-based state machine drives one database through puts (with index specs and
 TTLs), deletes (with index removals), reads, index queries, every fold, snapshots, a moving clock,
 L0 flushes, ledger merges, journal compaction, clean and crashed reopens, garbage collection and a
-second writer taking over. Tiny file and cache sizes make a few writes flush, merge and fold, and
+second writer taking over. Tiny file and cache sizes make a few writes flush, merge and roll, and
 the key space is small, so overwrites, deletes and index churn keep colliding in every file.
 After every step the engine's counters must be sane and a rotating sample of keys must read back
 exactly as :class:`support.model.Model` says; after every reopen everything is compared.
@@ -84,7 +84,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "l1_target_files": 3,
         "sst_target_bytes": 8192,
         "sst_block_bytes": 1024,
-        "fold_segments": 20,
+        "roll_segments": 20,
         "journal_file_target_bytes": 16384,
     },
 }
@@ -440,7 +440,7 @@ class BookieMachine(RuleBasedStateMachine):
 
     @rule(changes=st.lists(changes, min_size=1, max_size=40))
     def write_many(self, changes: list[tuple[Any, ...]]) -> None:
-        """A run of writes: enough of them to fill caches, flush L0, merge and fold."""
+        """A run of writes: enough of them to fill caches, flush L0, merge and roll."""
         self.apply_changes(changes)
 
     @rule(changes=st.lists(changes, min_size=10, max_size=60))
@@ -942,7 +942,7 @@ class BookieMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.injects_faults)
     @rule(choice=st.integers(0, 2**16), restore=st.booleans())
     def lose_a_segment(self, choice: int, restore: bool) -> None:
-        """A crash leaves unfolded segments; one below the newest is deleted. The next open and
+        """A crash leaves unrolled segments; one below the newest is deleted. The next open and
         a new Reader must refuse with a CorruptionError naming it, writing nothing. Then either
         the object is put back (everything reads as before), or the database is opened with
         ``allow_missing_segments`` and the model loses exactly the writes the segment held
@@ -954,7 +954,7 @@ class BookieMachine(RuleBasedStateMachine):
             latest = ManifestStore(store).latest()
             assert latest is not None
             persisted = latest.manifest.ledger.persisted_sqn
-            refs = scan_segments(store, latest.manifest.journal.last_folded_segment).refs
+            refs = scan_segments(store, latest.manifest.journal.last_rolled_segment).refs
             newest = refs[-1].id if refs else 0
             lost: list[tuple[str, bytes, dict[str, str], set[int]]] = []
             for ref in refs:
@@ -1176,7 +1176,7 @@ class FaultyMachine(BookieMachine):
         except inkpen.StoreError as exc:
             if not injected(exc):
                 raise
-            self.tally["failed_folds"] += 1
+            self.tally["failed_rolls"] += 1
             assert got == expected[: len(got)], f"{what}: a failed fold yielded {got!r}"
             return
         assert got == expected, f"{what}: got {got!r}, model says {expected!r}"

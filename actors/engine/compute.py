@@ -1,6 +1,6 @@
 """CPU-heavy file building, run off the interpreter that serves reads and writes.
 
-Merges, L0 builds and journal folds are pure computation over bytes: decode inputs, merge,
+Merges, L0 builds and journal rolls are pure computation over bytes: decode inputs, merge,
 encode outputs. In CPython a thread doing that holds the interpreter lock for most of its run and
 starves the actors that serve puts and gets (profiles of a bulk load showed merges taking 60% of
 the lock). The clerks that own these jobs therefore keep everything that touches state or the

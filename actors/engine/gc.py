@@ -1,7 +1,7 @@
 """The garbage collector actor: the writer's own GC runs, at start-up and then on a schedule.
 
 Files a manifest change drops are normally deleted by their clerks (delete_pending); GC removes
-what no clerk owns: journal segments once folded, manifests no live checkpoint names, and the
+what no clerk owns: journal segments once rolled, manifests no live checkpoint names, and the
 orphans a crash leaves (files written but never committed). It runs the manifest layer's planner
 (:func:`inkpen.manifest.gc.run_gc`), never touching an object younger than ``gc_min_age`` nor one
 this writer is still writing (:mod:`inkpen.actors.files.in_flight`). Open snapshots are safe

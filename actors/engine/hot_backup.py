@@ -1,7 +1,7 @@
 """Hot backup: copy the journal of a live Bookie to another root, incrementally.
 
 Leveled backs up the journal alone, because the ledger can be rebuilt from it; so does inkpen.
-``backup = book.hot_backup()`` rolls the active journal (folds every unfolded segment into a
+``backup = book.hot_backup()`` rolls the active journal (writes every unrolled segment into a
 journal file), takes a snapshot whose journal clone keeps every file of that moment from being
 deleted, and returns ``backup``; ``backup(dest)`` then:
 
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inkpen.actors.journal.clerk import fold_entries
+from inkpen.actors.journal.clerk import roll_entries
 from inkpen.actors.read.views import JournalView
 from inkpen.errors import AlreadyExistsError, UsageError
 from inkpen.logs import get_logger
@@ -138,7 +138,7 @@ class HotBackup:
                 copied += 1
                 copied_bytes += source.size
             descriptors.append(dataclasses.replace(source, root=None, in_ledger=False))
-        entries = list(fold_entries(self._journal.segments))
+        entries = list(roll_entries(self._journal.segments))
         if entries:
             written = TableStore(dest).write_journal(entries, writer_epoch=self._epoch)
             copied += 1
@@ -169,12 +169,12 @@ class HotBackup:
     ) -> VersionedManifest:
         def change(current: VersionedManifest) -> Manifest:
             old = current.manifest
-            # Every segment there is superseded by the backup: fold past the highest.
-            last = scan_segments(dest, old.journal.last_folded_segment).last
+            # Every segment there is superseded by the backup: roll past the highest.
+            last = scan_segments(dest, old.journal.last_rolled_segment).last
             return dataclasses.replace(
                 old.without_checkpoints_of_kind("writer"),
                 writer_epoch=old.writer_epoch + 1,
-                journal=JournalState(files=files, last_folded_segment=last, next_segment=last + 1),
+                journal=JournalState(files=files, last_rolled_segment=last, next_segment=last + 1),
                 ledger=LedgerState(),
                 initialized=True,
             )

@@ -23,7 +23,7 @@ the file again.
 It also caches manifests by id (they are immutable) for the owners' delete confirmations, which
 must know which files live checkpoints still reference.
 
-**Commit, then install or roll back.** Every change that adds files an owner wrote (a fold, a
+**Commit, then install or roll back.** Every change that adds files an owner wrote (a roll, a
 journal compaction, an L0 write, a merge) goes through :func:`commit_or_roll_back`, so all
 behave alike: the new files leave the in-flight set either way; on success the owner installs
 its new state; on failure their clerks are stopped, ``<site>_commit_failed`` is logged, the owner

@@ -8,14 +8,14 @@ Start-up (Leveled's, on SlateDB's manifest):
    older writers can no longer write a segment or commit a manifest;
 3. start the Penciller and the Inker, and one clerk per SST and journal file of the manifest, each
    opening its reader (in parallel: each clerk is its own thread);
-4. read the unfolded segments the claim accepted into the Inker's active journal (through the
+4. read the unrolled segments the claim accepted into the Inker's active journal (through the
    table store, :meth:`~inkpen.manifest.table_store.TableStore.read_segments`);
 5. start the Bookie and the two owners' clerks and wire them together;
 6. replay every journal entry above the ledger's persisted SQN into the Penciller;
 7. accept load.
 
 Close writes the open batch, pushes the Bookie's cache, writes the Penciller's memory to L0 (so
-the next start-up replays nothing), folds the unfolded segments (``fold_on_close``), drops the
+the next start-up replays nothing), rolls the unrolled segments (``roll_on_close``), drops the
 writer checkpoint and stops every actor. A fenced writer skips the writing steps.
 """
 
@@ -211,7 +211,7 @@ class Engine:
         return engine
 
     def _step_over_missing(self, claim: WriterClaim) -> None:
-        """Fold every surviving segment and move ``last_folded_segment`` to the fence, so that
+        """Roll every surviving segment and move ``last_rolled_segment`` to the fence, so that
         the missing segments (opened with ``allow_missing_segments``) are below it and later
         opens find no gap."""
         self.roll()
@@ -222,17 +222,17 @@ class Engine:
             return m.with_journal(
                 replace(
                     journal,
-                    last_folded_segment=max(journal.last_folded_segment, fence),
+                    last_rolled_segment=max(journal.last_rolled_segment, fence),
                     next_segment=max(journal.next_segment, fence + 1),
                 )
             )
 
         self.ctx.keeper.commit(change, reason="journal.step_over_missing")
         log.warning(
-            "journal.missing_segments_folded",
+            "journal.missing_segments_rolled",
             url=self.ctx.store.url,
             missing=[segment_key(i) for i in claim.missing],
-            last_folded_segment=fence,
+            last_rolled_segment=fence,
         )
 
     # -- close --------------------------------------------------------------------------------
@@ -294,13 +294,13 @@ class Engine:
         self._wait_ledger(penciller_actor.flush_mem, "write its memory to L0")
 
     def roll(self) -> None:
-        """Write the open batch and fold every unfolded segment into a journal file."""
+        """Write the open batch and roll every unrolled segment into a journal file."""
         keeper = self.ctx.keeper
         inker_actor.sync(self.inker)
         deadline = time.monotonic() + CLOSE_WAIT
-        while keeper.fenced is None and not inker_actor.fold_now(self.inker):
+        while keeper.fenced is None and not inker_actor.roll_now(self.inker):
             if time.monotonic() > deadline:
-                raise InkpenError("the journal fold in progress did not finish in time")
+                raise InkpenError("the journal roll in progress did not finish in time")
             time.sleep(0.01)
         if keeper.fenced is not None:
             raise keeper.fenced
@@ -334,7 +334,7 @@ class Engine:
         self.intake.shut(UsageError("this Bookie is closed"))
         self.flush()
         self.compact_ledger()  # leave L0 merged: the next open starts with no merge to run
-        if self.ctx.options.fold_on_close:
+        if self.ctx.options.roll_on_close:
             self.roll()
         penciller_actor.shutdown(self.penciller)
         if keeper.fenced is None:

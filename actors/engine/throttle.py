@@ -1,7 +1,7 @@
 """Backpressure: how the actors slow writers down and then stop them, instead of growing memory.
 
 The Bookie (ledger cache too big because the Penciller refuses pushes while L0 files wait to be
-merged) and the Inker (too many unfolded segment bytes) each set a pressure level for their
+merged) and the Inker (too many unrolled segment bytes) each set a pressure level for their
 reason. A put consults :meth:`Throttle.wait` before joining a batch: at ``SLOW`` it yields for a
 moment so the actors catch up, at ``STOP`` it blocks until every reason drops below ``STOP`` or
 the writer halts. Memory is thereby bounded by the ``STOP`` thresholds plus one batch per writer.
@@ -9,7 +9,7 @@ the writer halts. Memory is thereby bounded by the ``STOP`` thresholds plus one 
 States: *open* (puts wait by level) and *halted* (:meth:`halt`: the writer was fenced, stopped
 writing after a store failure, or was closed). Halting is final and the first error wins: every
 put blocked in :meth:`wait` and every later one raises it at once. A fenced writer can commit no
-L0 write, merge or fold, so its pressure would never drop: without the halt its blocked puts
+L0 write, merge or roll, so its pressure would never drop: without the halt its blocked puts
 would wait for good.
 
 A writer blocked at ``STOP`` for :data:`PROBE_AFTER` seconds asks ``probe`` (the manifest keeper's

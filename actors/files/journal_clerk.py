@@ -1,4 +1,4 @@
-"""The journal-file clerk: one actor per journal file (segments folded, or compaction output).
+"""The journal-file clerk: one actor per journal file (segments rolled, or compaction output).
 
 Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
 
@@ -9,7 +9,7 @@ Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
   through the table store (:mod:`inkpen.manifest.table_store`). Leveled's active journal file is
   appended to in place; object stores have no append, so inkpen's active journal is the run of
   small segments the Inker writes per group commit, kept in the Inker's memory until they are
-  folded into a file like this one.
+  rolled into a file like this one.
 - ``reading``: the clerk's :class:`~inkpen.formats.journal.JournalReader` (header and hash tables
   loaded once) is published in the Inker's views; value reads go through it and a chunk cache
   shared by the Bookie's journal files, without a message to the clerk.

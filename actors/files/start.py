@@ -6,7 +6,7 @@ A clerk is started for one of two reasons, and everything it is given follows fr
   from the root that holds it (a clone's inherited files live in its parent's store) and deletes
   it later only if this database owns it (``root`` is None). It is asked :class:`OpenSst` /
   :class:`OpenJournal` and answers the file's handle (:func:`open_files`, all files at once);
-- **a new file** (an L0 flush, a merge, a fold, a journal compaction): the clerk writes into this
+- **a new file** (an L0 flush, a merge, a roll, a journal compaction): the clerk writes into this
   database's own store under a fresh ``<file-id>`` name, recorded in flight
   (:mod:`inkpen.actors.files.in_flight`) before the put. It is asked :class:`WriteSst` /
   :class:`WriteJournal` (:func:`write_file`) or told :class:`BuildL0` (the Penciller, which

@@ -1,12 +1,12 @@
-"""The Inker's clerk: folds segments into journal files and compacts journal files.
+"""The Inker's clerk: rolls segments into journal files and compacts journal files.
 
 Both jobs write new journal files through new journal-file clerks, off the Inker's message loop,
 then tell the Inker, which commits the manifest change and publishes the new view.
 
-**Folding.** The Inker's active journal is a run of small segments (one per group commit). When
-their bytes or count pass ``fold_bytes`` / ``fold_segments`` the Inker sends them here
-(:class:`FoldSegments`); they are rewritten, in SQN order, as journal files of about
-``journal_file_target_bytes`` (:class:`Folded`). Folding keeps the number of journal objects
+**Rolling.** The Inker's active journal is a run of small segments (one per group commit). When
+their bytes or count pass ``roll_bytes`` / ``roll_segments`` the Inker sends them here
+(:class:`RollSegments`); they are rewritten, in SQN order, as journal files of about
+``journal_file_target_bytes`` (:class:`Rolled`). Rolling keeps the number of journal objects
 small and lets GC remove the segments.
 
 **Compaction** (:func:`compact`, Leveled's Inker's clerk). With a ledger snapshot taken when the
@@ -58,15 +58,15 @@ class LedgerSnapshotLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class FoldSegments:
-    """Inker to clerk: write these segments' entries as journal files; answer :class:`Folded`."""
+class RollSegments:
+    """Inker to clerk: write these segments' entries as journal files; answer :class:`Rolled`."""
 
     segments: tuple[SegmentTable, ...]
     reply_to: pykka.ActorRef[Any]
 
 
 @dataclass(frozen=True, slots=True)
-class Folded:
+class Rolled:
     """Clerk to Inker: the segments now live in these (open) journal files."""
 
     segment_ids: tuple[int, ...]
@@ -74,7 +74,7 @@ class Folded:
 
 
 @dataclass(frozen=True, slots=True)
-class FoldFailed:
+class RollFailed:
     error: BaseException
 
 
@@ -111,7 +111,7 @@ class CompactionDone:
     result: Future[CompactionReport]
 
 
-def fold_entries(segments: Iterable[SegmentTable]) -> Iterator[JournalEntry]:
+def roll_entries(segments: Iterable[SegmentTable]) -> Iterator[JournalEntry]:
     """The entries of segments in SQN order."""
     for segment in segments:
         entries = segment.entries
@@ -156,28 +156,28 @@ def _write_file(
 
 
 class InkerClerk(InkpenActor):
-    """Folds and compacts for the Inker. Answers :class:`FoldSegments` and :func:`compact`."""
+    """Rolls and compacts for the Inker. Answers :class:`RollSegments` and :func:`compact`."""
 
     def __init__(self, ctx: EngineContext, inker: pykka.ActorRef[Any]) -> None:
         super().__init__()
         self.ctx = ctx
         self.inker = inker
 
-    @handles(FoldSegments)
-    def _fold(self, message: FoldSegments) -> None:
+    @handles(RollSegments)
+    def _roll(self, message: RollSegments) -> None:
         started = time.monotonic()
         try:
             handles = write_journal_files(
                 self.ctx,
                 self.inker,
-                fold_entries(message.segments),
+                roll_entries(message.segments),
                 self.ctx.options.journal_file_target_bytes,
             )
         except Exception as exc:
-            send(message.reply_to, FoldFailed(exc))
+            send(message.reply_to, RollFailed(exc))
             return
-        log.debug("journal.fold_written", ms=round((time.monotonic() - started) * 1000, 2))
-        send(message.reply_to, Folded(tuple(s.segment_id for s in message.segments), handles))
+        log.debug("journal.roll_written", ms=round((time.monotonic() - started) * 1000, 2))
+        send(message.reply_to, Rolled(tuple(s.segment_id for s in message.segments), handles))
 
     @handles(_Compact)
     def _compact(self, message: _Compact) -> None:

@@ -13,8 +13,8 @@ manifest. Its pieces:
   interval; one that opens later is written at once); a batch of ``max_batch_bytes`` is written
   at once either way.
 - the **active journal**: written segments stay in memory (published in the Inker's view, so
-  gets find their values without a store read) until the Inker's clerk **folds** them into a
-  journal file and the manifest records the fold (``last_folded_segment``).
+  gets find their values without a store read) until the Inker's clerk **rolls** them into a
+  journal file and the manifest records the roll (``last_rolled_segment``).
 - **journal files** (``journal/compacted/<id>.jnl``), one clerk each, serving value reads.
 - the **snapshot register** for journal clones, and the delete confirmations of its files.
 
@@ -25,8 +25,8 @@ same slot (the bytes decide whether an earlier attempt landed); if the outcome s
 Inker stops writing rather than leave a gap that would hide later segments.
 
 Other modules ask the Inker through the functions at the end of this module (``sync``,
-``fold_now``, ``take_checkpoint``, ``register``, ``release``, ``replay``, ``stats``, ...); its
-messages are private. It also answers ``Folded``/``FoldFailed``/``CompactionDone`` (from its
+``roll_now``, ``take_checkpoint``, ``register``, ``release``, ``replay``, ``stats``, ...); its
+messages are private. It also answers ``Rolled``/``RollFailed``/``CompactionDone`` (from its
 clerk) and ``ConfirmDelete``/``FileDeleted`` (from file clerks).
 """
 
@@ -49,10 +49,10 @@ from inkpen.actors.files.clerk import SetForDelete
 from inkpen.actors.journal import replay as journal_replay
 from inkpen.actors.journal.clerk import (
     CompactionDone,
-    Folded,
-    FoldFailed,
-    FoldSegments,
-    fold_entries,
+    Rolled,
+    RollFailed,
+    RollSegments,
+    roll_entries,
     write_journal_files,
 )
 from inkpen.actors.journal.intake import Batch, WriteIntake
@@ -72,7 +72,7 @@ REPLAY_PROBE_AFTER = 2.0
 log = get_logger("inkpen.inker")
 
 SEGMENT_WRITE_ATTEMPTS = 6
-FOLD_RETRY_AFTER = 1.0
+ROLL_RETRY_AFTER = 1.0
 
 
 # -- messages ---------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ class _Attach:
 
 @dataclass(frozen=True, slots=True)
 class _LoadJournal:
-    """Ask, once at start-up: the journal files (open), unfolded segments and highest SQN."""
+    """Ask, once at start-up: the journal files (open), unrolled segments and highest SQN."""
 
     files: tuple[JournalHandle, ...]
     segments: tuple[SegmentTable, ...]
@@ -117,8 +117,8 @@ class _Sync:
 
 
 @dataclass(frozen=True, slots=True)
-class _FoldNow:
-    """Ask: fold every unfolded segment into journal files; answers when committed."""
+class _RollNow:
+    """Ask: roll every unrolled segment into journal files; answers when committed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +151,8 @@ class _TakeCheckpoint:
 
 
 @dataclass(frozen=True, slots=True)
-class _RetryFold:
-    """From the timer: try the fold that failed again."""
+class _RetryRoll:
+    """From the timer: try the roll that failed again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +183,7 @@ class Inker(FileOwner):
         self.bookie: pykka.ActorRef[Any] | None = None
         self.penciller: pykka.ActorRef[Any] | None = None
         self.clerk: pykka.ActorRef[Any] | None = None
-        self.folding = False
+        self.rolling = False
         self._stopped: InkpenError | None = None
         """Why the Inker stopped writing other than the fence (the keeper holds that)."""
         self.segments_written = 0
@@ -364,11 +364,11 @@ class Inker(FileOwner):
 
     def _after_write(self) -> None:
         options = self.ctx.options
-        unfolded = sum(s.size for s in self.segments)
+        unrolled = sum(s.size for s in self.segments)
         count = len(self.segments)
-        if not self.folding and (unfolded >= options.fold_bytes or count >= options.fold_segments):
-            self._start_fold(tuple(self.segments))
-        ratio = max(unfolded / options.fold_bytes, count / options.fold_segments)
+        if not self.rolling and (unrolled >= options.roll_bytes or count >= options.roll_segments):
+            self._start_roll(tuple(self.segments))
+        ratio = max(unrolled / options.roll_bytes, count / options.roll_segments)
         level = STOP if ratio >= 4 else SLOW if ratio >= 2 else NONE
         self.ctx.throttle.set("journal", level)
 
@@ -396,22 +396,22 @@ class Inker(FileOwner):
                 )
             )
 
-    # -- folding ----------------------------------------------------------------------------
+    # -- rolling ----------------------------------------------------------------------------
 
-    def _start_fold(self, segments: tuple[SegmentTable, ...]) -> None:
+    def _start_roll(self, segments: tuple[SegmentTable, ...]) -> None:
         if not segments or self.clerk is None or self.stopped is not None:
             return
-        self.folding = True
-        send(self.clerk, FoldSegments(segments, self.actor_ref))
+        self.rolling = True
+        send(self.clerk, RollSegments(segments, self.actor_ref))
 
-    @handles(_FoldNow)
-    def _fold_now(self, _: _FoldNow) -> bool:
-        """Fold every unfolded segment now, on this thread (close, hot backup).
+    @handles(_RollNow)
+    def _roll_now(self, _: _RollNow) -> bool:
+        """Roll every unrolled segment now, on this thread (close, hot backup).
 
-        Answers True once nothing is left unfolded, False while the clerk's fold is still in
+        Answers True once nothing is left unrolled, False while the clerk's roll is still in
         flight (ask again after it lands).
         """
-        if self.folding:
+        if self.rolling:
             return False
         if self.stopped is not None or not self.segments:
             return True
@@ -419,15 +419,15 @@ class Inker(FileOwner):
         handles = write_journal_files(
             self.ctx,
             self.actor_ref,
-            fold_entries(segments),
+            roll_entries(segments),
             self.ctx.options.journal_file_target_bytes,
         )
-        self._folded(Folded(tuple(s.segment_id for s in segments), handles))
+        self._rolled(Rolled(tuple(s.segment_id for s in segments), handles))
         return not self.segments
 
-    @handles(Folded)
-    def _folded(self, message: Folded) -> None:
-        self.folding = False
+    @handles(Rolled)
+    def _rolled(self, message: Rolled) -> None:
+        self.rolling = False
         if not message.handles:
             return
         last = max(message.segment_ids)
@@ -442,7 +442,7 @@ class Inker(FileOwner):
                 journal=dataclasses.replace(
                     journal,
                     files=files,
-                    last_folded_segment=max(journal.last_folded_segment, last),
+                    last_rolled_segment=max(journal.last_rolled_segment, last),
                     next_segment=max(journal.next_segment, next_segment),
                 ),
             )
@@ -453,7 +453,7 @@ class Inker(FileOwner):
             self.segments = [s for s in self.segments if s.segment_id > last]
             self._publish()
             log.info(
-                "journal.fold",
+                "journal.roll",
                 segments=len(message.segment_ids),
                 last_segment=last,
                 files=[h.name for h in message.handles],
@@ -464,22 +464,22 @@ class Inker(FileOwner):
         commit_or_roll_back(
             self.ctx.keeper,
             change,
-            reason="journal.fold",
+            reason="journal.roll",
             new_files=message.handles,
             in_flight=self.ctx.in_flight,
             install=install,
-            roll_back=lambda _: None,  # the segments stay unfolded; a fence stops the Inker
-            retry=lambda after: self.ctx.scheduler.after(after, self.actor_ref, _RetryFold()),
+            roll_back=lambda _: None,  # the segments stay unrolled; a fence stops the Inker
+            retry=lambda after: self.ctx.scheduler.after(after, self.actor_ref, _RetryRoll()),
         )
 
-    @handles(FoldFailed)
-    def _fold_failed(self, message: FoldFailed) -> None:
-        self.folding = False
-        log.warning("journal.fold_failed", error=str(message.error))
-        self.ctx.scheduler.after(FOLD_RETRY_AFTER, self.actor_ref, _RetryFold())
+    @handles(RollFailed)
+    def _roll_failed(self, message: RollFailed) -> None:
+        self.rolling = False
+        log.warning("journal.roll_failed", error=str(message.error))
+        self.ctx.scheduler.after(ROLL_RETRY_AFTER, self.actor_ref, _RetryRoll())
 
-    @handles(_RetryFold)
-    def _retry_fold(self, _: _RetryFold) -> None:
+    @handles(_RetryRoll)
+    def _retry_roll(self, _: _RetryRoll) -> None:
         self._after_write()
 
     # -- compaction -------------------------------------------------------------------------
@@ -636,8 +636,8 @@ class Inker(FileOwner):
             "sqn": self.sqn,
             "writer_epoch": self.epoch,
             "next_segment": self.next_segment,
-            "unfolded_segments": len(self.segments),
-            "unfolded_bytes": sum(s.size for s in self.segments),
+            "unrolled_segments": len(self.segments),
+            "unrolled_bytes": sum(s.size for s in self.segments),
             "journal_files": len(self.files),
             "journal_bytes": sum(h.descriptor.size for h in self.files.values()),
             "segments_written": self.segments_written,
@@ -676,7 +676,7 @@ def load(
     segments: tuple[SegmentTable, ...],
     max_sqn: int,
 ) -> None:
-    """Once at start-up: the journal files (open), unfolded segments and highest SQN."""
+    """Once at start-up: the journal files (open), unrolled segments and highest SQN."""
     call(inker, _LoadJournal(files, segments, max_sqn))
 
 
@@ -693,9 +693,9 @@ def sync(inker: pykka.ActorRef[Inker]) -> int:
     return sqn
 
 
-def fold_now(inker: pykka.ActorRef[Inker]) -> bool:
-    """Fold every unfolded segment; True once none is left, False while a fold is in flight."""
-    done: bool = call(inker, _FoldNow())
+def roll_now(inker: pykka.ActorRef[Inker]) -> bool:
+    """Roll every unrolled segment; True once none is left, False while a roll is in flight."""
+    done: bool = call(inker, _RollNow())
     return done
 
 

@@ -7,7 +7,7 @@ those journal entries back into ledger entries, in SQN order:
 
 1. journal files by their lowest SQN, passing over a file the ledger already holds whole
    (``in_ledger``: a bulk load wrote its SSTs too) or one at or below ``persisted_sqn``;
-2. then the unfolded segments, in id order (so SQN order).
+2. then the unrolled segments, in id order (so SQN order).
 
 Each journal entry above ``persisted_sqn`` becomes its ledger entries
 (:func:`~inkpen.actors.journal.changes.replayed_entries`: the object's metadata and one entry per

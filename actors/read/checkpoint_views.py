@@ -8,7 +8,7 @@ writer's start-up does, minus the claim:
 1. open an SST reader per ledger file and a journal reader per journal file, in parallel, through
    a table store (:mod:`inkpen.manifest.table_store`: each from the store that holds it, a clone
    reading inherited files from its parent's root);
-2. read the manifest's unfolded segments ``(last_folded_segment, next_segment)``, keeping only
+2. read the manifest's unrolled segments ``(last_rolled_segment, next_segment)``, keeping only
    those the reader rule accepts (no segment an older epoch wrote after a newer one; the table
    store's :meth:`~inkpen.manifest.table_store.TableStore.read_segments`); one missing there is
    damage, a :class:`~inkpen.errors.CorruptionError` naming it, unless the option
@@ -85,11 +85,11 @@ def load_views(
 def _read_segments(
     tables: TableStore, manifest: Manifest, allow_missing: bool
 ) -> list[SegmentTable]:
-    """The accepted segments of the manifest's window ``(last_folded_segment, next_segment)``;
+    """The accepted segments of the manifest's window ``(last_rolled_segment, next_segment)``;
     one missing there is settled first (an error, or logged when allowed)."""
     store = tables.store
     state = manifest.journal
-    scan = scan_segments(store, state.last_folded_segment, next_segment=state.next_segment)
+    scan = scan_segments(store, state.last_rolled_segment, next_segment=state.next_segment)
     window = replace(scan, missing=tuple(i for i in scan.missing if i < state.next_segment))
     settle_missing(store.url, window, allow=allow_missing)
     ids = [r.id for r in scan.refs if r.id < state.next_segment]

@@ -286,7 +286,7 @@ def values_of(journal: JournalLookup) -> Callable[[int, Kind, bytes], bytes | No
 
 
 def journal_scan(journal: Any) -> Iterator[JournalEntry]:
-    """Every journal entry a view holds, in SQN order (files, then unfolded segments).
+    """Every journal entry a view holds, in SQN order (files, then unrolled segments).
 
     A snapshot's paired journal scans its registered view (whose files are protected) and then
     whatever the newer view added above it.

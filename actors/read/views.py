@@ -11,7 +11,7 @@ Penciller's, then the Inker's. So:
 - the Inker publishes a batch's journal entries *before* the Bookie caches their ledger entries
   (a ledger SQN always has its value readable);
 - the Penciller publishes pushed ledger entries *before* the Bookie drops them from its cache;
-- the Penciller swaps its memory for a new SST in one view; the Inker swaps folded segments for
+- the Penciller swaps its memory for a new SST in one view; the Inker swaps rolled segments for
   a journal file in one view.
 
 A reader that still finds nothing where its views promised something (a journal file dropped by
@@ -226,7 +226,7 @@ class JournalHandle:
 
 @dataclass(frozen=True, slots=True)
 class SegmentTable:
-    """The entries of one written journal segment, held in memory until it is folded."""
+    """The entries of one written journal segment, held in memory until it is rolled."""
 
     segment_id: int
     first_sqn: int
@@ -245,12 +245,12 @@ class SegmentTable:
 
 @dataclass(frozen=True, slots=True)
 class JournalView:
-    """The Inker's published state: journal files and the unfolded segments in memory."""
+    """The Inker's published state: journal files and the unrolled segments in memory."""
 
     files: tuple[JournalHandle, ...] = ()
     """Ordered by min SQN; their SQN ranges are disjoint."""
     segments: tuple[SegmentTable, ...] = ()
-    """Written, not yet folded; ordered by segment id (and so by SQN)."""
+    """Written, not yet rolled; ordered by segment id (and so by SQN)."""
     manifest_id: int = 0
     _file_mins: tuple[int, ...] = field(default=(), repr=False)
     _segment_mins: tuple[int, ...] = field(default=(), repr=False)

@@ -30,7 +30,7 @@ def _copy_lines(report: CopyReport) -> list[str]:
         f"files         {report.files} ({report.files_copied} copied, {report.files_kept} "
         f"already there, {render.size(report.bytes_copied)} copied)",
         f"read at       checkpoint {report.checkpoint} (manifest {report.source_manifest_id})",
-        f"segments      {report.segments_folded} read and folded into the copy's journal",
+        f"segments      {report.segments_rolled} read and rolled into the copy's journal",
         f"removed       {report.files_removed} files an earlier copy had",
         f"manifest      {report.manifest_id} in {report.destination}",
         f"took          {report.seconds:.2f}s",

@@ -51,7 +51,7 @@ def create(
     """Pin the database's latest state (or a source checkpoint's) and print the checkpoint id.
 
     The checkpoint covers every write acknowledged before it, including writes a live writer
-    has not folded yet.
+    has not rolled yet.
 
     \b
     Example:

@@ -2,7 +2,7 @@
 
 Through the manifest layer (:func:`inkpen.manifest.clones.create_clone`): the parent gets a
 checkpoint pinning the state cloned (no writer of the parent is fenced), the clone's manifest
-names the parent's files, and only unfolded journal segments are copied. Writes go to the clone.
+names the parent's files, and only unrolled journal segments are copied. Writes go to the clone.
 """
 
 from __future__ import annotations

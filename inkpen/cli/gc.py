@@ -1,7 +1,7 @@
 """``inkpen gc``: one garbage-collection pass over a database, through the manifest layer.
 
 It never opens a writer, so a live writer keeps running. What it may delete is decided by the
-rules of :mod:`inkpen.manifest.gc`: superseded manifests no checkpoint pins, folded segments,
+rules of :mod:`inkpen.manifest.gc`: superseded manifests no checkpoint pins, rolled segments,
 and journal files and SSTs no active manifest names, each older than ``--min-age``. That age is
 what protects files a live writer has written but not yet committed (a slow merge, a bulk load):
 keep it above the longest such time. Below one minute it is refused unless ``--offline`` says no

@@ -58,7 +58,7 @@ def describe(manifests: ManifestStore, manifest_id: int, manifest: Manifest) -> 
     now = time.time()
     journal, ledger = manifest.journal, manifest.ledger
     scan = scan_segments(
-        manifests.store, journal.last_folded_segment, next_segment=journal.next_segment
+        manifests.store, journal.last_rolled_segment, next_segment=journal.next_segment
     )
     segments = scan.refs
     files = journal.files
@@ -87,7 +87,7 @@ def describe(manifests: ManifestStore, manifest_id: int, manifest: Manifest) -> 
             "entries": sum(f.entry_count for f in files),
             "min_sqn": files[0].min_sqn if files else None,
             "max_sqn": files[-1].max_sqn if files else None,
-            "last_folded_segment": journal.last_folded_segment,
+            "last_rolled_segment": journal.last_rolled_segment,
             "segments": len(segments),
             "segment_bytes": sum(s.size for s in segments),
             "fence_segments": sum(1 for s in segments if s.size == EMPTY_JOURNAL_SIZE),
@@ -128,12 +128,12 @@ def _text_lines(found: dict[str, Any]) -> list[str]:
     )
     if journal["segments"]:
         lines.append(
-            f"segments      {journal['segments']} after segment {journal['last_folded_segment']}"
+            f"segments      {journal['segments']} after segment {journal['last_rolled_segment']}"
             f" ({journal['first_segment']}-{journal['last_segment']}), "
             f"{render.size(journal['segment_bytes'])}, {journal['fence_segments']} fence(s)"
         )
     else:
-        lines.append(f"segments      none after segment {journal['last_folded_segment']}")
+        lines.append(f"segments      none after segment {journal['last_rolled_segment']}")
     if journal["missing_segments"]:
         shown = ", ".join(str(i) for i in journal["missing_segments"][:5])
         lines.append(

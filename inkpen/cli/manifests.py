@@ -24,8 +24,8 @@ from .targets import database, latest_manifest
 def _journal_lines(manifest: Manifest) -> list[str]:
     journal = manifest.journal
     lines = [
-        f"journal: {len(journal.files)} files; segments folded up to "
-        f"{journal.last_folded_segment}, next segment {journal.next_segment}"
+        f"journal: {len(journal.files)} files; segments rolled up to "
+        f"{journal.last_rolled_segment}, next segment {journal.next_segment}"
     ]
     rows = [["file", "SQNs", "entries", "size", "flags"]]
     for f in journal.files:

@@ -5,7 +5,7 @@ What is checked (each object with :mod:`.checks`):
 - every manifest version the store holds (the latest, and those checkpoints pin, must be there);
 - every SST and journal file named by the latest manifest and by the manifest of each live
   checkpoint, in whichever root holds it (a clone reads its parent's files);
-- every journal segment those manifests have not folded yet.
+- every journal segment those manifests have not rolled yet.
 
 Verify pins what it reads with a reader checkpoint of its own (refreshed while it runs, deleted
 after), so a live writer's merges and GC cannot delete a file under it; it never bumps the writer
@@ -126,10 +126,10 @@ def plan_checks(manifests: ManifestStore, pin: Pin, *, list_tail: bool) -> Plan:
     journal = pin.manifest.journal
     if list_tail:
         # Every segment present, and every id missing below one of them (reported missing).
-        scan = scan_segments(store, journal.last_folded_segment, next_segment=journal.next_segment)
+        scan = scan_segments(store, journal.last_rolled_segment, next_segment=journal.next_segment)
         segments = sorted([ref.id for ref in scan.refs] + list(scan.missing))
     else:
-        segments = list(journal.unfolded_segments())
+        segments = list(journal.unrolled_segments())
     for segment_id in segments:
         plan.add(Target(Kind.SEGMENT, segment_key(segment_id)), LATEST)
     for cp in latest_manifest(manifests).manifest.live_checkpoints(time.time()):
@@ -142,7 +142,7 @@ def plan_checks(manifests: ManifestStore, pin: Pin, *, list_tail: bool) -> Plan:
         except (NotFoundError, CorruptionError):
             continue  # reported by the manifest's own check when it is needed
         _add_files(plan, manifest, cp.id)
-        for segment_id in manifest.journal.unfolded_segments():
+        for segment_id in manifest.journal.unrolled_segments():
             plan.add(Target(Kind.SEGMENT, segment_key(segment_id)), cp.id)
     return plan
 

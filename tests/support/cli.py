@@ -110,7 +110,7 @@ def populate(url: str, *, crash: bool) -> dict[bytes, bytes]:
     ``files`` holds one binary value under a key that is not UTF-8. The profiles are written with
     tiny files (so the ledger has several levels and the journal many files) by a writer that
     closes; a second writer then makes the last two changes. With ``crash`` it stops as a crash
-    would, leaving those changes in unfolded journal segments and its writer checkpoint behind.
+    would, leaving those changes in unrolled journal segments and its writer checkpoint behind.
     """
     model: dict[bytes, bytes] = {}
     with inkpen.open(url, **TINY) as book:
@@ -118,7 +118,7 @@ def populate(url: str, *, crash: bool) -> dict[bytes, bytes]:
             key, value = f"user{i:04d}", f"profile {i}".encode()
             book.put("users", key, value, indexes=[("add", "city_bin", CITIES[i % len(CITIES)])])
             model[key.encode()] = value
-    book = inkpen.open(url, **{**TINY, "fold_segments": 1_000_000, "fold_bytes": 1 << 30})
+    book = inkpen.open(url, **{**TINY, "roll_segments": 1_000_000, "roll_bytes": 1 << 30})
     try:
         book.put("files", BINARY_KEY, BINARY_VALUE)
         book.delete("users", "user0007", indexes=[("remove", "city_bin", CITIES[7 % 3])])

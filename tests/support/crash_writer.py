@@ -5,7 +5,7 @@ it puts a fresh key ``s<seed>-t<i>-<n>`` (every third one with an index entry ``
 key), and every fifth round it overwrites its own key ``s<seed>-hot<i>`` with ``n``. Each put
 that returns is printed as ``ack <key> <value>`` and flushed, so the parent knows exactly what was
 acknowledged when it kills this process with SIGKILL. Tiny file sizes make L0 flushes, merges and
-folds frequent, so a kill can land in any of them.
+rolls frequent, so a kill can land in any of them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ SMALL = {
     "sst_target_bytes": 4096,
     "l1_target_files": 2,
     "level_fanout": 2,
-    "fold_segments": 16,
+    "roll_segments": 16,
     "journal_file_target_bytes": 16384,
     "gc_min_age": 0.0,
 }

@@ -17,8 +17,8 @@ TINY = {
     "sst_block_bytes": 256,
     "l1_target_files": 2,
     "level_fanout": 2,
-    "fold_segments": 6,
-    "fold_bytes": 64 * 1024,
+    "roll_segments": 6,
+    "roll_bytes": 64 * 1024,
     "journal_file_target_bytes": 4096,
     "delete_poll_interval": 0.05,
     "gc_min_age": 0.0,
@@ -26,7 +26,7 @@ TINY = {
     "journal_cache_bytes": 64 * 1024,
     "journal_chunk_bytes": 4096,
 }
-"""Options that make every few puts flush, merge and fold."""
+"""Options that make every few puts flush, merge and roll."""
 
 
 class GatedLedgerStore:
@@ -121,11 +121,11 @@ SMALL = {
     "l0_cache_entries": 400,
     "sst_target_bytes": 16 * 1024,
     "sst_block_bytes": 1024,
-    "fold_segments": 32,
-    "fold_bytes": 256 * 1024,
+    "roll_segments": 32,
+    "roll_bytes": 256 * 1024,
     "journal_file_target_bytes": 48 * 1024,
 }
-"""Small enough that thousands of writes still flush, merge and fold many times, large enough
+"""Small enough that thousands of writes still flush, merge and roll many times, large enough
 that they make hundreds of objects rather than thousands (object stores pay per request)."""
 
 

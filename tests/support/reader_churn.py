@@ -29,7 +29,7 @@ def one_cycle(url: str, lifetime: float, rng: random.Random, linger: float) -> d
     with inkpen.open_reader(url, checkpoint_lifetime=lifetime) as reader:
         open_ms = round((time.monotonic() - started) * 1000)
         fold = {k.decode(): v.decode() for _, k, v in reader.objects("r")}
-        fold_ms = round((time.monotonic() - started) * 1000) - open_ms
+        roll_ms = round((time.monotonic() - started) * 1000) - open_ms
         deadline = time.monotonic() + linger
         while True:
             for key in rng.sample(sorted(fold), min(5, len(fold))):
@@ -42,7 +42,7 @@ def one_cycle(url: str, lifetime: float, rng: random.Random, linger: float) -> d
             "checkpoint": reader.checkpoint_id,
             "opened": opened,
             "open_ms": open_ms,
-            "fold_ms": fold_ms,
+            "roll_ms": roll_ms,
             "fold": fold,
         }
 
