@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from inkpen.actors.journal.clerk import roll_entries
 from inkpen.actors.read.checkpoint_views import load_views
+from inkpen.actors.read.views import segment_entries
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue
 from inkpen.manifest.clones import StoreResolver
@@ -89,4 +89,4 @@ def read_journal_tail(
             *(s.max_sqn for s in manifest.ledger.ssts()),
         ]
     )
-    return JournalTail(entries, tuple(roll_entries(views.journal.segments)), top)
+    return JournalTail(entries, tuple(segment_entries(views.journal.segments)), top)

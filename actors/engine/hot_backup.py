@@ -30,8 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inkpen.actors.journal.clerk import roll_entries
-from inkpen.actors.read.views import JournalView
+from inkpen.actors.read.views import JournalView, segment_entries
 from inkpen.errors import AlreadyExistsError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
@@ -138,7 +137,7 @@ class HotBackup:
                 copied += 1
                 copied_bytes += source.size
             descriptors.append(dataclasses.replace(source, root=None, in_ledger=False))
-        entries = list(roll_entries(self._journal.segments))
+        entries = list(segment_entries(self._journal.segments))
         if entries:
             written = TableStore(dest).write_journal(entries, writer_epoch=self._epoch)
             copied += 1

@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from inkpen.actors.base import InkpenActor, handles, send
+from inkpen.actors.base import InkpenActor, handles
 from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.keeper import ManifestKeeper
-from inkpen.actors.files.clerk import ConfirmDelete, DeleteConfirmed, DeleteDeferred, FileDeleted
+from inkpen.actors.files.clerk import ConfirmDelete, FileDeleted, answer_confirm_delete
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 
@@ -146,9 +146,9 @@ class FileOwner(InkpenActor):
     """Base of the two actors that own files (the Penciller its SSTs, the Inker its journal
     files): it keeps their snapshot registrations and answers their clerks in delete_pending.
 
-    Answers :class:`ConfirmDelete` (with :class:`DeleteConfirmed` or :class:`DeleteDeferred`)
-    and :class:`FileDeleted`. Each owner's own register message calls
-    :meth:`_register_snapshot`, and its release message ``self.registry.release``.
+    Answers :class:`ConfirmDelete` (through :func:`answer_confirm_delete`) and :class:`FileDeleted`.
+    Each owner's own register message calls :meth:`_register_snapshot`, and its release message
+    ``self.registry.release``.
     """
 
     def __init__(self, ctx: EngineContext, owner: str) -> None:
@@ -170,7 +170,7 @@ class FileOwner(InkpenActor):
     @handles(ConfirmDelete)
     def _confirm_delete(self, message: ConfirmDelete) -> None:
         may = self.guard.may_delete(self.registry, message)
-        send(message.clerk, DeleteConfirmed() if may else DeleteDeferred())
+        answer_confirm_delete(message.clerk, may_delete=may)
 
     @handles(FileDeleted)
     def _deleted(self, message: FileDeleted) -> None:

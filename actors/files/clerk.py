@@ -2,19 +2,24 @@
 
 Every stored SST and journal file has one clerk actor (Leveled's file processes). A clerk's states::
 
-    writing ──(object written, reader open)──▶ reading ──(SetForDelete)──▶ delete_pending
+    writing ──(object written, reader open)──▶ reading ──(_SetForDelete)──▶ delete_pending
                                                                               │
-                            ◀──(DeleteDeferred: poll again, back-off doubles)─┤
+                            ◀──(_DeleteDeferred: poll again, back-off doubles)─┤
                                                                               ▼
-                                               (DeleteConfirmed) object deleted, clerk stops
+                                               (_DeleteConfirmed) object deleted, clerk stops
 
 A clerk enters ``delete_pending`` when a committed manifest no longer names its file. From then on
 it still serves reads, and it asks its owner (the Penciller for SSTs, the Inker for journal files)
-with :class:`ConfirmDelete` whether the file may go; the owner answers :class:`DeleteConfirmed`
-only when no registered snapshot older than the change and no live checkpoint can still read it.
-Otherwise the owner answers :class:`DeleteDeferred` and the clerk asks again later, waiting twice as
-long each time (up to a minute). Owners never wait on a clerk (all messages here are tells), so a
+with :class:`ConfirmDelete` whether the file may go; the owner answers "delete" only when no
+registered snapshot older than the change and no live checkpoint can still read it
+(:func:`answer_confirm_delete`); otherwise "deferred", and the clerk asks again later, waiting twice
+as long each time (up to a minute). Owners never wait on a clerk (all messages here are tells), so a
 clerk and its owner cannot deadlock.
+
+Messages a clerk answers are private to this module; owners send them through
+:func:`set_for_delete` and :func:`answer_confirm_delete`. :class:`ConfirmDelete` and
+:class:`FileDeleted` go the other way: they are the owner protocol, handled by the Inker, the
+Penciller and the snapshot registry that decides for them.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ MAX_POLL_INTERVAL = 60.0
 
 
 @dataclass(frozen=True, slots=True)
-class SetForDelete:
+class _SetForDelete:
     """To a clerk: the manifest with id ``change_id`` dropped your file."""
 
     change_id: int
@@ -53,12 +58,12 @@ class ConfirmDelete:
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteConfirmed:
+class _DeleteConfirmed:
     """To a clerk: delete your file and stop."""
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteDeferred:
+class _DeleteDeferred:
     """To a clerk: something may still read your file; ask again later."""
 
 
@@ -67,6 +72,16 @@ class FileDeleted:
     """From a clerk to its owner: the object is gone and the clerk has stopped."""
 
     name: str
+
+
+def set_for_delete(clerk: pykka.ActorRef[Any], change_id: int) -> None:
+    """Tell ``clerk`` that the manifest with id ``change_id`` dropped its file."""
+    send(clerk, _SetForDelete(change_id))
+
+
+def answer_confirm_delete(clerk: pykka.ActorRef[Any], *, may_delete: bool) -> None:
+    """An owner's answer to :class:`ConfirmDelete`: delete now, or ask again later."""
+    send(clerk, _DeleteConfirmed() if may_delete else _DeleteDeferred())
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +116,8 @@ class FileClerk(InkpenActor):
         self._owned = owned
         """False for files of a parent database (clones): they are never deleted from here."""
 
-    @handles(SetForDelete)
-    def _set_for_delete(self, message: SetForDelete) -> None:
+    @handles(_SetForDelete)
+    def _set_for_delete(self, message: _SetForDelete) -> None:
         if self.state == "delete_pending":
             return
         self.state = "delete_pending"
@@ -115,13 +130,13 @@ class FileClerk(InkpenActor):
         if self.state == "delete_pending":
             send(self.owner, ConfirmDelete(self.name, self._change_id, self.actor_ref))
 
-    @handles(DeleteDeferred)
-    def _deferred(self, _: DeleteDeferred) -> None:
+    @handles(_DeleteDeferred)
+    def _deferred(self, _: _DeleteDeferred) -> None:
         self._next_wait = min(MAX_POLL_INTERVAL, self._next_wait * 2)
         self._schedule_poll()
 
-    @handles(DeleteConfirmed)
-    def _confirmed(self, _: DeleteConfirmed) -> None:
+    @handles(_DeleteConfirmed)
+    def _confirmed(self, _: _DeleteConfirmed) -> None:
         if self._owned:
             try:
                 self.tables.delete(self.name)

@@ -5,7 +5,7 @@ Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
     writing ──▶ reading ──▶ delete_pending ──▶ deleted
 
 - ``writing``: the Inker's clerk hands over the entries and bytes of a new file
-  (:class:`WriteJournal`); this clerk stores them with create-if-absent and opens a reader, both
+  (:class:`_WriteJournal`); this clerk stores them with create-if-absent and opens a reader, both
   through the table store (:mod:`inkpen.manifest.table_store`). Leveled's active journal file is
   appended to in place; object stores have no append, so inkpen's active journal is the run of
   small segments the Inker writes per group commit, kept in the Inker's memory until they are
@@ -13,7 +13,9 @@ Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
 - ``reading``: the clerk's :class:`~inkpen.formats.journal.JournalReader` (header and hash tables
   loaded once) is published in the Inker's views; value reads go through it and a chunk cache
   shared by the Bookie's journal files, without a message to the clerk.
-- A clerk for an existing file starts with :class:`OpenJournal` and goes straight to ``reading``.
+- A clerk for an existing file starts with :class:`_OpenJournal` and goes straight to ``reading``.
+
+Its request messages are private; callers use :func:`open_async` and :func:`write`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from inkpen.actors.base import handles
+import pykka
+
+from inkpen.actors.base import call, call_async, handles
 from inkpen.actors.files.clerk import FileClerk
 from inkpen.actors.read.views import JournalHandle
 from inkpen.errors import InkpenError
@@ -30,14 +34,14 @@ from inkpen.manifest.model import JournalFileDescriptor
 
 
 @dataclass(frozen=True, slots=True)
-class OpenJournal:
+class _OpenJournal:
     """Ask: open the reader of an existing journal file; answers its :class:`JournalHandle`."""
 
     descriptor: JournalFileDescriptor
 
 
 @dataclass(frozen=True, slots=True)
-class WriteJournal:
+class _WriteJournal:
     """Ask: store ``entries`` (SQN order), encoded as ``data`` with ``writer_epoch``, as this
     clerk's file and open it; answers the :class:`JournalHandle`."""
 
@@ -46,10 +50,25 @@ class WriteJournal:
     writer_epoch: int
 
 
+def open_async(
+    clerk: pykka.ActorRef[Any], descriptor: JournalFileDescriptor
+) -> pykka.Future[JournalHandle]:
+    """Ask ``clerk`` to open its existing journal file; the future answers the handle."""
+    return call_async(clerk, _OpenJournal(descriptor))
+
+
+def write(
+    clerk: pykka.ActorRef[Any], entries: tuple[JournalEntry, ...], data: bytes, writer_epoch: int
+) -> JournalHandle:
+    """Ask ``clerk`` (writing) to store ``entries`` encoded as ``data`` and open the file."""
+    handle: JournalHandle = call(clerk, _WriteJournal(entries, data, writer_epoch))
+    return handle
+
+
 class JournalClerk(FileClerk):
     """Owns one journal-file object: writes it, opens its reader, and later deletes it.
 
-    Answers :class:`OpenJournal`, :class:`WriteJournal`, and the delete_pending messages of
+    Answers :class:`_OpenJournal`, :class:`_WriteJournal`, and the delete_pending messages of
     :class:`~inkpen.actors.files.clerk.FileClerk`.
     """
 
@@ -65,12 +84,12 @@ class JournalClerk(FileClerk):
         self.state = "reading"
         return self.handle
 
-    @handles(OpenJournal)
-    def _open_existing(self, message: OpenJournal) -> JournalHandle:
+    @handles(_OpenJournal)
+    def _open_existing(self, message: _OpenJournal) -> JournalHandle:
         return self._open(message.descriptor)
 
-    @handles(WriteJournal)
-    def _write(self, message: WriteJournal) -> JournalHandle:
+    @handles(_WriteJournal)
+    def _write(self, message: _WriteJournal) -> JournalHandle:
         if self.state != "writing":
             raise InkpenError(f"journal clerk for {self.name} is {self.state}, not writing")
         descriptor = self.tables.write_journal(

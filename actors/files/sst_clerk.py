@@ -5,14 +5,17 @@ Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
     writing ──▶ reading ──▶ delete_pending ──▶ deleted
 
 - ``writing``: the clerk builds its file (from the Penciller's frozen memory for an L0 flush,
-  :class:`BuildL0`, encoding it in the compute pool; or from bytes a merge produced,
-  :class:`WriteSst`), stores it with create-if-absent, and opens a reader on the stored object,
+  :class:`_BuildL0`, encoding it in the compute pool; or from bytes a merge produced,
+  :class:`_WriteSst`), stores it with create-if-absent, and opens a reader on the stored object,
   both through the table store (:mod:`inkpen.manifest.table_store`).
 - ``reading``: the clerk's :class:`~inkpen.formats.sst.SstReader` is published in the
   Penciller's views; readers use it directly (it caches the index and bloom filter; decoded
   blocks go to the Bookie's shared block cache), so a lookup costs no message to the clerk.
-- A clerk for a file that already exists starts with :class:`OpenSst` and goes straight to
+- A clerk for a file that already exists starts with :class:`_OpenSst` and goes straight to
   ``reading``.
+
+Its request messages are private; callers use :func:`open_async`, :func:`write` and
+:func:`build_l0`. :class:`L0Written` / :class:`L0Failed` are its answers to the Penciller.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 import pykka
 
-from inkpen.actors.base import handles, send
+from inkpen.actors.base import call, call_async, handles, send
 from inkpen.actors.engine import compute
 from inkpen.actors.files.clerk import FileClerk
 from inkpen.actors.read.views import MemTable, SstHandle
@@ -38,14 +41,14 @@ log = get_logger("inkpen.clerk")
 
 
 @dataclass(frozen=True, slots=True)
-class OpenSst:
+class _OpenSst:
     """Ask: open the reader of an existing file; answers its :class:`SstHandle`."""
 
     descriptor: SstDescriptor
 
 
 @dataclass(frozen=True, slots=True)
-class WriteSst:
+class _WriteSst:
     """Ask: store these SST bytes and open them; answers the :class:`SstHandle`."""
 
     data: bytes
@@ -53,7 +56,7 @@ class WriteSst:
 
 
 @dataclass(frozen=True, slots=True)
-class BuildL0:
+class _BuildL0:
     """Tell: build an L0 file from frozen memory tables (newest first) and report back."""
 
     tables: tuple[MemTable, ...]
@@ -81,6 +84,31 @@ class L0Failed:
     error: BaseException
 
 
+def open_async(clerk: pykka.ActorRef[Any], descriptor: SstDescriptor) -> pykka.Future[SstHandle]:
+    """Ask ``clerk`` to open its existing file; the future answers the handle."""
+    return call_async(clerk, _OpenSst(descriptor))
+
+
+def write(clerk: pykka.ActorRef[Any], data: bytes, info: SstInfo) -> SstHandle:
+    """Ask ``clerk`` (writing) to store SST bytes a merge produced and open them."""
+    handle: SstHandle = call(clerk, _WriteSst(data, info))
+    return handle
+
+
+def build_l0(
+    clerk: pykka.ActorRef[Any],
+    tables: tuple[MemTable, ...],
+    *,
+    reply_to: pykka.ActorRef[Any],
+    block_bytes: int,
+    bloom_bits: int,
+    compute_workers: int = 0,
+) -> None:
+    """Tell ``clerk`` (writing) to build an L0 file from frozen memory tables (newest first); it
+    answers ``reply_to`` with :class:`L0Written` or :class:`L0Failed`."""
+    send(clerk, _BuildL0(tables, reply_to, block_bytes, bloom_bits, compute_workers))
+
+
 def merged_entries(tables: tuple[MemTable, ...]) -> Iterator[tuple[bytes, LedgerValue]]:
     """Entries of tables given newest first, in key order, the newest value of each key only."""
     merged = MemTable.merged(tables)
@@ -92,7 +120,7 @@ def merged_entries(tables: tuple[MemTable, ...]) -> Iterator[tuple[bytes, Ledger
 class SstClerk(FileClerk):
     """Owns one SST object: writes it, opens its reader, and later deletes it.
 
-    Answers :class:`OpenSst`, :class:`WriteSst` (asks) and :class:`BuildL0` (tell), plus the
+    Answers :class:`_OpenSst`, :class:`_WriteSst` (asks) and :class:`_BuildL0` (tell), plus the
     delete_pending messages of :class:`~inkpen.actors.files.clerk.FileClerk`.
     """
 
@@ -107,18 +135,18 @@ class SstClerk(FileClerk):
         self.state = "reading"
         return self.handle
 
-    @handles(OpenSst)
-    def _open_existing(self, message: OpenSst) -> SstHandle:
+    @handles(_OpenSst)
+    def _open_existing(self, message: _OpenSst) -> SstHandle:
         return self._open(message.descriptor)
 
-    @handles(WriteSst)
-    def _write(self, message: WriteSst) -> SstHandle:
+    @handles(_WriteSst)
+    def _write(self, message: _WriteSst) -> SstHandle:
         if self.state != "writing":
             raise InkpenError(f"SST clerk for {self.name} is {self.state}, not writing")
         return self._open(self.tables.write_sst(message.data, message.info, name=self.name))
 
-    @handles(BuildL0)
-    def _build_l0(self, message: BuildL0) -> None:
+    @handles(_BuildL0)
+    def _build_l0(self, message: _BuildL0) -> None:
         started = time.monotonic()
         try:
             entries = [(key, tuple(value)) for key, value in merged_entries(message.tables)]

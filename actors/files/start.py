@@ -4,13 +4,14 @@ A clerk is started for one of two reasons, and everything it is given follows fr
 
 - **an existing file** (a descriptor the manifest names, at start-up): the clerk reads the file
   from the root that holds it (a clone's inherited files live in its parent's store) and deletes
-  it later only if this database owns it (``root`` is None). It is asked :class:`OpenSst` /
-  :class:`OpenJournal` and answers the file's handle (:func:`open_files`, all files at once);
+  it later only if this database owns it (``root`` is None). It is asked to open it and answers
+  the file's handle (:func:`open_files`, all files at once);
 - **a new file** (an L0 flush, a merge, a roll, a journal compaction): the clerk writes into this
   database's own store under a fresh ``<file-id>`` name, recorded in flight
-  (:mod:`inkpen.actors.files.in_flight`) before the put. It is asked :class:`WriteSst` /
-  :class:`WriteJournal` (:func:`write_file`) or told :class:`BuildL0` (the Penciller, which
-  starts it with :func:`start_clerk`).
+  (:mod:`inkpen.actors.files.in_flight`) before the put. It is asked to write bytes a merge or
+  a roll produced (:func:`write_new_sst`, :func:`write_new_journal`) or told to build an L0 file
+  (the Penciller, which starts it with :func:`start_clerk` and calls
+  :func:`~inkpen.actors.files.sst_clerk.build_l0`).
 
 Every clerk reads and writes through the writer's one table store (``ctx.tables``,
 :mod:`inkpen.manifest.table_store`), which holds the caches and tells the in-flight set of each
@@ -25,11 +26,14 @@ from typing import Any, overload
 
 import pykka
 
-from inkpen.actors.base import call, call_async, stop
+from inkpen.actors.base import stop
 from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.files.journal_clerk import JournalClerk, OpenJournal, WriteJournal
-from inkpen.actors.files.sst_clerk import OpenSst, SstClerk, WriteSst
+from inkpen.actors.files import journal_clerk, sst_clerk
+from inkpen.actors.files.journal_clerk import JournalClerk
+from inkpen.actors.files.sst_clerk import SstClerk
 from inkpen.actors.read.views import JournalHandle, SstHandle
+from inkpen.formats.journal import JournalEntry
+from inkpen.formats.sst import SstInfo
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
 from inkpen.manifest.table_store import new_name
 
@@ -61,28 +65,34 @@ def start_clerk(
     )
 
 
-@overload
-def write_file(ctx: EngineContext, owner: pykka.ActorRef[Any], message: WriteSst) -> SstHandle: ...
-
-
-@overload
-def write_file(
-    ctx: EngineContext, owner: pykka.ActorRef[Any], message: WriteJournal
-) -> JournalHandle: ...
-
-
-def write_file(
-    ctx: EngineContext, owner: pykka.ActorRef[Any], message: WriteSst | WriteJournal
-) -> SstHandle | JournalHandle:
-    """Start a clerk for a new file, have it store ``message``'s bytes and open them; answers
-    the new file's handle (its clerk is stopped if that fails)."""
-    clerk = start_clerk(ctx, SstClerk if isinstance(message, WriteSst) else JournalClerk, owner)
+def write_new_sst(
+    ctx: EngineContext, owner: pykka.ActorRef[Any], data: bytes, info: SstInfo
+) -> SstHandle:
+    """Start a clerk for a new SST, have it store ``data`` (a merge's output) and open it;
+    answers the handle (the clerk is stopped if that fails)."""
+    clerk = start_clerk(ctx, SstClerk, owner)
     try:
-        handle: SstHandle | JournalHandle = call(clerk, message)
+        return sst_clerk.write(clerk, data, info)
     except Exception:
         stop(clerk)
         raise
-    return handle
+
+
+def write_new_journal(
+    ctx: EngineContext,
+    owner: pykka.ActorRef[Any],
+    entries: tuple[JournalEntry, ...],
+    data: bytes,
+    writer_epoch: int,
+) -> JournalHandle:
+    """Start a clerk for a new journal file, have it store ``entries`` encoded as ``data`` and
+    open it; answers the handle (the clerk is stopped if that fails)."""
+    clerk = start_clerk(ctx, JournalClerk, owner)
+    try:
+        return journal_clerk.write(clerk, entries, data, writer_epoch)
+    except Exception:
+        stop(clerk)
+        raise
 
 
 @overload
@@ -107,17 +117,15 @@ def open_files(
     started here is stopped."""
     clerks: list[pykka.ActorRef[Any]] = []
     try:
-        futures = []
-        kind: ClerkKind
-        opening: OpenSst | OpenJournal
+        futures: list[pykka.Future[Any]] = []
         for descriptor in descriptors:
             if isinstance(descriptor, SstDescriptor):
-                kind, opening = SstClerk, OpenSst(descriptor)
+                clerk = start_clerk(ctx, SstClerk, owner, descriptor=descriptor)
+                futures.append(sst_clerk.open_async(clerk, descriptor))
             else:
-                kind, opening = JournalClerk, OpenJournal(descriptor)
-            clerk = start_clerk(ctx, kind, owner, descriptor=descriptor)
+                clerk = start_clerk(ctx, JournalClerk, owner, descriptor=descriptor)
+                futures.append(journal_clerk.open_async(clerk, descriptor))
             clerks.append(clerk)
-            futures.append(call_async(clerk, opening))
         return tuple(f.get() for f in futures)
     except BaseException:
         for clerk in clerks:

@@ -5,7 +5,7 @@ then tell the Inker, which commits the manifest change and publishes the new vie
 
 **Rolling.** The Inker's active journal is a run of small segments (one per group commit). When
 their bytes or count pass ``roll_bytes`` / ``roll_segments`` the Inker sends them here
-(:class:`RollSegments`); they are rewritten, in SQN order, as journal files of about
+(:class:`_RollSegments`); they are rewritten, in SQN order, as journal files of about
 ``journal_file_target_bytes`` (:class:`Rolled`). Rolling keeps the number of journal objects
 small and lets GC remove the segments.
 
@@ -36,10 +36,9 @@ import pykka
 from inkpen.actors.base import ActorGone, InkpenActor, handles, send, stop
 from inkpen.actors.engine import compute
 from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.files.journal_clerk import WriteJournal
-from inkpen.actors.files.start import write_file
+from inkpen.actors.files.start import write_new_journal
 from inkpen.actors.journal.retention import best_run, entry_weight, judge, retained_weight
-from inkpen.actors.read.views import JournalHandle, SegmentTable
+from inkpen.actors.read.views import JournalHandle, SegmentTable, segment_entries
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue, Tag
 from inkpen.logs import get_logger
@@ -58,11 +57,19 @@ class LedgerSnapshotLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class RollSegments:
+class _RollSegments:
     """Inker to clerk: write these segments' entries as journal files; answer :class:`Rolled`."""
 
     segments: tuple[SegmentTable, ...]
     reply_to: pykka.ActorRef[Any]
+
+
+def roll(
+    clerk: pykka.ActorRef[Any], segments: tuple[SegmentTable, ...], reply_to: pykka.ActorRef[Any]
+) -> None:
+    """Tell the clerk to write ``segments``' entries as journal files; it answers ``reply_to``
+    with :class:`Rolled` or :class:`RollFailed`."""
+    send(clerk, _RollSegments(segments, reply_to))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,14 +118,6 @@ class CompactionDone:
     result: Future[CompactionReport]
 
 
-def roll_entries(segments: Iterable[SegmentTable]) -> Iterator[JournalEntry]:
-    """The entries of segments in SQN order."""
-    for segment in segments:
-        entries = segment.entries
-        for sqn in sorted(entries):
-            yield entries[sqn]
-
-
 def write_journal_files(
     ctx: EngineContext,
     owner: pykka.ActorRef[Any],
@@ -152,25 +151,25 @@ def _write_file(
     data = compute.run(
         ctx.options.compute_workers, compute.encode_journal, [tuple(e) for e in entries], epoch
     )
-    return write_file(ctx, owner, WriteJournal(tuple(entries), data, epoch))
+    return write_new_journal(ctx, owner, tuple(entries), data, epoch)
 
 
 class InkerClerk(InkpenActor):
-    """Rolls and compacts for the Inker. Answers :class:`RollSegments` and :func:`compact`."""
+    """Rolls and compacts for the Inker. Answers :class:`_RollSegments` and :func:`compact`."""
 
     def __init__(self, ctx: EngineContext, inker: pykka.ActorRef[Any]) -> None:
         super().__init__()
         self.ctx = ctx
         self.inker = inker
 
-    @handles(RollSegments)
-    def _roll(self, message: RollSegments) -> None:
+    @handles(_RollSegments)
+    def _roll(self, message: _RollSegments) -> None:
         started = time.monotonic()
         try:
             handles = write_journal_files(
                 self.ctx,
                 self.inker,
-                roll_entries(message.segments),
+                segment_entries(message.segments),
                 self.ctx.options.journal_file_target_bytes,
             )
         except Exception as exc:

@@ -45,20 +45,25 @@ from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.engine.throttle import NONE, SLOW, STOP
-from inkpen.actors.files.clerk import SetForDelete
+from inkpen.actors.files.clerk import set_for_delete
 from inkpen.actors.journal import replay as journal_replay
 from inkpen.actors.journal.clerk import (
     CompactionDone,
     Rolled,
     RollFailed,
-    RollSegments,
-    roll_entries,
+    roll,
     write_journal_files,
 )
 from inkpen.actors.journal.intake import Batch, WriteIntake
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.messages import ApplyBatch, CompactJournal
-from inkpen.actors.read.views import JournalHandle, JournalView, MemTable, SegmentTable
+from inkpen.actors.read.views import (
+    JournalHandle,
+    JournalView,
+    MemTable,
+    SegmentTable,
+    segment_entries,
+)
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import build_journal
 from inkpen.logs import get_logger
@@ -402,7 +407,7 @@ class Inker(FileOwner):
         if not segments or self.clerk is None or self.stopped is not None:
             return
         self.rolling = True
-        send(self.clerk, RollSegments(segments, self.actor_ref))
+        roll(self.clerk, segments, self.actor_ref)
 
     @handles(_RollNow)
     def _roll_now(self, _: _RollNow) -> bool:
@@ -419,7 +424,7 @@ class Inker(FileOwner):
         handles = write_journal_files(
             self.ctx,
             self.actor_ref,
-            roll_entries(segments),
+            segment_entries(segments),
             self.ctx.options.journal_file_target_bytes,
         )
         self._rolled(Rolled(tuple(s.segment_id for s in segments), handles))
@@ -502,7 +507,7 @@ class Inker(FileOwner):
                 gone = self.files.pop(name, None)
                 if gone is not None and gone.clerk is not None:
                     self.pending_deletes[name] = versioned.id
-                    send(gone.clerk, SetForDelete(versioned.id))
+                    set_for_delete(gone.clerk, versioned.id)
             self._publish()
             log.info(
                 "journal.compaction_committed",

@@ -1,7 +1,7 @@
 """The Penciller's clerk: asks the merge policy for a job and runs it.
 
 Whenever the ledger changes, the Penciller offers the clerk its current view
-(:class:`MergeWork`); the clerk asks the engine's merge policy
+(:func:`offer_work`); the clerk asks the engine's merge policy
 (:mod:`inkpen.actors.ledger.merge_policy`, by default Leveled's: all of L0 into L1 first, then one
 file of the deepest level over its target) for at most one :class:`MergeJob`, passing the number
 of jobs asked for before (the policy's grooming alternation), and runs whatever job it chose.
@@ -30,8 +30,7 @@ import pykka
 from inkpen.actors.base import InkpenActor, handles, send, stop
 from inkpen.actors.engine import compute
 from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.files.sst_clerk import WriteSst
-from inkpen.actors.files.start import write_file
+from inkpen.actors.files.start import write_new_sst
 from inkpen.actors.ledger.merge_policy import MergeJob, MergePolicy, policy_for
 from inkpen.actors.read.views import LedgerView, SstHandle
 from inkpen.errors import NotFoundError
@@ -42,11 +41,17 @@ log = get_logger("inkpen.penciller")
 
 
 @dataclass(frozen=True, slots=True)
-class MergeWork:
+class _MergeWork:
     """Penciller to clerk: here is the ledger now; merge if it needs it."""
 
     view: LedgerView
     reply_to: pykka.ActorRef[Any]
+
+
+def offer_work(clerk: pykka.ActorRef[Any], view: LedgerView, reply_to: pykka.ActorRef[Any]) -> None:
+    """Tell the clerk the ledger as it is now; it merges if the policy asks for it and answers
+    ``reply_to`` with :class:`MergeDone` or :class:`MergeIdle`."""
+    send(clerk, _MergeWork(view, reply_to))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +73,7 @@ class MergeDone:
 
 
 class PencillerClerk(InkpenActor):
-    """Runs the merges its policy chooses. Answers :class:`MergeWork`."""
+    """Runs the merges its policy chooses. Answers :class:`_MergeWork`."""
 
     def __init__(self, ctx: EngineContext, penciller: pykka.ActorRef[Any]) -> None:
         super().__init__()
@@ -77,8 +82,8 @@ class PencillerClerk(InkpenActor):
         self.policy: MergePolicy = policy_for(ctx.options)
         self.turn = 0
 
-    @handles(MergeWork)
-    def _work(self, message: MergeWork) -> None:
+    @handles(_MergeWork)
+    def _work(self, message: _MergeWork) -> None:
         job = self.policy.choose(message.view.files, turn=self.turn)
         self.turn += 1
         if job is None:
@@ -131,4 +136,4 @@ class PencillerClerk(InkpenActor):
         return descriptor.name, data, descriptor.sqn_base
 
     def _write(self, data: bytes, info: SstInfo) -> SstHandle:
-        return write_file(self.ctx, self.penciller, WriteSst(data, info))
+        return write_new_sst(self.ctx, self.penciller, data, info)

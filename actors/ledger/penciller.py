@@ -48,10 +48,10 @@ from inkpen.actors.base import call, handles, send, stop
 from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
-from inkpen.actors.files.clerk import SetForDelete
-from inkpen.actors.files.sst_clerk import BuildL0, L0Failed, L0Written, SstClerk
+from inkpen.actors.files.clerk import set_for_delete
+from inkpen.actors.files.sst_clerk import L0Failed, L0Written, SstClerk, build_l0
 from inkpen.actors.files.start import start_clerk
-from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, MergeWork
+from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, offer_work
 from inkpen.actors.ledger.levels import LevelError, Levels
 from inkpen.actors.ledger.merge_policy import MergePolicy, policy_for
 from inkpen.actors.messages import LedgerRoom
@@ -231,15 +231,13 @@ class Penciller(FileOwner):
         self.writing = tuple(self.mem)
         name = sst_key(new_file_id())
         clerk = self._new_clerk(name)
-        send(
+        build_l0(
             clerk,
-            BuildL0(
-                self.writing,
-                self.actor_ref,
-                options.sst_block_bytes,
-                options.bloom_bits_per_key,
-                options.compute_workers,
-            ),
+            self.writing,
+            reply_to=self.actor_ref,
+            block_bytes=options.sst_block_bytes,
+            bloom_bits=options.bloom_bits_per_key,
+            compute_workers=options.compute_workers,
         )
 
     def _new_clerk(self, name: str) -> pykka.ActorRef[Any]:
@@ -332,7 +330,7 @@ class Penciller(FileOwner):
             return
         self.merging = True
         self._offered = self.ctx.board.ledger
-        send(self.clerk, MergeWork(self._offered, self.actor_ref))
+        offer_work(self.clerk, self._offered, self.actor_ref)
 
     @handles(MergeIdle)
     def _merge_idle(self, message: MergeIdle) -> None:
@@ -454,7 +452,7 @@ class Penciller(FileOwner):
             if handle.name in moved or handle.clerk is None:
                 continue
             self.pending_deletes[handle.name] = versioned.id
-            send(handle.clerk, SetForDelete(versioned.id))
+            set_for_delete(handle.clerk, versioned.id)
         log.info(
             "ledger.merge",
             source_level=job.source_level,

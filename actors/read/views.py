@@ -21,7 +21,7 @@ compaction after the reader took its ledger view) simply takes fresh views and l
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,6 +241,14 @@ class SegmentTable:
         return cls(
             segment.id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, segment.size
         )
+
+
+def segment_entries(segments: Iterable[SegmentTable]) -> Iterator[JournalEntry]:
+    """The entries of segments (in segment order) in SQN order: what a roll writes."""
+    for segment in segments:
+        entries = segment.entries
+        for sqn in sorted(entries):
+            yield entries[sqn]
 
 
 @dataclass(frozen=True, slots=True)
