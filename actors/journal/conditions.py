@@ -15,8 +15,9 @@ The state checked against is, per key, the newest of:
 3. the published views (the Bookie's cache, the Penciller's memory and files), which hold every
    segment whose batch has been settled (the Bookie publishes before it settles).
 
-A unit whose condition fails is rejected whole with :class:`~inkpen.errors.ConflictError`; the
-rest of the segment is written without it. The check runs once per unit: an unknown-outcome
+A unit whose condition fails is rejected whole with :class:`~inkpen.errors.ConflictError` (or,
+when the state could not be read, a definite :class:`~inkpen.errors.StoreError`); the rest of the
+segment is written without it. The check runs once per unit: an unknown-outcome
 segment write is retried with the same bytes, never re-checked, so a conditional put whose first
 attempt landed reports success, never a conflict with itself.
 """
@@ -30,7 +31,7 @@ from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.intake import Batch
 from inkpen.actors.read.path import Views, read_head
 from inkpen.actors.read.views import ViewBoard
-from inkpen.errors import ConflictError, InkpenError
+from inkpen.errors import ConflictError, InkpenError, StoreError
 from inkpen.formats.journal import JournalEntry, Kind
 
 State = tuple[int, int | None]
@@ -110,7 +111,11 @@ class ConditionChecker:
                     try:
                         state = local.get(key) or recent.get(key) or self._stored(key, now_ms)
                     except InkpenError as exc:
-                        failed = exc
+                        failed = StoreError(
+                            f"the condition on bucket {change.bucket!r} key {change.key!r} "
+                            f"could not be checked ({exc}); nothing of this write was applied",
+                            definite=True,
+                        )
                         break
                     actual = _current(state, now_ms)
                     if actual != change.if_sqn:
