@@ -1060,26 +1060,6 @@ class BookieMachine(RuleBasedStateMachine):
         first.abandon()
         self.tally["fenced_while_throttled"] += 1
 
-    @rule(bucket=buckets, key=keys, severity=st.sampled_from(OUTAGES), delete=st.booleans())
-    def conditional_write_during_outage(
-        self, bucket: str, key: str, severity: float, delete: bool
-    ) -> None:
-        """A conditional write whose segment lands but loses its response: the engine retries
-        it (reading back) and it reports success, never a conflict with itself; or its outcome
-        stays unknown and the machine settles it."""
-        faulty = self.target()
-        usual = faulty.plan
-        faulty.plan = FaultPlan(
-            usual.seed,
-            before=dict.fromkeys(("get", "get_range", "head", "list"), severity),
-            after={"put_if_absent": 1.0},
-        )
-        try:
-            self.conditional_write(bucket, key, True, delete, 40)
-        finally:
-            faulty.plan = usual
-        self.tally["conditional_outages"] += 1
-
     def expect_fenced(self, first: inkpen.Bookie) -> None:
         with pytest.raises(inkpen.FencedError):
             first.put("b0", "k0", b"from a fenced writer")
@@ -1464,6 +1444,26 @@ class FaultyMachine(BookieMachine):
         finally:
             faulty.plan = usual
         self.tally["outages"] += 1
+
+    @rule(bucket=buckets, key=keys, severity=st.sampled_from(OUTAGES), delete=st.booleans())
+    def conditional_write_during_outage(
+        self, bucket: str, key: str, severity: float, delete: bool
+    ) -> None:
+        """A conditional write whose segment lands but loses its response: the engine retries
+        it (reading back) and it reports success, never a conflict with itself; or its outcome
+        stays unknown and the machine settles it."""
+        faulty = self.target()
+        usual = faulty.plan
+        faulty.plan = FaultPlan(
+            usual.seed,
+            before=dict.fromkeys(("get", "get_range", "head", "list"), severity),
+            after={"put_if_absent": 1.0},
+        )
+        try:
+            self.conditional_write(bucket, key, True, delete, 40)
+        finally:
+            faulty.plan = usual
+        self.tally["conditional_outages"] += 1
 
     def expect_fenced(self, first: inkpen.Bookie) -> None:
         for _ in range(FENCED_WRITE_ATTEMPTS):
