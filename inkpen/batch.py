@@ -11,8 +11,8 @@ Changes apply in order: a later change to the same key wins.
 Conditions (``if_sqn``) are checked by the writer in the same step as the write; one failed
 condition rejects the whole batch with :class:`~inkpen.ConflictError`.
 
-Limits: at most :data:`MAX_BATCH_CHANGES` changes and :data:`MAX_BATCH_BYTES` bytes of keys,
-values and index terms per batch (``UsageError`` beyond), besides the per-call limits of ``put``.
+Limits: at most :data:`MAX_BATCH_CHANGES` changes and :data:`MAX_BATCH_BYTES` bytes of buckets,
+keys and values per batch (``UsageError`` beyond), besides the per-call limits of ``put``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ MAX_BATCH_CHANGES = 10_000
 """The most changes one batch may hold."""
 
 MAX_BATCH_BYTES = 256 * 1024 * 1024
-"""The most bytes (keys, values, index fields and terms) one batch may hold."""
+"""The most bytes of buckets, keys and values one batch may hold."""
 
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
