@@ -559,6 +559,22 @@ class SstReader:
                 yield from zip(keys[low:high], values[low:high], strict=True)
             block += 1
 
+    def iter_range_reverse(
+        self, start: bytes | None = None, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, LedgerValue]]:
+        """:meth:`iter_range` in descending key order, block by block from the last."""
+        first_keys = self._first_keys
+        block = len(first_keys) - 1 if end is None else bisect_left(first_keys, end) - 1
+        while block >= 0:
+            keys, values = self._block(block)
+            low = 0 if start is None else bisect_left(keys, start)
+            high = len(keys) if end is None else bisect_left(keys, end)
+            for i in range(high - 1, low - 1, -1):
+                yield keys[i], values[i]
+            if start is not None and first_keys[block] <= start:
+                return
+            block -= 1
+
     def _block(self, block: int) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
         cache = self._cache
         if cache is None:

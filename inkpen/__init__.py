@@ -14,10 +14,12 @@ from inkpen.actors.read.path import Head
 from inkpen.manifest.gc import GcReport
 
 from ._version import __version__
+from .batch import Batch
 from .bookie import Bookie, open
 from .errors import (
     AlreadyExistsError,
     CheckpointLapsedError,
+    ConflictError,
     CorruptionError,
     FencedError,
     InkpenError,
@@ -32,9 +34,11 @@ from .snapshot import Snapshot
 __all__ = [
     "AlreadyExistsError",
     "BackupReport",
+    "Batch",
     "Bookie",
     "CheckpointLapsedError",
     "CompactionReport",
+    "ConflictError",
     "CorruptionError",
     "FencedError",
     "GcReport",

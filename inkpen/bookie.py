@@ -27,6 +27,7 @@ from inkpen.actors.read.views import ViewBoard
 from inkpen.manifest.gc import GcReport
 from inkpen.objectstore import ObjectStore, open_store
 
+from .batch import Batch
 from .errors import UsageError
 from .options import Options, check_flag, check_seconds, check_text
 from .read_api import ReadAPI
@@ -78,20 +79,53 @@ class Bookie(ReadAPI):
         *,
         indexes: IndexSpecs = (),
         ttl: float | None = None,
+        if_sqn: int | None = None,
     ) -> None:
         """Store ``value`` under (bucket, key); returns once it is durable in the journal.
 
         ``indexes``: ``("add" | "remove", field, term)`` specs; the application says which index
         entries to add and which to remove (as in Leveled). ``ttl``: seconds until the object
-        expires (Leveled's tempput); expired objects read as absent.
+        expires (Leveled's tempput); expired objects read as absent. ``if_sqn``: write only if
+        the key's current SQN (``head().sqn``) is this, or with 0 only if the key is absent;
+        otherwise raise :class:`~inkpen.ConflictError` and write nothing.
         """
         self._check_open()
-        self._engine.write(self._changes.put(bucket, key, value, indexes, ttl))
+        self._engine.write(self._changes.put(bucket, key, value, indexes, ttl, if_sqn=if_sqn))
 
-    def delete(self, bucket: str | bytes, key: str | bytes, *, indexes: IndexSpecs = ()) -> None:
-        """Delete (bucket, key): a durable tombstone. ``indexes`` names index entries to remove."""
+    def delete(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        *,
+        indexes: IndexSpecs = (),
+        if_sqn: int | None = None,
+    ) -> None:
+        """Delete (bucket, key): a durable tombstone. ``indexes`` names index entries to remove
+        (the object's other index entries stop answering queries too). ``if_sqn`` as for
+        :meth:`put`."""
         self._check_open()
-        self._engine.write(self._changes.delete(bucket, key, indexes))
+        self._engine.write(self._changes.delete(bucket, key, indexes, if_sqn=if_sqn))
+
+    def write(self, batch: Batch) -> None:
+        """Apply every change of ``batch`` atomically and in order; returns once durable.
+
+        After any crash either every change of the batch is there or none is, and no reader
+        ever sees part of it. One failed ``if_sqn`` condition rejects the whole batch with
+        :class:`~inkpen.ConflictError`. An empty batch is a no-op; a batch is written once.
+        """
+        self._check_open()
+        if not isinstance(batch, Batch):
+            raise UsageError(f"write takes an inkpen.Batch, got {type(batch).__name__}")
+        make = self._changes
+        changes = [
+            make.delete(op.bucket, op.key, op.indexes, if_sqn=op.if_sqn)
+            if op.delete
+            else make.put(op.bucket, op.key, op.value, op.indexes, op.ttl, if_sqn=op.if_sqn)
+            for op in batch._pending()
+        ]
+        batch._mark_written()
+        if changes:
+            self._engine.write_unit(changes)
 
     # -- reads (the ReadAPI hooks) --------------------------------------------------------------
 

@@ -107,6 +107,32 @@ class FencedError(InkpenError):
     """
 
 
+class ConflictError(InkpenError):
+    """A conditional write (``if_sqn``) found the key in another state; nothing of the write (or
+    of its batch) was applied.
+
+    ``bucket`` and ``key`` name the key whose condition failed, ``expected`` the ``if_sqn`` the
+    caller gave and ``actual`` the key's current SQN (0: absent). Read the key again (``head`` and
+    ``get``), redo the change against what is there now, and write again with the new SQN.
+    """
+
+    def __init__(self, message: str, *, bucket: bytes, key: bytes, expected: int, actual: int):
+        super().__init__(message)
+        self.bucket = bucket
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+    def __reduce__(self) -> tuple[object, ...]:
+        keywords = {
+            "bucket": self.bucket,
+            "key": self.key,
+            "expected": self.expected,
+            "actual": self.actual,
+        }
+        return _rebuild, (type(self), self.args[0], keywords)
+
+
 def _rebuild(cls: type[BaseException], message: str, keywords: dict[str, object]) -> BaseException:
     return cls(message, **keywords)
 
@@ -114,6 +140,7 @@ def _rebuild(cls: type[BaseException], message: str, keywords: dict[str, object]
 __all__ = [
     "AlreadyExistsError",
     "CheckpointLapsedError",
+    "ConflictError",
     "CorruptionError",
     "FencedError",
     "InkpenError",

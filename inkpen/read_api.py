@@ -11,7 +11,7 @@ exhausted, closed, or garbage-collected; use ``with book.keys(...) as keys:`` to
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
 from inkpen.actors.journal.changes import as_bytes
@@ -26,6 +26,7 @@ from inkpen.actors.read.path import (
     list_buckets,
     read_head,
     read_value,
+    read_values,
 )
 from inkpen.formats.keys import MAX_KEY_BYTES, object_key
 
@@ -113,6 +114,18 @@ class ReadAPI:
         )
         return read_value(self._point_source(), lk, self._now_ms())
 
+    def get_many(self, bucket: str | bytes, keys: Iterable[str | bytes]) -> list[bytes | None]:
+        """The values of many keys of ``bucket``, in the order of ``keys`` (None where absent),
+        all read from one consistent state; faster than a loop of :meth:`get`."""
+        self._check_open()
+        b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
+        if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
+            raise UsageError("keys must be a sequence of keys (str or bytes), not one key")
+        lks = [object_key(b, as_bytes("key", k, MAX_KEY_BYTES)) for k in keys]
+        if not lks:
+            return []
+        return read_values(self._point_source(), lks, self._now_ms())
+
     def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
         """The object's metadata (SQN, size, content hash, last-modified) from the ledger alone."""
         self._check_open()
@@ -136,24 +149,39 @@ class ReadAPI:
         return FoldIterator(items, source.release)
 
     def keys(
-        self, bucket: str | bytes, start: str | bytes | None = None, end: str | bytes | None = None
+        self,
+        bucket: str | bytes,
+        start: str | bytes | None = None,
+        end: str | bytes | None = None,
+        *,
+        reverse: bool = False,
     ) -> FoldIterator[bytes]:
-        """Keys of live objects in ``bucket`` with start <= key <= end, in key order."""
+        """Keys of live objects in ``bucket`` with start <= key <= end, in key order
+        (descending with ``reverse``)."""
         b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
         s, e = _optional("start", start), _optional("end", end)
-        return self._fold(lambda src, now: fold_keys(src, b, s, e, now), long_running=True)
+        check_flag("reverse", reverse)
+        return self._fold(
+            lambda src, now: fold_keys(src, b, s, e, now, reverse=reverse), long_running=True
+        )
 
     def heads(
         self,
         bucket: str | bytes | None = None,
         start: str | bytes | None = None,
         end: str | bytes | None = None,
+        *,
+        reverse: bool = False,
     ) -> FoldIterator[tuple[bytes, bytes, Head]]:
-        """(bucket, key, Head) of live objects, in key order; metadata only, no journal reads."""
+        """(bucket, key, Head) of live objects, in key order (descending with ``reverse``);
+        metadata only, no journal reads."""
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
         s, e = _optional("start", start), _optional("end", end)
         _range_needs_bucket(b, s, e)
-        return self._fold(lambda src, now: fold_heads(src, b, s, e, now), long_running=True)
+        check_flag("reverse", reverse)
+        return self._fold(
+            lambda src, now: fold_heads(src, b, s, e, now, reverse=reverse), long_running=True
+        )
 
     def objects(
         self,
@@ -162,17 +190,23 @@ class ReadAPI:
         end: str | bytes | None = None,
         *,
         order: Literal["key", "sqn"] = "key",
+        reverse: bool = False,
     ) -> FoldIterator[tuple[bytes, bytes, bytes]]:
-        """(bucket, key, value) of live objects, in key order or in the order they were written."""
+        """(bucket, key, value) of live objects, in key order (descending with ``reverse``) or
+        in the order they were written."""
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
         s, e = _optional("start", start), _optional("end", end)
         _range_needs_bucket(b, s, e)
+        check_flag("reverse", reverse)
         if not isinstance(order, str):
             raise UsageError(f"order must be 'key' or 'sqn', got {order!r}")
         if order == "key":
             return self._fold(
-                lambda src, now: fold_objects_by_key(src, b, s, e, now), long_running=True
+                lambda src, now: fold_objects_by_key(src, b, s, e, now, reverse=reverse),
+                long_running=True,
             )
+        if order == "sqn" and reverse:
+            raise UsageError("reverse=True folds objects in key order only (order='key')")
         if order == "sqn":
             return self._fold(
                 lambda src, now: fold_objects_by_sqn(src, b, s, e, now),
@@ -189,17 +223,21 @@ class ReadAPI:
         *,
         regex: str | bytes | re.Pattern[Any] | None = None,
         return_terms: bool = False,
+        reverse: bool = False,
     ) -> FoldIterator[Any]:
-        """Object keys whose index ``field`` has a term in [start, end], in (term, key) order.
+        """Object keys whose index ``field`` has a term in [start, end], in (term, key) order
+        (descending with ``reverse``).
 
         ``regex`` filters terms (a ``str`` pattern sees terms decoded as UTF-8); with
-        ``return_terms`` the fold gives ``(term, key)`` pairs.
+        ``return_terms`` the fold gives ``(term, key)`` pairs. Entries of an object that is
+        deleted or expired are never returned.
         """
         b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
         f = as_bytes("index field", field, MAX_KEY_BYTES)
         lo = as_bytes("start", start, MAX_KEY_BYTES, allow_empty=True)
         hi = as_bytes("end", end, MAX_KEY_BYTES, allow_empty=True)
         check_flag("return_terms", return_terms)
+        check_flag("reverse", reverse)
         if regex is not None and not isinstance(regex, str | bytes | re.Pattern):
             raise UsageError(f"regex must be a str, bytes or compiled pattern, got {regex!r}")
         if isinstance(regex, str | bytes):
@@ -209,7 +247,7 @@ class ReadAPI:
                 raise UsageError(f"regex {regex!r} does not compile: {exc}") from None
         return self._fold(
             lambda src, now: fold_index(
-                src, b, f, lo, hi, now, regex=regex, return_terms=return_terms
+                src, b, f, lo, hi, now, regex=regex, return_terms=return_terms, reverse=reverse
             ),
             long_running=False,
         )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
@@ -185,6 +185,9 @@ class Reader(ReadAPI):
 
     def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
         return self._guarded(lambda: ReadAPI.get(self, bucket, key))
+
+    def get_many(self, bucket: str | bytes, keys: Iterable[str | bytes]) -> list[bytes | None]:
+        return self._guarded(lambda: ReadAPI.get_many(self, bucket, keys))
 
     def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
         return self._guarded(lambda: ReadAPI.head(self, bucket, key))

@@ -106,6 +106,7 @@ changes = st.one_of(
     st.tuples(st.just("put"), buckets, keys, sizes, st.booleans(), specs, ttls),
     st.tuples(st.just("delete"), buckets, keys, removals),
 )
+conditions = st.sampled_from((None, None, None, "right", "wrong"))
 bounds = st.sampled_from(BOUNDS)
 key_bounds = st.sampled_from((None, *KEYS))
 
@@ -230,13 +231,24 @@ class BookieMachine(RuleBasedStateMachine):
         assert got == expected, f"{what}: got {got!r}, model says {expected!r}"
 
     def write(
-        self, call: Callable[[], None], apply: Callable[[], None], bucket: str, key: str
+        self,
+        call: Callable[[], None],
+        apply: Callable[[], None],
+        bucket: str,
+        key: str,
+        count: int = 1,
     ) -> bool:
-        """Run a put or delete; True when it was acknowledged."""
+        """Run a put, delete or batch (of ``count`` changes); True when it was acknowledged."""
         call()
         apply()
         self.tally["writes"] += 1
         return True
+
+    def expect_conflict(self, call: Callable[[], None], what: str) -> None:
+        """Run a write whose condition the model says fails: ConflictError, nothing written."""
+        with pytest.raises(inkpen.ConflictError):
+            call()
+        self.tally["conflicts"] += 1
 
     def maintain(self, call: Callable[[], Any]) -> Any:
         return call()
@@ -290,6 +302,13 @@ class BookieMachine(RuleBasedStateMachine):
 
         return make
 
+    def heads_got_reverse(self, source: Any):
+        def make() -> Iterator[tuple[bytes, bytes, int, int, int]]:
+            for b, k, head in source.heads(reverse=True):
+                yield b, k, head.sqn, head.size, head.content_hash
+
+        return make
+
     def check_view(
         self,
         source: Any,
@@ -307,6 +326,11 @@ class BookieMachine(RuleBasedStateMachine):
                 self.expect_usage_error(lambda: source.get(bucket, key), "get on ledger_only")
         else:
             self.check_get(source, frozen, bucket, key)
+            self.expect(
+                lambda: source.get_many(bucket, [key, *KEYS]),
+                [frozen.value(bucket, k, now) for k in (key, *KEYS)],
+                "get_many",
+            )
             self.fold(
                 lambda: source.objects(bucket),
                 frozen.objects_in(bucket, None, None, now),
@@ -332,7 +356,27 @@ class BookieMachine(RuleBasedStateMachine):
                 self.fold(
                     lambda b=bucket: source.keys(b), model.keys(bucket, None, None, now), "keys"
                 )
+                self.fold(
+                    lambda b=bucket: source.keys(b, reverse=True),
+                    model.keys(bucket, None, None, now)[::-1],
+                    "keys(reverse=True)",
+                )
+                if not ledger_only:
+                    self.expect(
+                        lambda b=bucket: source.get_many(b, KEYS),
+                        [model.value(bucket, key, now) for key in KEYS],
+                        "get_many",
+                    )
                 for index_field in FIELDS:
+                    self.fold(
+                        lambda b=bucket, f=index_field: source.index_query(
+                            b, f, "", TERM_END, return_terms=True, reverse=True
+                        ),
+                        model.index_query(
+                            bucket, index_field, "", TERM_END, now, return_terms=True
+                        )[::-1],
+                        "index_query(reverse=True)",
+                    )
                     self.fold(
                         lambda b=bucket, f=index_field: source.index_query(
                             b, f, "", TERM_END, return_terms=True
@@ -349,6 +393,11 @@ class BookieMachine(RuleBasedStateMachine):
             )
             self.fold(lambda: source.buckets(), model.buckets(now), "buckets")
             self.expect(source.is_empty, not model.buckets(now), "is_empty")
+            self.fold(
+                self.heads_got_reverse(source),
+                self.heads_expected(model, None, None, None)[::-1],
+                "heads(reverse=True)",
+            )
             if not ledger_only:
                 for order in ("key", "sqn"):
                     self.fold(
@@ -356,6 +405,11 @@ class BookieMachine(RuleBasedStateMachine):
                         model.objects_in(None, None, None, now, order=order),
                         f"objects(order={order})",
                     )
+                self.fold(
+                    lambda: source.objects(reverse=True),
+                    model.objects_in(None, None, None, now)[::-1],
+                    "objects(reverse=True)",
+                )
         self.tally["full_checks"] += 1
 
     def reopen(self, *, crash: bool) -> None:
@@ -447,6 +501,106 @@ class BookieMachine(RuleBasedStateMachine):
     def write_a_lot(self, changes: list[tuple[Any, ...]]) -> None:
         """A second, longer run of writes, so writes make up a good part of every example."""
         self.apply_changes(changes)
+
+    def conditional_sqn(self, model: Model, bucket: str, key: str, condition: str | None) -> Any:
+        """``if_sqn`` for a change: None, the key's SQN in ``model`` ("right") or another."""
+        if condition is None:
+            return None
+        current = model.sqn(bucket, key, self.now_ms())
+        if condition == "right":
+            return current
+        return 0 if current else model.writes + 7
+
+    @rule(work=st.lists(st.tuples(changes, conditions), max_size=8))
+    def write_batch(self, work: list[tuple[tuple[Any, ...], str | None]]) -> None:
+        """An atomic batch, its changes maybe conditional: all land in order, or none."""
+        batch = inkpen.Batch()
+        trial = self.model.copy()
+        steps: list[Callable[[Model], None]] = []
+        conflict = False
+        now = self.now_ms()
+        for change, condition in work:
+            bucket, key = change[1], change[2]
+            if_sqn = self.conditional_sqn(trial, bucket, key, condition)
+            if if_sqn is not None and if_sqn != trial.sqn(bucket, key, now):
+                conflict = True
+            if change[0] == "put":
+                _, bucket, key, size, compressible, index_specs, ttl = change
+                value = make_value(trial.writes + 1, size, compressible)
+                self.written.add(value)
+                expiry = None if ttl is None else now + ttl * 1000
+                batch.put(bucket, key, value, indexes=index_specs, ttl=ttl, if_sqn=if_sqn)
+
+                def step(model: Model, b=bucket, k=key, v=value, i=index_specs, e=expiry) -> None:
+                    model.put(b, k, v, i, now_ms=now, expiry_ms=e)
+            else:
+                _, bucket, key, index_specs = change
+                batch.delete(bucket, key, indexes=index_specs, if_sqn=if_sqn)
+
+                def step(model: Model, b=bucket, k=key, i=index_specs) -> None:
+                    model.delete(b, k, i)
+
+            step(trial)
+            steps.append(step)
+        assert len(batch) == len(work)
+        if conflict:
+            self.expect_conflict(lambda: self.book.write(batch), "batch")
+            self.tally["batches_rejected"] += 1
+        else:
+            first = work[0][0] if work else ("put", BUCKETS[0], KEYS[0])
+
+            def apply() -> None:
+                for step in steps:
+                    self.remember(step)
+
+            self.write(lambda: self.book.write(batch), apply, first[1], first[2], len(steps))
+            self.tally["batches"] += 1
+        if work:
+            self.expect_usage_error(lambda: self.book.write(batch), "a batch written twice")
+        self.check_get(self.book, self.model, work[0][0][1] if work else BUCKETS[0], KEYS[0])
+
+    @rule(
+        bucket=buckets,
+        key=keys,
+        right=st.booleans(),
+        delete=st.booleans(),
+        size=sizes,
+    )
+    def conditional_write(
+        self, bucket: str, key: str, right: bool, delete: bool, size: int
+    ) -> None:
+        """A read-modify-write: if_sqn as head() shows it (or a stale one)."""
+        if_sqn = self.conditional_sqn(self.model, bucket, key, "right" if right else "wrong")
+        value = make_value(self.model.writes + 1, size, True)
+        self.written.add(value)
+        now = self.now_ms()
+
+        def call() -> None:
+            if delete:
+                self.book.delete(bucket, key, if_sqn=if_sqn)
+            else:
+                self.book.put(bucket, key, value, if_sqn=if_sqn)
+
+        def change(model: Model) -> None:
+            if delete:
+                model.delete(bucket, key, [])
+            else:
+                model.put(bucket, key, value, [], now_ms=now, expiry_ms=None)
+
+        if not right:
+            self.expect_conflict(call, "conditional write")
+        elif self.write(call, lambda: self.remember(change), bucket, key):
+            self.tally["conditional_writes"] += 1
+        self.check_get(self.book, self.model, bucket, key)
+
+    @rule(bucket=buckets, wanted=st.lists(keys, max_size=8))
+    def get_many(self, bucket: str, wanted: list[str]) -> None:
+        now = self.now_ms()
+        self.expect(
+            lambda: self.book.get_many(bucket, wanted),
+            [self.model.value(bucket, k, now) for k in wanted],
+            "get_many",
+        )
 
     @precondition(lambda self: not self.injects_faults)
     @rule(work=st.lists(st.lists(changes, min_size=1, max_size=15), min_size=2, max_size=4))
@@ -1068,6 +1222,7 @@ class FaultyMachine(BookieMachine):
 
     def __init__(self) -> None:
         self.pending = False
+        self.pending_count = 1
         self.faulty: FaultyStore | None = None
         super().__init__()
 
@@ -1138,7 +1293,7 @@ class FaultyMachine(BookieMachine):
         stats = book.stats()
         assert stats["writer_epoch"] > self.epoch
         self.epoch = stats["writer_epoch"]
-        assert stats["sqn"] in (self.model.writes, self.model.writes + 1)
+        assert stats["sqn"] in (self.model.writes, self.model.writes + self.pending_count)
         if stats["sqn"] != self.model.writes:
             assert self.pending, (
                 f"reopened at SQN {stats['sqn']}, above the {self.model.writes} writes the "
@@ -1200,7 +1355,12 @@ class FaultyMachine(BookieMachine):
         assert book.closed
 
     def write(
-        self, call: Callable[[], None], apply: Callable[[], None], bucket: str, key: str
+        self,
+        call: Callable[[], None],
+        apply: Callable[[], None],
+        bucket: str,
+        key: str,
+        count: int = 1,
     ) -> bool:
         try:
             call()
@@ -1210,20 +1370,34 @@ class FaultyMachine(BookieMachine):
             if exc.definite:
                 self.tally["definitely_failed_writes"] += 1
                 return False
-            self.settle(apply, bucket, key)
+            self.settle(apply, bucket, key, count)
             return False
-        except inkpen.FencedError:
-            raise
+        except (inkpen.FencedError, inkpen.ConflictError):
+            raise  # a retried write that landed never conflicts with itself
         except inkpen.InkpenError:
             # The Inker stops writing when it cannot tell what a segment slot holds.
             self.tally["writes_stopped"] += 1
-            self.settle(apply, bucket, key)
+            self.settle(apply, bucket, key, count)
             return False
         apply()
         self.tally["writes"] += 1
         return True
 
-    def settle(self, apply: Callable[[], None], bucket: str, key: str) -> None:
+    def expect_conflict(self, call: Callable[[], None], what: str) -> None:
+        # The condition is checked against the ledger, whose reads may fail: definitely.
+        try:
+            call()
+        except inkpen.ConflictError:
+            self.tally["conflicts"] += 1
+            return
+        except inkpen.StoreError as exc:
+            if not injected(exc):
+                raise
+            assert exc.definite, f"{what}: a rejected write failed with an unknown outcome"
+            return
+        raise AssertionError(f"{what}: no ConflictError")
+
+    def settle(self, apply: Callable[[], None], bucket: str, key: str, count: int = 1) -> None:
         """A write of unknown outcome: look once through the failed Bookie, then reopen and let
         the SQN the database recovers say whether it landed. The earlier look may show the value
         from before the write even when it landed (an unknown write may take effect at any
@@ -1236,11 +1410,13 @@ class FaultyMachine(BookieMachine):
         self.drop_snapshots(still_open=True)
         self.book.abandon()
         self.pending = True
+        self.pending_count = count
         try:
             self.book = self.open_book()
         finally:
             self.pending = False
-        if self.book.stats()["sqn"] == self.model.writes + 1:
+            self.pending_count = 1
+        if self.book.stats()["sqn"] == self.model.writes + count:
             apply()
             self.tally["unknown_writes_landed"] += 1
         if seen:
@@ -1268,6 +1444,26 @@ class FaultyMachine(BookieMachine):
         finally:
             faulty.plan = usual
         self.tally["outages"] += 1
+
+    @rule(bucket=buckets, key=keys, severity=st.sampled_from(OUTAGES), delete=st.booleans())
+    def conditional_write_during_outage(
+        self, bucket: str, key: str, severity: float, delete: bool
+    ) -> None:
+        """A conditional write whose segment lands but loses its response: the engine retries
+        it (reading back) and it reports success, never a conflict with itself; or its outcome
+        stays unknown and the machine settles it."""
+        faulty = self.target()
+        usual = faulty.plan
+        faulty.plan = FaultPlan(
+            usual.seed,
+            before=dict.fromkeys(("get", "get_range", "head", "list"), severity),
+            after={"put_if_absent": 1.0},
+        )
+        try:
+            self.conditional_write(bucket, key, True, delete, 40)
+        finally:
+            faulty.plan = usual
+        self.tally["conditional_outages"] += 1
 
     def expect_fenced(self, first: inkpen.Bookie) -> None:
         for _ in range(FENCED_WRITE_ATTEMPTS):

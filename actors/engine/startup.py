@@ -355,7 +355,15 @@ class Engine:
         """Hand a checked change to the write intake (after backpressure); returns once it is
         durable in a journal segment and visible to reads."""
         self.ctx.throttle.wait()
-        self.intake.submit(change).wait()
+        batch, unit = self.intake.submit(change)
+        batch.wait_unit(unit)
+
+    def write_unit(self, changes: list[Change]) -> None:
+        """Hand checked changes to the write intake as one unit, written in one journal segment
+        (all or nothing); returns once durable and visible, or raises why none was written."""
+        self.ctx.throttle.wait()
+        batch, unit = self.intake.submit_unit(changes)
+        batch.wait_unit(unit)
 
     def take_snapshot(self, *, long_running: bool, ledger_only: bool) -> SnapshotParts:
         """A snapshot's frozen views, registered with their owners; give it back with

@@ -52,6 +52,8 @@ class Change(NamedTuple):
     content_hash: int
     weight: int
     """Bytes this change adds to a journal batch (for the batch-size limit)."""
+    if_sqn: int | None
+    """The condition of a conditional write: the key's current SQN must be this (0: absent)."""
 
     def entry(self, sqn: int) -> JournalEntry:
         """The journal entry of this change at ``sqn``."""
@@ -96,6 +98,19 @@ def as_bytes(name: str, value: Any, limit: int, *, allow_empty: bool = False) ->
     return encoded
 
 
+MAX_SQN = 2**64 - 1
+
+
+def check_if_sqn(if_sqn: Any) -> int:
+    """A conditional write's ``if_sqn``: an int from 0 (the key is absent) to the largest SQN."""
+    if isinstance(if_sqn, bool) or not isinstance(if_sqn, int) or not 0 <= if_sqn <= MAX_SQN:
+        raise UsageError(
+            "if_sqn must be None, 0 (only if the key is absent) or the key's current SQN as "
+            f"head().sqn shows it (a non-negative int), got {if_sqn!r}"
+        )
+    return if_sqn
+
+
 class ChangeMaker:
     """Validates calls against the Bookie's options and builds :class:`Change` values."""
 
@@ -114,6 +129,7 @@ class ChangeMaker:
         ttl: float | None,
         *,
         tag: Tag = Tag.OBJECT,
+        if_sqn: Any = None,
     ) -> Change:
         options = self._options
         limit = options.max_key_bytes
@@ -153,11 +169,29 @@ class ChangeMaker:
             weight += sum(len(f) + len(t) for _, f, t in specs)
         return _new_tuple(
             Change,
-            (Kind.OBJECT, b, k, lk, value, specs, expiry_ms, now_ms, content_hash(value), weight),
+            (
+                Kind.OBJECT,
+                b,
+                k,
+                lk,
+                value,
+                specs,
+                expiry_ms,
+                now_ms,
+                content_hash(value),
+                weight,
+                None if if_sqn is None else check_if_sqn(if_sqn),
+            ),
         )
 
     def delete(
-        self, bucket: Any, key: Any, indexes: Iterable[Any], *, tag: Tag = Tag.OBJECT
+        self,
+        bucket: Any,
+        key: Any,
+        indexes: Iterable[Any],
+        *,
+        tag: Tag = Tag.OBJECT,
+        if_sqn: Any = None,
     ) -> Change:
         options = self._options
         b = as_bytes("bucket", bucket, options.max_key_bytes)
@@ -166,7 +200,8 @@ class ChangeMaker:
         now_ms = int(self._clock() * 1000)
         lk = object_key(b, k, tag=tag)
         weight = len(lk) + 64 + sum(len(f) + len(t) for _, f, t in specs)
-        return Change(Kind.TOMBSTONE, b, k, lk, None, specs, None, now_ms, 0, weight)
+        condition = None if if_sqn is None else check_if_sqn(if_sqn)
+        return Change(Kind.TOMBSTONE, b, k, lk, None, specs, None, now_ms, 0, weight, condition)
 
     def _index_specs(self, indexes: Iterable[Any]) -> tuple[IndexSpec, ...]:
         if indexes is None:

@@ -54,6 +54,7 @@ from inkpen.actors.journal.clerk import (
     roll,
     write_journal_files,
 )
+from inkpen.actors.journal.conditions import ConditionChecker
 from inkpen.actors.journal.intake import Batch, WriteIntake
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.messages import ApplyBatch, CompactJournal
@@ -196,6 +197,7 @@ class Inker(FileOwner):
         self.last_write_started = float("-inf")
         ref = self.actor_ref
         self.intake = intake
+        self.conditions = ConditionChecker(ctx.board)
         intake.connect(lambda b: ref.tell(_BatchOpened(b)), lambda b: ref.tell(_BatchFull(b)))
         self._publish()
 
@@ -261,6 +263,13 @@ class Inker(FileOwner):
             return
         started = self.last_write_started = time.monotonic()
         first = self.sqn + 1
+        if batch.conditional:
+            # The check and the append are one step: nothing else assigns SQNs meanwhile.
+            now_ms = int(self.ctx.options.clock() * 1000)
+            batch.changes = self.conditions.check(batch, first, now_ms)
+            if not batch.changes:
+                batch.complete()  # every unit was rejected: nothing to write
+                return
         try:
             entries = tuple(change.entry(first + i) for i, change in enumerate(batch.changes))
             data = build_journal(entries, writer_epoch=self.epoch)
@@ -307,6 +316,7 @@ class Inker(FileOwner):
         self.ctx.board.journal = self.ctx.board.journal.with_segment(table)
         self.segments_written += 1
         self.bytes_written += len(data)
+        self.conditions.written(batch, entries)
         if self.bookie is None or not send(self.bookie, ApplyBatch(batch, entries)):
             batch.fail(ActorGone("the Bookie has stopped"))
         log.debug(

@@ -6,6 +6,16 @@ on the batch's event. The intake tells the Inker only when a batch opens (its fi
 up (``max_batch_bytes``); the Inker takes the whole batch in one step, writes it as one segment and
 the Bookie releases every waiter of the batch at once (group commit).
 
+A **unit** is what one call submits: one change (``put``, ``delete``) or every change of one
+application write batch (``Bookie.write``). Atomicity of a write batch rests on this rule, which
+:meth:`WriteIntake.submit_unit` keeps: **a unit is never split across journal segments.** A segment
+is one object, created whole or not at all, read back whole and rolled whole under one manifest
+commit, so a unit inside one segment is all-or-nothing for every reader and after any crash. A
+unit that would push the open batch past ``max_batch_bytes`` closes that batch first and opens a
+new one; a unit larger than ``max_batch_bytes`` on its own gets a segment of its own. The Inker
+may reject a unit whose condition (``if_sqn``) fails (:attr:`Batch.rejected`): then none of its
+changes is written, and the rest of the segment is written without them.
+
 The notifications are sent under the intake's lock (a tell only queues a message), so the Inker
 sees a batch's "opened" before its "full", and every "full" before anything sent after it.
 
@@ -31,10 +41,27 @@ class Batch:
     one pass (no condition variable for the woken callers to queue on again).
     """
 
-    __slots__ = ("_guard", "_settled", "_waiters", "changes", "error", "opened_at", "weight")
+    __slots__ = (
+        "_guard",
+        "_settled",
+        "_waiters",
+        "changes",
+        "conditional",
+        "error",
+        "opened_at",
+        "rejected",
+        "units",
+        "weight",
+    )
 
     def __init__(self) -> None:
         self.changes: list[Change] = []
+        self.units: list[int] = []
+        """The end offset in ``changes`` of each unit, in submission order."""
+        self.conditional = False
+        """Whether any change carries a condition (the Inker checks them before writing)."""
+        self.rejected: dict[int, InkpenError] = {}
+        """Units the Inker refused (by unit number), with the error their caller gets."""
         self.weight = 0
         self.opened_at = time.monotonic()
         self.error: BaseException | None = None
@@ -55,6 +82,18 @@ class Batch:
                 gate.acquire()
         if self.error is not None:
             raise self.error
+
+    def wait_unit(self, unit: int) -> None:
+        """:meth:`wait`, then raise the error of ``unit`` if the Inker rejected it."""
+        self.wait()
+        rejected = self.rejected.get(unit)
+        if rejected is not None:
+            raise rejected
+
+    def unit_bounds(self) -> list[tuple[int, int]]:
+        """(start, end) offsets in ``changes`` of each unit."""
+        starts = [0, *self.units[:-1]]
+        return list(zip(starts, self.units, strict=True))
 
     def complete(self) -> None:
         self._settle()
@@ -92,8 +131,9 @@ class WriteIntake:
             self._on_open = on_open
             self._on_full = on_full
 
-    def submit(self, change: Change) -> Batch:
-        """Add a change to the open batch (opening one if needed) and return that batch."""
+    def submit(self, change: Change) -> tuple[Batch, int]:
+        """Add one change as a unit to the open batch (opening one if needed); returns that
+        batch and the unit's number in it."""
         with self._lock:
             if self._shut is not None:
                 raise self._shut
@@ -101,14 +141,45 @@ class WriteIntake:
             opened = batch is None
             if batch is None:
                 batch = self._open = Batch()
-            batch.changes.append(change)
+            changes = batch.changes
+            changes.append(change)
+            batch.units.append(len(changes))
             batch.weight += change.weight
+            if change.if_sqn is not None:
+                batch.conditional = True
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:
                 self._open = None
                 self._on_full(batch)
-        return batch
+        return batch, len(batch.units) - 1
+
+    def submit_unit(self, changes: list[Change]) -> tuple[Batch, int]:
+        """Add ``changes`` as one unit, all in one batch and so in one segment (see the module
+        docstring): a unit that does not fit the open batch closes it and starts the next."""
+        weight = sum(c.weight for c in changes)
+        conditional = any(c.if_sqn is not None for c in changes)
+        with self._lock:
+            if self._shut is not None:
+                raise self._shut
+            batch = self._open
+            if batch is not None and batch.changes and batch.weight + weight > self._max:
+                self._open = None
+                self._on_full(batch)  # written without this unit
+                batch = None
+            opened = batch is None
+            if batch is None:
+                batch = self._open = Batch()
+            batch.changes.extend(changes)
+            batch.units.append(len(batch.changes))
+            batch.weight += weight
+            batch.conditional = batch.conditional or conditional
+            if opened:
+                self._on_open(batch)
+            if batch.weight >= self._max:
+                self._open = None
+                self._on_full(batch)  # a unit above max_batch_bytes: a segment of its own
+        return batch, len(batch.units) - 1
 
     def take(self, batch: Batch | None = None) -> Batch | None:
         """Close and return the open batch (only if it is ``batch``, when one is named)."""

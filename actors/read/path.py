@@ -113,6 +113,49 @@ def read_value(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
     )
 
 
+def read_values(source: ViewSource, keys: list[bytes], now_ms: int) -> list[bytes | None]:
+    """GET of many keys from one set of views (one consistent state), in the order of ``keys``.
+
+    The ledger is searched in key order (neighbouring keys share SST blocks) and the journal in
+    SQN order (neighbouring values share journal chunks and segments), each value once.
+    """
+    missing: tuple[int, bytes] | None = None
+    vanished: NotFoundError | None = None
+    kind = Kind.OBJECT
+    for _ in range(READ_ATTEMPTS):
+        cache, ledger, journal = source.views()
+        value_of = values_of(journal)
+        found: dict[bytes, bytes | None] = {}
+        try:
+            wanted: list[tuple[int, bytes]] = []
+            for key in sorted(set(keys)):
+                value = lookup(cache, ledger, key)
+                if value is None or not is_live(value, now_ms):
+                    found[key] = None
+                else:
+                    wanted.append((value[0], key))
+            wanted.sort()
+            missing = None
+            for sqn, key in wanted:
+                body = value_of(sqn, kind, key)
+                if body is None:
+                    missing = (sqn, key)
+                    break
+                found[key] = body
+        except NotFoundError as exc:
+            vanished = exc
+            continue
+        if missing is None:
+            return [found[key] for key in keys]
+    if missing is None and vanished is not None:
+        raise vanished  # files kept vanishing: a missing object, never corruption
+    assert missing is not None
+    raise CorruptionError(
+        "journal",
+        f"the ledger names SQN {missing[0]} for key {missing[1]!r} but no journal object holds it",
+    )
+
+
 def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
     """HEAD: the live metadata of ``key`` from the ledger alone, or None."""
     vanished: NotFoundError | None = None
@@ -131,32 +174,40 @@ def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
 
 
 def ledger_range(
-    cache: CacheView, ledger: LedgerView, lo: bytes | None, hi: bytes | None
+    cache: CacheView,
+    ledger: LedgerView,
+    lo: bytes | None,
+    hi: bytes | None,
+    *,
+    reverse: bool = False,
 ) -> Iterator[tuple[bytes, LedgerValue]]:
-    """Every ledger entry with lo <= key < hi in key order, the most recent source's per key.
+    """Every ledger entry with lo <= key < hi in key order (descending with ``reverse``), the
+    most recent source's per key.
 
-    Sources are merged with ``heapq.merge`` on the key alone: it is stable, so among equal keys
-    the source listed first (the most recent) comes first and the rest are skipped. A range
-    that only one source covers is streamed from it directly.
+    Sources are merged with ``heapq.merge`` on the key alone: it is stable (also with
+    ``reverse``), so among equal keys the source listed first (the most recent) comes first and
+    the rest are skipped. A range that only one source covers is streamed from it directly.
     """
     streams: list[Iterator[tuple[bytes, LedgerValue]]] = [
-        table.iter_range(lo, hi) for table in (*cache.tables, *ledger.mem) if len(table)
+        table.iter_range(lo, hi, reverse=reverse)
+        for table in (*cache.tables, *ledger.mem)
+        if len(table)
     ]
     for handle in ledger.l0:
         d = handle.descriptor
         if (hi is None or d.first_key < hi) and (lo is None or d.last_key >= lo):
-            streams.append(handle.reader.iter_range(lo, hi))
+            streams.append(_sst_range(handle.reader, lo, hi, reverse))
     for level in ledger.levels:
         files = level.overlapping(lo, hi)
         if len(files) == 1:
-            streams.append(files[0].reader.iter_range(lo, hi))
+            streams.append(_sst_range(files[0].reader, lo, hi, reverse))
         elif files:
-            streams.append(_chain(files, lo, hi))
+            streams.append(_chain(files, lo, hi, reverse))
     if len(streams) == 1:
         yield from streams[0]
         return
     previous = None
-    for item in heapq.merge(*streams, key=_first):
+    for item in heapq.merge(*streams, key=_first, reverse=reverse):
         key = item[0]
         if key != previous:
             previous = key
@@ -166,16 +217,32 @@ def ledger_range(
 _first = itemgetter(0)
 
 
-def _chain(files: tuple, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, LedgerValue]]:
-    for handle in files:
-        yield from handle.reader.iter_range(lo, hi)
+def _sst_range(
+    reader: Any, lo: bytes | None, hi: bytes | None, reverse: bool
+) -> Iterator[tuple[bytes, LedgerValue]]:
+    if reverse:
+        return reader.iter_range_reverse(lo, hi)  # type: ignore[no-any-return]
+    return reader.iter_range(lo, hi)  # type: ignore[no-any-return]
+
+
+def _chain(
+    files: tuple, lo: bytes | None, hi: bytes | None, reverse: bool = False
+) -> Iterator[tuple[bytes, LedgerValue]]:
+    for handle in reversed(files) if reverse else files:
+        yield from _sst_range(handle.reader, lo, hi, reverse)
 
 
 def live_range(
-    cache: CacheView, ledger: LedgerView, lo: bytes | None, hi: bytes | None, now_ms: int
+    cache: CacheView,
+    ledger: LedgerView,
+    lo: bytes | None,
+    hi: bytes | None,
+    now_ms: int,
+    *,
+    reverse: bool = False,
 ) -> Iterator[tuple[bytes, LedgerValue]]:
     """:func:`ledger_range` without tombstones and expired entries."""
-    for key, value in ledger_range(cache, ledger, lo, hi):
+    for key, value in ledger_range(cache, ledger, lo, hi, reverse=reverse):
         if is_live(value, now_ms):
             yield key, value
 
@@ -191,11 +258,17 @@ def object_bounds(
 
 
 def fold_keys(
-    source: ViewSource, bucket: bytes, start: bytes | None, end: bytes | None, now_ms: int
+    source: ViewSource,
+    bucket: bytes,
+    start: bytes | None,
+    end: bytes | None,
+    now_ms: int,
+    *,
+    reverse: bool = False,
 ) -> Iterator[bytes]:
     cache, ledger, _ = source.views()
     lo, hi = object_bounds(bucket, start, end)
-    for key, _ in live_range(cache, ledger, lo, hi, now_ms):
+    for key, _ in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse):
         yield decode_key(key).key
 
 
@@ -205,10 +278,12 @@ def fold_heads(
     start: bytes | None,
     end: bytes | None,
     now_ms: int,
+    *,
+    reverse: bool = False,
 ) -> Iterator[tuple[bytes, bytes, Head]]:
     cache, ledger, _ = source.views()
     lo, hi = object_bounds(bucket, start, end)
-    for key, value in live_range(cache, ledger, lo, hi, now_ms):
+    for key, value in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse):
         decoded = decode_key(key)
         yield decoded.bucket, decoded.key, to_head(value)
 
@@ -219,8 +294,11 @@ def fold_objects_by_key(
     start: bytes | None,
     end: bytes | None,
     now_ms: int,
+    *,
+    reverse: bool = False,
 ) -> Iterator[tuple[bytes, bytes, bytes]]:
-    """Live objects in key order, each value read from the journal by its SQN.
+    """Live objects in key order (descending with ``reverse``), each value read from the
+    journal by its SQN.
 
     The loop is written out (liveness test, journal lookup, key split) because a full fold
     runs it once per object.
@@ -233,7 +311,7 @@ def fold_objects_by_key(
     # key, then two terminators: the key is a slice. Anything else is split in full.
     prefix = None if bucket is None else bucket_prefix(Tag.OBJECT, bucket)
     skip = 0 if prefix is None else len(prefix)
-    for key, value in ledger_range(cache, ledger, lo, hi):
+    for key, value in ledger_range(cache, ledger, lo, hi, reverse=reverse):
         if value[1] != ACTIVE:
             continue
         expiry = value[2]
@@ -338,17 +416,28 @@ def fold_index(
     *,
     regex: str | bytes | re.Pattern | None,
     return_terms: bool,
+    reverse: bool = False,
 ) -> Iterator[bytes | tuple[bytes, bytes]]:
-    """Index entries of ``field`` with start <= term <= end, as object keys or (term, key)."""
+    """Index entries of ``field`` with start <= term <= end, as object keys or (term, key).
+
+    Index entries follow their object: an entry whose object is deleted or expired (in the
+    same views) is skipped, whether or not the delete listed it.
+    """
     cache, ledger, _ = source.views()
     lo, hi = index_range(bucket, field, start, end)
     matcher = _term_matcher(regex)
-    for key, _ in live_range(cache, ledger, lo, hi, now_ms):
+    for key, _ in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse):
         decoded = decode_key(key)
         term = decoded.subkey
         if matcher is not None and not matcher(term):
             continue
-        yield (term, decoded.object_key) if return_terms else decoded.object_key
+        found = decoded.object_key
+        owner = lookup(cache, ledger, object_key(bucket, found))
+        if owner is None:
+            owner = lookup(cache, ledger, object_key(bucket, found, tag=Tag.HEAD))
+        if owner is None or not is_live(owner, now_ms):
+            continue
+        yield (term, found) if return_terms else found
 
 
 def _term_matcher(regex: str | bytes | re.Pattern | None) -> Callable[[bytes], bool] | None:
@@ -394,4 +483,5 @@ __all__ = [
     "object_key",
     "read_head",
     "read_value",
+    "read_values",
 ]

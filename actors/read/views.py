@@ -81,13 +81,16 @@ class MemTable:
             self._keys = keys
         return keys
 
-    def iter_range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, LedgerValue]]:
-        """Entries with lo <= key < hi in key order (None: unbounded)."""
+    def iter_range(
+        self, lo: bytes | None, hi: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, LedgerValue]]:
+        """Entries with lo <= key < hi in key order, descending with ``reverse`` (None:
+        unbounded)."""
         keys = self.sorted_keys()
         i = 0 if lo is None else bisect.bisect_left(keys, lo)
         j = len(keys) if hi is None else bisect.bisect_left(keys, hi)
         entries = self.entries
-        for k in keys[i:j]:
+        for k in reversed(keys[i:j]) if reverse else keys[i:j]:
             yield k, entries[k]
 
 

@@ -4,9 +4,12 @@ The model knows only the public semantics, the way Leveled defines them:
 
 - an object is its latest put, gone after a delete or once its expiry has passed;
 - index entries are the application's own: a put's ``("add", field, term)`` specs create entries
-  that expire with the put, ``("remove", field, term)`` specs (on a put or a delete) remove them,
-  and a delete removes no index entry by itself; within one call the last spec for a
-  (field, term) wins;
+  that expire with the put, ``("remove", field, term)`` specs (on a put or a delete) remove them;
+  within one call the last spec for a (field, term) wins; an index query never answers a key
+  whose object is deleted or expired (its entries follow the object), and a later put of the
+  key that does not mention an entry keeps it;
+- a conditional write (``if_sqn``) lands only if the key's SQN is ``if_sqn`` (0: absent);
+  a batch is its changes applied in order, each with the next SQN, or none of them;
 - folds list buckets, keys and index terms in byte order of their components; ``order="sqn"``
   lists objects in the order they were written.
 
@@ -101,9 +104,14 @@ class Model:
     def live(self, now_ms: int) -> dict[ObjectId, StoredObject]:
         return {oid: obj for oid, obj in self.objects.items() if obj.live(now_ms)}
 
-    def get(self, bucket: str, key: str, now_ms: int) -> StoredObject | None:
+    def get(self, bucket: str | bytes, key: str | bytes, now_ms: int) -> StoredObject | None:
         found = self.objects.get((encode(bucket), encode(key)))
         return found if found is not None and found.live(now_ms) else None
+
+    def sqn(self, bucket: str, key: str, now_ms: int) -> int:
+        """The key's SQN as ``head().sqn`` shows it; 0 when absent (what ``if_sqn=0`` means)."""
+        found = self.get(bucket, key, now_ms)
+        return 0 if found is None else found.sqn
 
     def value(self, bucket: str, key: str, now_ms: int) -> bytes | None:
         found = self.get(bucket, key, now_ms)
@@ -168,6 +176,7 @@ class Model:
             and ef == f
             and lo <= term <= hi
             and (expiry is None or expiry > now_ms)
+            and self.get(bucket, key, now_ms) is not None
             and (pattern is None or pattern.search(term.decode("utf-8", "replace")) is not None)
         )
         if return_terms:
