@@ -36,6 +36,7 @@ from inkpen.formats.keys import (
     object_parts,
     prefix_end,
 )
+from inkpen.formats.tictac import segment_of_components
 
 READ_ATTEMPTS = 4
 
@@ -181,13 +182,13 @@ def live_range(
 
 
 def object_bounds(
-    bucket: bytes | None, start: bytes | None, end: bytes | None
+    bucket: bytes | None, start: bytes | None, end: bytes | None, *, tag: Tag = Tag.OBJECT
 ) -> tuple[bytes, bytes]:
     """Encoded [lo, hi) of the object keys of a bucket between start and end (inclusive)."""
     if bucket is None:
-        lo = bytes([Tag.OBJECT])
+        lo = bytes([tag])
         return lo, prefix_end(lo)
-    return key_range(Tag.OBJECT, bucket, start, end)
+    return key_range(tag, bucket, start, end)
 
 
 def fold_keys(
@@ -199,16 +200,62 @@ def fold_keys(
         yield decode_key(key).key
 
 
+@dataclass(frozen=True, slots=True)
+class HeadFilter:
+    """What a head fold keeps beyond its key range: keys in ``segments`` (tictac segment ids,
+    None: all), last modified in [lo_ms, hi_ms] (None: open), at most ``max_objects`` (None: all).
+    """
+
+    segments: frozenset[int] | None = None
+    lo_ms: int | None = None
+    hi_ms: int | None = None
+    max_objects: int | None = None
+
+    def keeps(self, key: bytes, value: LedgerValue) -> bool:
+        if self.segments is not None and segment_of_components(key[1:]) not in self.segments:
+            return False
+        lm = value[5]
+        return (self.lo_ms is None or lm >= self.lo_ms) and (self.hi_ms is None or lm <= self.hi_ms)
+
+
+NO_FILTER = HeadFilter()
+
+
+def filtered_heads(
+    cache: CacheView,
+    ledger: LedgerView,
+    lo: bytes,
+    hi: bytes,
+    now_ms: int,
+    kept: HeadFilter,
+) -> Iterator[tuple[bytes, LedgerValue]]:
+    """Live ledger entries in [lo, hi) that ``kept`` keeps, at most ``kept.max_objects``."""
+    left = kept.max_objects
+    if left is not None and left <= 0:
+        return
+    plain = kept.segments is None and kept.lo_ms is None and kept.hi_ms is None
+    for key, value in live_range(cache, ledger, lo, hi, now_ms):
+        if plain or kept.keeps(key, value):
+            yield key, value
+            if left is not None:
+                left -= 1
+                if not left:
+                    return
+
+
 def fold_heads(
     source: ViewSource,
     bucket: bytes | None,
     start: bytes | None,
     end: bytes | None,
     now_ms: int,
+    kept: HeadFilter = NO_FILTER,
+    *,
+    tag: Tag = Tag.OBJECT,
 ) -> Iterator[tuple[bytes, bytes, Head]]:
     cache, ledger, _ = source.views()
-    lo, hi = object_bounds(bucket, start, end)
-    for key, value in live_range(cache, ledger, lo, hi, now_ms):
+    lo, hi = object_bounds(bucket, start, end, tag=tag)
+    for key, value in filtered_heads(cache, ledger, lo, hi, now_ms, kept):
         decoded = decode_key(key)
         yield decoded.bucket, decoded.key, to_head(value)
 
