@@ -17,28 +17,19 @@ other SQNs and the same objects).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from inkpen.actors.read.path import Head
-from inkpen.formats.tictac import TicTacTree
 
-ONLY_IN_A = "only-in-a"
-ONLY_IN_B = "only-in-b"
-DIFFERENT = "different"
+from .read_api import ReadAPI
+
 Kind = Literal["only-in-a", "only-in-b", "different"]
-
-
-class HeadSource(Protocol):
-    """What :func:`compare_stores` reads: a Reader, a Snapshot or a Bookie."""
-
-    def tictac_tree(self, bucket: str | bytes | None = None, **kwargs: object) -> TicTacTree: ...
-
-    def heads(
-        self, bucket: str | bytes | None = None, **kwargs: object
-    ) -> Iterable[tuple[bytes, bytes, Head]]: ...
+ONLY_IN_A: Kind = "only-in-a"
+ONLY_IN_B: Kind = "only-in-b"
+DIFFERENT: Kind = "different"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +58,14 @@ class Comparison:
 
 
 def _heads_of(
-    side: HeadSource, bucket: bytes | str | None, segments: list[int]
+    side: ReadAPI, bucket: bytes | str | None, segments: list[int]
 ) -> dict[tuple[bytes, bytes], Head]:
     return {(b, k): head for b, k, head in side.heads(bucket, segments=segments)}
 
 
 def compare_stores(
-    a: HeadSource,
-    b: HeadSource,
+    a: ReadAPI,
+    b: ReadAPI,
     *,
     bucket: str | bytes | None = None,
     phase: Callable[[str], object] = lambda _: None,

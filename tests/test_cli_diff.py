@@ -128,3 +128,22 @@ def test_damaged_data_exits_3(tmp_path: Path) -> None:
         f.write(bytes([byte ^ 0x10]))
     ran = fails(3, "diff", url, str(tmp_path / "restored"))
     assert sst.name in ran.stderr, ran.explain()
+
+
+def test_verify_against_proves_a_backup_and_its_restore(kind: str, make_store_url: MakeUrl) -> None:
+    url, backup, restored = make_store_url(kind), make_store_url(kind), make_store_url(kind)
+    populate(url, crash=False)
+    ok("backup", url, backup)
+    ok("restore", backup, restored)
+    for copy in (backup, restored):
+        ran = ok("verify", url, "--against", copy)
+        assert ran.lines[-1] == f"against {copy}: the same objects", ran.explain()
+    with inkpen.open(url, **TINY) as book:
+        book.put("users", "user0003", b"changed after the backup")
+    ran = inkpen_command("verify", url, "--against", restored, "--json")
+    assert ran.code == 1, ran.explain()
+    document = json.loads(ran.out)
+    assert document["ok"] is True
+    assert [(d["kind"], d["key"]) for d in document["against"]["differences"]] == [
+        ("different", "user0003")
+    ]
