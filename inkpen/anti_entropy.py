@@ -10,9 +10,10 @@ works the way Riak's tictac AAE does over Leveled:
    side only is ``only-in-a`` / ``only-in-b``, a key whose content hash or size differs is
    ``different``.
 
-Equal trees end it after step 2. Objects are compared by content hash (BLAKE2b-64 of the value)
-and size, as ``head`` reports them; SQNs and timestamps are not compared (a restored copy has
-other SQNs and the same objects).
+Equal trees end it after step 2. Objects are identified by bucket and key (and subkey, for
+head-only objects) and compared by content hash (BLAKE2b-64 of the value) and size, as ``head``
+reports them; SQNs and timestamps are not compared (a restored copy has other SQNs and the same
+objects).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class Difference:
     key: bytes
     a: Head | None
     b: Head | None
+    subkey: bytes = b""
+    """The subkey of a head-only object; empty for every other object."""
 
 
 @dataclass(slots=True)
@@ -59,8 +62,8 @@ class Comparison:
 
 def _heads_of(
     side: ReadAPI, bucket: bytes | str | None, segments: list[int]
-) -> dict[tuple[bytes, bytes], Head]:
-    return {(b, k): head for b, k, head in side.heads(bucket, segments=segments)}
+) -> dict[tuple[bytes, bytes, bytes], Head]:
+    return {(b, k, head.subkey): head for b, k, head in side.heads(bucket, segments=segments)}
 
 
 def compare_stores(
@@ -96,5 +99,5 @@ def compare_stores(
             kind = DIFFERENT
         else:
             continue
-        found.differences.append(Difference(kind, where[0], where[1], ha, hb))
+        found.differences.append(Difference(kind, where[0], where[1], ha, hb, where[2]))
     return found

@@ -51,6 +51,7 @@ class Bookie(ReadAPI):
     def __init__(self, engine: Engine, options: Options) -> None:
         self._engine = engine
         self._options = options
+        self._head_only = options.head_only
         self._changes = ChangeMaker(options)
         self._live = _LiveSource(engine.board)
         self._closed = False
@@ -86,12 +87,57 @@ class Bookie(ReadAPI):
         expires (Leveled's tempput); expired objects read as absent.
         """
         self._check_open()
+        self._check_not_head_only("put")
         self._engine.write(self._changes.put(bucket, key, value, indexes, ttl))
 
     def delete(self, bucket: str | bytes, key: str | bytes, *, indexes: IndexSpecs = ()) -> None:
         """Delete (bucket, key): a durable tombstone. ``indexes`` names index entries to remove."""
         self._check_open()
+        self._check_not_head_only("delete")
         self._engine.write(self._changes.delete(bucket, key, indexes))
+
+    def _check_not_head_only(self, what: str) -> None:
+        if self._head_only is not None:
+            raise UsageError(
+                f"{what} is not available in a head-only store (head_only={self._head_only!r}); "
+                'write with mput([("add" | "remove", bucket, key, subkey, value), ...])'
+            )
+
+    def mput(self, specs: Iterable[tuple[str, Any, Any, Any, Any]]) -> None:
+        """Apply head-only changes (Leveled's ``book_mput``) as one durable batch.
+
+        Each spec is ``("add" | "remove", bucket, key, subkey, value)`` (value ignored for a
+        remove; at most 64 KiB). Every spec is checked first (one bad spec: nothing is written);
+        then all of them go into one journal segment, so after a crash either all or none are
+        there. Values are kept in the ledger, read by ``head_only_get`` and ``heads``; the
+        journal only serves recovery and is trimmed (``trim_journal``). Only in a store opened
+        with ``head_only``.
+        """
+        self._check_open()
+        if self._head_only is None:
+            raise UsageError(
+                "mput writes head-only objects; open a new database with "
+                "head_only='with_lookup' or 'no_lookup' to use it"
+            )
+        if isinstance(specs, str | bytes) or not isinstance(specs, Iterable):
+            raise UsageError("mput takes a sequence of (op, bucket, key, subkey, value) specs")
+        changes = [self._changes.head_only(spec) for spec in specs]
+        if changes:
+            self._engine.write_all(changes)
+
+    def trim_journal(self) -> CompactionReport:
+        """Drop the journal files of a head-only store whose every entry the ledger has
+        persisted (Leveled's ``book_trimjournal``); returns what was dropped (``compacted``).
+
+        Runs on its own too, every ``compaction_interval`` (60 s without one).
+        """
+        self._check_open()
+        if self._head_only is None:
+            raise UsageError(
+                "trim_journal is for head-only stores, whose journal only serves recovery; "
+                "a normal store's journal holds its values: use compact_journal()"
+            )
+        return self._engine.compact_journal()
 
     # -- reads (the ReadAPI hooks) --------------------------------------------------------------
 
@@ -120,6 +166,7 @@ class Bookie(ReadAPI):
         parts = self._engine.take_snapshot(long_running=long_running, ledger_only=ledger_only)
         return Snapshot(
             parts,
+            head_only=self._head_only,
             now_ms=self._now_ms,
             owner_open=lambda: not self._closed,
             release=self._engine.release_snapshot,

@@ -28,6 +28,7 @@ from inkpen.actors.read.path import (
     fold_objects_by_sqn,
     list_buckets,
     read_head,
+    read_head_only,
     read_value,
 )
 from inkpen.formats.keys import MAX_KEY_BYTES, Tag, object_key
@@ -159,6 +160,9 @@ class ReadAPI:
     ) -> FoldIterator[tuple[bytes, bytes, Head]]:
         """(bucket, key, Head) of live objects, in key order; metadata only, no journal reads.
 
+        In a head-only store the fold covers the head-only objects (``Bookie.mput``): each
+        ``Head`` also has the object's ``subkey`` and ``value``.
+
         ``segments``: only keys in these :class:`~inkpen.TicTacTree` segments (the ids
         ``tree.compare`` returns). ``modified_range=(lo, hi)``: only objects last modified at
         ``lo <= t <= hi`` (seconds since the epoch; None leaves an end open).
@@ -199,9 +203,32 @@ class ReadAPI:
         ) as trees:
             return next(trees)
 
+    _head_only: str | None = None
+    """The head-only mode of the database read (``with_lookup`` / ``no_lookup``), else None."""
+
     def _head_tag(self) -> Tag:
         """The ledger tag head folds and trees cover: OBJECT, or HEAD in a head-only store."""
-        return Tag.OBJECT
+        return Tag.OBJECT if self._head_only is None else Tag.HEAD
+
+    def head_only_get(
+        self, bucket: str | bytes, key: str | bytes, subkey: str | bytes = b""
+    ) -> bytes | None:
+        """The value of a head-only object (written by ``Bookie.mput``) from the ledger alone, or
+        None; only in a ``head_only="with_lookup"`` store."""
+        self._check_open()
+        if self._head_only != "with_lookup":
+            raise UsageError(
+                "head_only_get needs a store opened with head_only='with_lookup'; this one is "
+                + ("not head-only" if self._head_only is None else f"head_only={self._head_only!r}")
+                + " (fold it with heads() instead)"
+            )
+        lk = object_key(
+            as_bytes("bucket", bucket, MAX_KEY_BYTES),
+            as_bytes("key", key, MAX_KEY_BYTES),
+            as_bytes("subkey", subkey, MAX_KEY_BYTES, allow_empty=True),
+            tag=Tag.HEAD,
+        )
+        return read_head_only(self._point_source(), lk, self._now_ms())
 
     def objects(
         self,

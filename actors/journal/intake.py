@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from inkpen.actors.journal.changes import Change
 from inkpen.errors import InkpenError
@@ -103,6 +103,25 @@ class WriteIntake:
                 batch = self._open = Batch()
             batch.changes.append(change)
             batch.weight += change.weight
+            if opened:
+                self._on_open(batch)
+            if batch.weight >= self._max:
+                self._open = None
+                self._on_full(batch)
+        return batch
+
+    def submit_all(self, changes: Sequence[Change]) -> Batch:
+        """Add every change to the open batch at once, so one journal segment holds them all
+        (whatever its size), and return that batch."""
+        with self._lock:
+            if self._shut is not None:
+                raise self._shut
+            batch = self._open
+            opened = batch is None
+            if batch is None:
+                batch = self._open = Batch()
+            batch.changes.extend(changes)
+            batch.weight += sum(change.weight for change in changes)
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:

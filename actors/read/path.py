@@ -58,6 +58,10 @@ class Head:
     """Seconds since the epoch, when the object was written."""
     expires_at: float | None = None
     """Seconds since the epoch after which the object is gone (a put with ``ttl``), else None."""
+    subkey: bytes = b""
+    """A head-only object's subkey (``Bookie.mput``); empty for every other object."""
+    value: bytes | None = None
+    """A head-only object's value, kept in the ledger; None for every other object."""
 
 
 def is_live(value: LedgerValue, now_ms: int) -> bool:
@@ -67,9 +71,12 @@ def is_live(value: LedgerValue, now_ms: int) -> bool:
     return expiry is None or expiry > now_ms
 
 
-def to_head(value: LedgerValue) -> Head:
-    sqn, _, expiry, digest, size, lm = value
-    return Head(sqn, size, digest, lm / 1000.0, None if expiry is None else expiry / 1000.0)
+def to_head(value: LedgerValue, subkey: bytes = b"") -> Head:
+    sqn, _, expiry, digest, size, lm = value[:6]
+    expires = None if expiry is None else expiry / 1000.0
+    if len(value) > 6:  # a head-only object
+        return Head(sqn, size, digest, lm / 1000.0, expires, subkey, value[6])  # type: ignore[misc]
+    return Head(sqn, size, digest, lm / 1000.0, expires)
 
 
 def lookup(cache: CacheView, ledger: LedgerView, key: bytes) -> LedgerValue | None:
@@ -129,6 +136,23 @@ def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
         return to_head(value)
     assert vanished is not None
     raise vanished  # ledger files kept vanishing: a missing object, never corruption
+
+
+def read_head_only(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
+    """A head-only object's value from the ledger alone (``key`` has the HEAD tag), or None."""
+    vanished: NotFoundError | None = None
+    for _ in range(READ_ATTEMPTS):
+        cache, ledger, _ = source.views()
+        try:
+            value = lookup(cache, ledger, key)
+        except NotFoundError as exc:
+            vanished = exc
+            continue
+        if value is None or not is_live(value, now_ms):
+            return None
+        return value[6] if len(value) > 6 else b""  # type: ignore[misc]
+    assert vanished is not None
+    raise vanished
 
 
 def ledger_range(
@@ -257,7 +281,7 @@ def fold_heads(
     lo, hi = object_bounds(bucket, start, end, tag=tag)
     for key, value in filtered_heads(cache, ledger, lo, hi, now_ms, kept):
         decoded = decode_key(key)
-        yield decoded.bucket, decoded.key, to_head(value)
+        yield decoded.bucket, decoded.key, to_head(value, decoded.subkey)
 
 
 def fold_objects_by_key(
