@@ -17,7 +17,8 @@ Keys are identified by their escaped components (the ledger key encoding of
 :mod:`inkpen.formats.keys` without its tag byte), so a bucket, key and subkey map to one segment
 whether the object is a normal or a head-only one:
 
-* segment id = the top 16 bits of BLAKE2b-64 of the escaped components;
+* segment id = the top 16 bits of the CRC-32 (zlib's) of the escaped components: the segment
+  needs only an even spread, and a fold computes it for every key it passes;
 * key hash = BLAKE2b-64 of the escaped components followed by the content hash (8 bytes,
   big-endian).
 
@@ -55,7 +56,7 @@ MAGIC = b"INKTIC"
 
 _HEADER = struct.Struct(">6sHI")
 _CRC = struct.Struct(">I")
-_SHIFT = 64 - SEGMENT_BITS
+_SHIFT = 32 - SEGMENT_BITS
 _U64 = 1 << 64
 _NAME = "tictac tree"
 SERIALIZED_SIZE = _HEADER.size + 8 * SEGMENTS + _CRC.size
@@ -73,7 +74,7 @@ def escaped_components(bucket: bytes, key: bytes, subkey: bytes = b"") -> bytes:
 
 def segment_of_components(components: bytes) -> int:
     """The segment of a key given by :func:`escaped_components` (or ``ledger_key[1:]``)."""
-    return _digest64(components) >> _SHIFT
+    return zlib.crc32(components) >> _SHIFT
 
 
 def key_hash(components: bytes, content_hash: int) -> int:
@@ -132,9 +133,19 @@ class TicTacTree:
 
     def add_components(self, components: bytes, content_hash: int) -> None:
         """:meth:`add` for a key already given as its escaped components (``ledger_key[1:]``)."""
-        digest = blake2b(components, digest_size=8).digest()
-        segment = int.from_bytes(digest, "big") >> _SHIFT
-        self._hashes[segment] ^= _digest64(components + content_hash.to_bytes(8, "big"))
+        self._hashes[zlib.crc32(components) >> _SHIFT] ^= _digest64(
+            components + content_hash.to_bytes(8, "big")
+        )
+
+    def add_all(self, items: Iterable[tuple[bytes, int]]) -> None:
+        """:meth:`add_components` for many ``(components, content hash)`` pairs (a fold's loop)."""
+        hashes, crc, digest, shift = self._hashes, zlib.crc32, blake2b, _SHIFT
+        from_bytes = int.from_bytes
+        for components, content_hash in items:
+            hashes[crc(components) >> shift] ^= from_bytes(
+                digest(components + content_hash.to_bytes(8, "big"), digest_size=8).digest(),
+                "big",
+            )
 
     def segment_hash(self, segment: int) -> int:
         """The hash of one segment (0 when it is empty or its keys cancel out)."""

@@ -31,7 +31,7 @@ def build_tree(
     cache, ledger, _ = source.views()
     lo, hi = object_bounds(bucket, start, end, tag=tag)
     tree = TicTacTree()
-    add = tree.add_components
-    for key, value in filtered_heads(cache, ledger, lo, hi, now_ms, kept):
-        add(key[1:], value[3])
+    tree.add_all(
+        (key[1:], value[3]) for key, value in filtered_heads(cache, ledger, lo, hi, now_ms, kept)
+    )
     yield tree
