@@ -18,8 +18,17 @@ from inkpen.errors import UsageError
 from inkpen.formats.keys import content_hash
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
+from support.cli import inkpen_command, ok
 from support.engine import TINY, wait_for
 from support.head_only_writer import apply, batch
+
+
+@pytest.fixture(
+    params=[pytest.param("local", id="local"), pytest.param("s3", id="s3", marks=pytest.mark.s3)]
+)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
 
 WRITER = Path(__file__).parent / "support" / "head_only_writer.py"
 Model = dict[tuple[str, str, str], bytes]
@@ -257,3 +266,28 @@ def test_recovery_after_sigkill_keeps_every_acknowledged_batch_whole(
         assert found in states, "an acknowledged batch is missing, or a batch is in part"
         for (key, subkey), value in found.items():
             assert book.head_only_get("h", key, subkey) == value
+
+
+def test_copies_keep_the_mode_and_diff_compares_head_only_objects(
+    kind: str, make_store_url
+) -> None:
+    url, backup, restored = make_store_url(kind), make_store_url(kind), make_store_url(kind)
+    model: Model = {}
+    with inkpen.open(url, head_only="with_lookup", **TINY) as book:
+        for specs in random_batches(random.Random(11), 30):
+            book.mput(specs)
+            applied(model, specs)
+        book.flush()
+        book.trim_journal()
+        with pytest.raises(UsageError, match="--no-fence"):
+            book.hot_backup()
+    ok("backup", url, backup, "--no-fence")
+    ok("restore", backup, restored)
+    for copy in (backup, restored):
+        assert manifest_of(copy).manifest.head_only == "with_lookup"
+        assert ok("diff", url, copy).lines == []
+    with inkpen.open(restored, head_only="with_lookup") as book:
+        assert folded(book) == model
+        book.mput([("add", "a", "k00", "z", b"only in the restore")])
+    ran = inkpen_command("diff", url, restored)
+    assert ran.code == 1 and ran.lines == ["only-in-b\ta\tk00#z"], ran.explain()

@@ -4,7 +4,8 @@ Each database is read through a Reader at a reader checkpoint of its own (refres
 command runs, deleted after), so neither side's writer is fenced and both states stay pinned. The
 comparison is :func:`inkpen.anti_entropy.compare_stores`: trees first, then the heads of the
 differing segments only. Each differing key prints as ``only-in-a``, ``only-in-b`` or
-``different``, followed by its bucket and key (text, or ``hex:``), tab-separated; ``--json``
+``different``, followed by its bucket and key (text, or ``hex:``; a head-only object's key is
+followed by ``#`` and its subkey), tab-separated; ``--json``
 prints one document instead.
 
 Exit status as ``diff(1)``: 0 the databases hold the same objects, 1 they differ, 2 bad usage or
@@ -18,7 +19,7 @@ from typing import Any
 
 import click
 
-from inkpen.anti_entropy import Comparison, compare_stores
+from inkpen.anti_entropy import Comparison, Difference, compare_stores
 from inkpen.errors import CorruptionError, InkpenError
 
 from . import render
@@ -43,12 +44,19 @@ def report(url_a: str, url_b: str, bucket: bytes | None, found: Comparison) -> d
                 "kind": d.kind,
                 "bucket": render.text(d.bucket),
                 "key": render.text(d.key),
+                "subkey": render.text(d.subkey),
                 "a": None if d.a is None else _head(d.a),
                 "b": None if d.b is None else _head(d.b),
             }
             for d in found.differences
         ],
     }
+
+
+def key_text(d: Difference) -> str:
+    """A differing key as text; a head-only object's subkey follows a ``#``."""
+    key = render.text(d.key)
+    return f"{key}#{render.text(d.subkey)}" if d.subkey else key
 
 
 def _head(head: Any) -> dict[str, Any]:
@@ -101,6 +109,6 @@ def diff(ctx: click.Context, url_a: str, url_b: str, bucket: str | None, as_json
         render.echo_json(report(url_a, url_b, chosen, found))
     else:
         for d in found.differences:
-            click.echo(f"{d.kind}\t{render.text(d.bucket)}\t{render.text(d.key)}")
+            click.echo(f"{d.kind}\t{render.text(d.bucket)}\t{key_text(d)}")
     if not found.same:
         ctx.exit(EXIT_DIFFERENT)

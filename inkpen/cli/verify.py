@@ -45,7 +45,7 @@ from inkpen.manifest.store import ManifestStore, require_live
 
 from . import render
 from .checks import Kind, Outcome, Status, Target, check
-from .diff import EXIT_DIFFERENT, run_diff
+from .diff import EXIT_DIFFERENT, key_text, run_diff
 from .diff import report as diff_report
 from .failures import EXIT_DAMAGED
 from .progress import progress
@@ -266,8 +266,7 @@ def verify(
         lines = text_lines(report)
         if compared is not None:
             lines.extend(
-                f"{d.kind}\t{render.text(d.bucket)}\t{render.text(d.key)}"
-                for d in compared.differences
+                f"{d.kind}\t{render.text(d.bucket)}\t{key_text(d)}" for d in compared.differences
             )
             lines.append(
                 f"against {against}: the same objects"
