@@ -82,6 +82,15 @@ class LedgerValue(NamedTuple):
     last_modified_ms: int
 
 
+def head_value(value: LedgerValue) -> bytes | None:
+    """The value a head-only object's ledger entry carries as a seventh field, else None.
+
+    Entries of HEAD keys written by ``Bookie.mput`` hold ``(sqn, status, expiry, hash, size,
+    last_modified, value)``; every other entry has the six named fields only.
+    """
+    return value[6] if len(value) > 6 else None  # type: ignore[misc]
+
+
 def is_live(value: LedgerValue, now_ms: int) -> bool:
     """True when the entry is active and has not expired at ``now_ms``."""
     return value.status == ACTIVE and (value.expiry_ms is None or value.expiry_ms > now_ms)

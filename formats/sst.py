@@ -71,7 +71,8 @@ _MIN_BLOCK_SIZE = 64
 _MAX_BLOCK_SIZE = 64 * 1024 * 1024
 _MAKE_VALUE = LedgerValue._make
 _new_tuple = tuple.__new__
-_VALUE_LENGTHS = {len(LedgerValue._fields)}
+_VALUE_LENGTHS = {len(LedgerValue._fields), len(LedgerValue._fields) + 1}
+"""Six fields, or seven for a head-only object whose value the ledger keeps (``head_value``)."""
 _SQN_OF = itemgetter(0)
 _STATUS_OF = itemgetter(1)
 
@@ -94,11 +95,15 @@ def _framed(stored: bytes) -> bytes:
 
 
 def _checked_value(value: Any) -> LedgerValue:
-    if type(value) is not LedgerValue:
-        if len(value) != len(LedgerValue._fields):
-            raise ValueError(f"a ledger value has {len(LedgerValue._fields)} fields: {value!r}")
+    if len(value) not in _VALUE_LENGTHS:
+        raise ValueError(f"a ledger value has {len(LedgerValue._fields)} fields: {value!r}")
+    if len(value) > len(LedgerValue._fields):
+        if type(value[6]) is not bytes:
+            raise ValueError(f"a head-only ledger value's seventh field must be bytes: {value!r}")
+        value = _new_tuple(LedgerValue, tuple(value))
+    elif type(value) is not LedgerValue:
         value = _MAKE_VALUE(value)
-    sqn, status, expiry, content_hash, size, last_modified = value
+    sqn, status, expiry, content_hash, size, last_modified = value[:6]
     if not (
         0 <= sqn < _U64
         and status in (0, 1)
@@ -187,7 +192,7 @@ class SstBuilder:
             raise ValueError(
                 f"SST keys must be strictly increasing: {key[:64]!r} after {last[:64]!r}"
             )
-        if type(value) is LedgerValue:
+        if type(value) is LedgerValue and len(value) == 6:
             sqn, status, expiry, content_hash, size, last_modified = value
             if not (
                 0 <= sqn < _U64
@@ -200,6 +205,8 @@ class SstBuilder:
                 raise ValueError(f"ledger value fields out of range: {value!r}")
         else:
             value = _checked_value(value)
+            if len(value) > 6:
+                self._block_bytes += len(value[6])  # type: ignore[misc]
         if last is None:
             self._first_key = key
         self._last_key = key
@@ -624,11 +631,11 @@ class SstReader:
             keys, raw_values = msgpack.unpackb(raw, use_list=False, raw=False)
             base = self.sqn_base
             if base:
-                values = [LedgerValue(v[0] + base, *v[1:]) for v in raw_values]
+                values = [_new_tuple(LedgerValue, (v[0] + base, *v[1:])) for v in raw_values]
             else:
                 values = list(map(_new_tuple, repeat(LedgerValue), raw_values))
-                if values and set(map(len, values)) != _VALUE_LENGTHS:
-                    raise ValueError(f"a ledger value has {len(LedgerValue._fields)} fields")
+            if values and not set(map(len, values)) <= _VALUE_LENGTHS:
+                raise ValueError(f"a ledger value has {len(LedgerValue._fields)} fields")
         except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
             raise CorruptionError(
                 name, f"SST data block {block} does not decode: {exc}", offset=offset

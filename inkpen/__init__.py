@@ -11,6 +11,7 @@ from __future__ import annotations
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.read.path import Head
+from inkpen.formats.tictac import TicTacTree
 from inkpen.manifest.gc import GcReport
 
 from ._version import __version__
@@ -50,6 +51,7 @@ __all__ = [
     "Reader",
     "Snapshot",
     "StoreError",
+    "TicTacTree",
     "UsageError",
     "__version__",
     "open",

@@ -52,6 +52,7 @@ class Bookie(ReadAPI):
     def __init__(self, engine: Engine, options: Options) -> None:
         self._engine = engine
         self._options = options
+        self._head_only = options.head_only
         self._changes = ChangeMaker(options)
         self._live = _LiveSource(engine.board)
         self._closed = False
@@ -90,6 +91,7 @@ class Bookie(ReadAPI):
         otherwise raise :class:`~inkpen.ConflictError` and write nothing.
         """
         self._check_open()
+        self._check_not_head_only("put")
         self._engine.write(self._changes.put(bucket, key, value, indexes, ttl, if_sqn=if_sqn))
 
     def delete(
@@ -104,6 +106,7 @@ class Bookie(ReadAPI):
         (the object's other index entries stop answering queries too). ``if_sqn`` as for
         :meth:`put`."""
         self._check_open()
+        self._check_not_head_only("delete")
         self._engine.write(self._changes.delete(bucket, key, indexes, if_sqn=if_sqn))
 
     def write(self, batch: Batch) -> None:
@@ -114,6 +117,7 @@ class Bookie(ReadAPI):
         :class:`~inkpen.ConflictError`. An empty batch is a no-op; a batch is written once.
         """
         self._check_open()
+        self._check_not_head_only("write")
         if not isinstance(batch, Batch):
             raise UsageError(f"write takes an inkpen.Batch, got {type(batch).__name__}")
         make = self._changes
@@ -126,6 +130,49 @@ class Bookie(ReadAPI):
         batch._mark_written()
         if changes:
             self._engine.write_unit(changes)
+
+    def _check_not_head_only(self, what: str) -> None:
+        if self._head_only is not None:
+            raise UsageError(
+                f"{what} is not available in a head-only store (head_only={self._head_only!r}); "
+                'write with mput([("add" | "remove", bucket, key, subkey, value), ...])'
+            )
+
+    def mput(self, specs: Iterable[tuple[str, Any, Any, Any, Any]]) -> None:
+        """Apply head-only changes (Leveled's ``book_mput``) as one durable batch.
+
+        Each spec is ``("add" | "remove", bucket, key, subkey, value)`` (value ignored for a
+        remove; at most 64 KiB). Every spec is checked first (one bad spec: nothing is written);
+        then all of them go into one journal segment, so after a crash either all or none are
+        there. Values are kept in the ledger, read by ``head_only_get`` and ``heads``; the
+        journal only serves recovery and is trimmed (``trim_journal``). Only in a store opened
+        with ``head_only``.
+        """
+        self._check_open()
+        if self._head_only is None:
+            raise UsageError(
+                "mput writes head-only objects; open a new database with "
+                "head_only='with_lookup' or 'no_lookup' to use it"
+            )
+        if isinstance(specs, str | bytes) or not isinstance(specs, Iterable):
+            raise UsageError("mput takes a sequence of (op, bucket, key, subkey, value) specs")
+        changes = [self._changes.head_only(spec) for spec in specs]
+        if changes:
+            self._engine.write_unit(changes)
+
+    def trim_journal(self) -> CompactionReport:
+        """Drop the journal files of a head-only store whose every entry the ledger has
+        persisted (Leveled's ``book_trimjournal``); returns what was dropped (``compacted``).
+
+        Runs on its own too, every ``compaction_interval`` (60 s without one).
+        """
+        self._check_open()
+        if self._head_only is None:
+            raise UsageError(
+                "trim_journal is for head-only stores, whose journal only serves recovery; "
+                "a normal store's journal holds its values: use compact_journal()"
+            )
+        return self._engine.compact_journal()
 
     # -- reads (the ReadAPI hooks) --------------------------------------------------------------
 
@@ -154,6 +201,7 @@ class Bookie(ReadAPI):
         parts = self._engine.take_snapshot(long_running=long_running, ledger_only=ledger_only)
         return Snapshot(
             parts,
+            head_only=self._head_only,
             now_ms=self._now_ms,
             owner_open=lambda: not self._closed,
             release=self._engine.release_snapshot,
@@ -188,8 +236,16 @@ class Bookie(ReadAPI):
         local filesystem, server-side copies on S3) and writes its manifest there; repeating the
         pair into the same destination copies only new files. ``inkpen.open(dest_url)`` opens the
         backup as a database, rebuilding its ledger from the journal. Writes may go on meanwhile.
+        A head-only store refuses it (its trimmed journal cannot rebuild the ledger): copy it
+        at a checkpoint with ``inkpen backup --no-fence``, which copies the ledger too.
         """
         self._check_open()
+        if self._head_only is not None:
+            raise UsageError(
+                "a hot backup copies only the journal, which a head-only store trims; copy it "
+                "with `inkpen backup URL DEST --no-fence` (a copy at a checkpoint, ledger "
+                "included) instead"
+            )
         return self._engine.hot_backup()
 
     def run_gc(self, *, min_age: float | None = None, dry_run: bool = False) -> GcReport:

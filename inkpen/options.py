@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from .actors.ledger.merge_policy import MergePolicy
 
 FlushPolicy = Literal["idle", "interval"]
+HeadOnlyMode = Literal["with_lookup", "no_lookup"]
+HEAD_ONLY_MODES = ("with_lookup", "no_lookup")
+HEAD_ONLY_TRIM_INTERVAL = 60.0
+"""Seconds between automatic journal trims of a head-only store without compaction_interval."""
 ReloadStrategy = Literal["retain", "recovr"]
 
 KiB = 1024
@@ -82,6 +86,14 @@ class Options:
         interpreter lock the actors serving reads and writes need; 0 does it in the clerks'
         threads.
 
+    Head-only stores (Leveled's ``head_only``)
+        ``head_only``: None (the default) for a normal store; ``"with_lookup"`` or
+        ``"no_lookup"`` for a store of small values written in batches with ``Bookie.mput``,
+        kept in the ledger alone, whose journal only serves recovery and is trimmed once the
+        ledger has persisted it (every ``compaction_interval``, or every 60 s without one).
+        ``with_lookup`` also answers ``head_only_get``. The mode is recorded when the database
+        is created; opening it in another mode is refused.
+
     Damage
         ``allow_missing_segments``: open a database whose journal lacks a segment that must
         exist (an id below a later segment, or below the manifest's ``next_segment``). By
@@ -141,6 +153,8 @@ class Options:
 
     compute_workers: int = 1
 
+    head_only: HeadOnlyMode | None = None
+
     allow_missing_segments: bool = False
 
     block_cache_bytes: int = 64 * MiB
@@ -155,6 +169,8 @@ class Options:
 
     def __post_init__(self) -> None:
         _check_choice("flush_policy", self.flush_policy, ("idle", "interval"))
+        if self.head_only is not None:
+            _check_choice("head_only", self.head_only, HEAD_ONLY_MODES)
         for name in ("roll_on_close", "allow_missing_segments"):
             check_flag(f"option {name}", getattr(self, name))
         for name in ("flush_interval", "merge_poll_interval"):

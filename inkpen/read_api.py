@@ -10,13 +10,16 @@ exhausted, closed, or garbage-collected; use ``with book.keys(...) as keys:`` to
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
 from inkpen.actors.journal.changes import as_bytes
+from inkpen.actors.read.anti_entropy import build_tree
 from inkpen.actors.read.path import (
     Head,
+    HeadFilter,
     ViewSource,
     fold_heads,
     fold_index,
@@ -25,10 +28,12 @@ from inkpen.actors.read.path import (
     fold_objects_by_sqn,
     list_buckets,
     read_head,
+    read_head_only,
     read_value,
     read_values,
 )
-from inkpen.formats.keys import MAX_KEY_BYTES, object_key
+from inkpen.formats.keys import MAX_KEY_BYTES, Tag, object_key
+from inkpen.formats.tictac import TicTacTree, check_segments
 
 from .errors import UsageError
 from .options import check_flag
@@ -171,17 +176,85 @@ class ReadAPI:
         start: str | bytes | None = None,
         end: str | bytes | None = None,
         *,
+        segments: Iterable[int] | None = None,
+        modified_range: tuple[float | None, float | None] | None = None,
+        max_objects: int | None = None,
         reverse: bool = False,
     ) -> FoldIterator[tuple[bytes, bytes, Head]]:
         """(bucket, key, Head) of live objects, in key order (descending with ``reverse``);
-        metadata only, no journal reads."""
+        metadata only, no journal reads.
+
+        In a head-only store the fold covers the head-only objects (``Bookie.mput``): each
+        ``Head`` also has the object's ``subkey`` and ``value``.
+
+        ``segments``: only keys in these :class:`~inkpen.TicTacTree` segments (the ids
+        ``tree.compare`` returns). ``modified_range=(lo, hi)``: only objects last modified at
+        ``lo <= t <= hi`` (seconds since the epoch; None leaves an end open).
+        ``max_objects``: stop after that many.
+        """
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
         s, e = _optional("start", start), _optional("end", end)
         _range_needs_bucket(b, s, e)
         check_flag("reverse", reverse)
+        kept = head_filter(segments, modified_range, max_objects)
+        tag = self._head_tag()
         return self._fold(
-            lambda src, now: fold_heads(src, b, s, e, now, reverse=reverse), long_running=True
+            lambda src, now: fold_heads(src, b, s, e, now, kept, tag=tag, reverse=reverse),
+            long_running=True,
         )
+
+    def tictac_tree(
+        self,
+        bucket: str | bytes | None = None,
+        *,
+        start: str | bytes | None = None,
+        end: str | bytes | None = None,
+        segments: Iterable[int] | None = None,
+        modified_range: tuple[float | None, float | None] | None = None,
+    ) -> TicTacTree:
+        """The :class:`~inkpen.TicTacTree` of the live objects of ``bucket`` (None: every bucket)
+        with start <= key <= end, from the ledger alone (no journal reads).
+
+        ``segments``: only keys in these segments (the others stay empty);
+        ``modified_range``: as for :meth:`heads`. Compare it with another store's tree
+        (``tree.compare(other)``), then fold ``heads(segments=...)`` of the differing segments.
+        """
+        b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
+        s, e = _optional("start", start), _optional("end", end)
+        _range_needs_bucket(b, s, e)
+        kept = head_filter(segments, modified_range, None)
+        tag = self._head_tag()
+        with self._fold(
+            lambda src, now: build_tree(src, b, s, e, now, kept, tag=tag), long_running=True
+        ) as trees:
+            return next(trees)
+
+    _head_only: str | None = None
+    """The head-only mode of the database read (``with_lookup`` / ``no_lookup``), else None."""
+
+    def _head_tag(self) -> Tag:
+        """The ledger tag head folds and trees cover: OBJECT, or HEAD in a head-only store."""
+        return Tag.OBJECT if self._head_only is None else Tag.HEAD
+
+    def head_only_get(
+        self, bucket: str | bytes, key: str | bytes, subkey: str | bytes = b""
+    ) -> bytes | None:
+        """The value of a head-only object (written by ``Bookie.mput``) from the ledger alone, or
+        None; only in a ``head_only="with_lookup"`` store."""
+        self._check_open()
+        if self._head_only != "with_lookup":
+            raise UsageError(
+                "head_only_get needs a store opened with head_only='with_lookup'; this one is "
+                + ("not head-only" if self._head_only is None else f"head_only={self._head_only!r}")
+                + " (fold it with heads() instead)"
+            )
+        lk = object_key(
+            as_bytes("bucket", bucket, MAX_KEY_BYTES),
+            as_bytes("key", key, MAX_KEY_BYTES),
+            as_bytes("subkey", subkey, MAX_KEY_BYTES, allow_empty=True),
+            tag=Tag.HEAD,
+        )
+        return read_head_only(self._point_source(), lk, self._now_ms())
 
     def objects(
         self,
@@ -262,6 +335,43 @@ class ReadAPI:
             lambda src, now: list_buckets(src, now, first_only=True), long_running=False
         ) as found:
             return next(found, None) is None
+
+
+def head_filter(
+    segments: Iterable[int] | None,
+    modified_range: tuple[float | None, float | None] | None,
+    max_objects: int | None,
+) -> HeadFilter:
+    """Check a fold's ``segments`` / ``modified_range`` / ``max_objects`` arguments."""
+    chosen = check_segments(segments)
+    lo_ms = hi_ms = None
+    if modified_range is not None:
+        if not isinstance(modified_range, tuple | list) or len(modified_range) != 2:
+            raise UsageError(
+                f"modified_range must be a pair (lo, hi) of seconds since the epoch, "
+                f"got {modified_range!r}"
+            )
+        lo, hi = modified_range
+        if lo is not None:
+            lo_ms = math.ceil(_timestamp("modified_range low end", lo) * 1000)
+        if hi is not None:
+            hi_ms = math.floor(_timestamp("modified_range high end", hi) * 1000)
+    if max_objects is not None and (type(max_objects) is not int or max_objects < 0):
+        raise UsageError(f"max_objects must be an int >= 0, got {max_objects!r}")
+    return HeadFilter(chosen, lo_ms, hi_ms, max_objects)
+
+
+def _timestamp(name: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= _MAX_TIMESTAMP  # false for NaN
+    ):
+        raise UsageError(f"{name} must be seconds since the epoch (a number >= 0), got {value!r}")
+    return float(value)
+
+
+_MAX_TIMESTAMP = float(1 << 53)
 
 
 def _range_needs_bucket(bucket: bytes | None, start: bytes | None, end: bytes | None) -> None:

@@ -74,6 +74,7 @@ class Reader(ReadAPI):
         manifest_id: int,
         lease: CheckpointLease | None,
         options: Options,
+        head_only: str | None = None,
     ) -> None:
         self._store = store
         self._owns_store = owns_store
@@ -86,6 +87,7 @@ class Reader(ReadAPI):
         self._closed = False
         self._lock = threading.Lock()
         self._lapse: str | None = None
+        self._head_only = head_only
 
     @property
     def checkpoint_id(self) -> str:
@@ -192,6 +194,11 @@ class Reader(ReadAPI):
     def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
         return self._guarded(lambda: ReadAPI.head(self, bucket, key))
 
+    def head_only_get(
+        self, bucket: str | bytes, key: str | bytes, subkey: str | bytes = b""
+    ) -> bytes | None:
+        return self._guarded(lambda: ReadAPI.head_only_get(self, bucket, key, subkey))
+
     def _fold(
         self, run: Callable[[Any, int], Iterator[T]], *, long_running: bool
     ) -> FoldIterator[T]:
@@ -288,4 +295,5 @@ def open_reader(
         manifest_id=manifest_id,
         lease=lease,
         options=opts,
+        head_only=manifest.head_only,
     )

@@ -60,11 +60,13 @@ class Snapshot(ReadAPI):
         self,
         parts: SnapshotParts,
         *,
+        head_only: str | None = None,
         now_ms: Callable[[], int],
         owner_open: Callable[[], bool],
         release: Callable[[str], object],
     ) -> None:
         self._parts = parts
+        self._head_only = head_only
         self._now = now_ms
         self._owner_open = owner_open
         self._release_fn = release

@@ -147,6 +147,7 @@ def create_clone(
             checkpoints=(),
             parent=current.parent,
             initialized=True,
+            head_only=pinned.head_only,
         )
 
     done = clone_ms.update(finish)

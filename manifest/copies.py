@@ -211,11 +211,13 @@ def commit(
     state: RootState,
     files: tuple[JournalFileDescriptor, ...],
     ledger: LedgerState,
+    head_only: str | None = None,
 ) -> VersionedManifest:
-    """Write the destination manifest naming the copied files (see the module docstring)."""
+    """Write the destination manifest naming the copied files (see the module docstring); a
+    head-only source gives a head-only copy."""
     journal = JournalState(files=tuple(sorted(files, key=lambda f: f.min_sqn)))
     if state is not RootState.DATABASE:
-        return target.create(Manifest(journal=journal, ledger=ledger))
+        return target.create(Manifest(journal=journal, ledger=ledger, head_only=head_only))
     store = target.store
 
     def change(current: VersionedManifest) -> Manifest:
@@ -228,6 +230,7 @@ def commit(
             journal=replace(journal, last_rolled_segment=last, next_segment=last + 1),
             ledger=ledger,
             initialized=True,
+            head_only=head_only,
         )
 
     return target.update(change)
@@ -275,7 +278,7 @@ def copy_database(
         copied_bytes += tail.size
     levels = tuple(tuple(s.with_root(None) for s in level) for level in manifest.ledger.levels)
     ledger = LedgerState(levels=levels, persisted_sqn=manifest.ledger.persisted_sqn)
-    written = commit(target, state, files, ledger)
+    written = commit(target, state, files, ledger, manifest.head_only)
     collected = collect_as_writer(dest, written.manifest.writer_epoch)
     report = CopyReport(
         source=source.url,

@@ -412,6 +412,8 @@ class Manifest:
     """False while a clone is being created; true for every other database."""
     destroyed_at: float | None = None
     """Seconds since the epoch at which the database was destroyed; None while it lives."""
+    head_only: str | None = None
+    """``"with_lookup"`` / ``"no_lookup"`` for a head-only store (fixed at creation), else None."""
 
     def __post_init__(self) -> None:
         if (
@@ -441,6 +443,10 @@ class Manifest:
         if not isinstance(self.initialized, bool):
             raise UsageError("manifest initialized must be a bool")
         _check_time(self.destroyed_at, "destroyed_at", optional=True)
+        if self.head_only not in (None, "with_lookup", "no_lookup"):
+            raise UsageError(
+                f"manifest head_only must be None, with_lookup or no_lookup, got {self.head_only!r}"
+            )
 
     # -- questions -------------------------------------------------------------------------------
 
@@ -502,6 +508,7 @@ class Manifest:
             "parent": None if self.parent is None else self.parent.to_document(),
             "initialized": self.initialized,
             "destroyed_at": self.destroyed_at,
+            "head_only": self.head_only,
         }
 
     @classmethod
@@ -517,6 +524,7 @@ class Manifest:
             parent=None if parent is None else CloneParent.from_document(parent),
             initialized=doc.get("initialized", True),
             destroyed_at=doc.get("destroyed_at"),
+            head_only=doc.get("head_only"),
         )
 
 

@@ -53,6 +53,7 @@ from inkpen.actors.read.path import lookup
 from inkpen.actors.read.views import CacheView, MemTable
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
+from inkpen.options import HEAD_ONLY_TRIM_INTERVAL
 
 log = get_logger("inkpen.bookie")
 
@@ -136,7 +137,10 @@ class Bookie(InkpenActor):
         self._schedule_compaction()
 
     def _schedule_compaction(self) -> None:
-        interval = self.ctx.options.compaction_interval
+        options = self.ctx.options
+        interval = options.compaction_interval
+        if interval is None and options.head_only is not None:
+            interval = HEAD_ONLY_TRIM_INTERVAL  # a head-only store trims its journal on its own
         if interval is not None:
             self.ctx.scheduler.after(interval, self.actor_ref, _CompactionDue())
 

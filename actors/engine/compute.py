@@ -240,13 +240,16 @@ def merge_ssts(
     )
 
 
+_new_tuple = tuple.__new__
+
+
 def build_l0(
     entries: list[tuple[bytes, tuple[Any, ...]]], block_size: int, bloom_bits: int
 ) -> tuple[bytes, SstInfo]:
     """An L0 file from memory's entries, already in key order with one value per key."""
     builder = SstBuilder(block_size=block_size, bloom_bits_per_key=bloom_bits)
     for key, value in entries:
-        builder.add(key, LedgerValue(*value))
+        builder.add(key, _new_tuple(LedgerValue, tuple(value)))
     return builder.finish()
 
 

@@ -22,6 +22,7 @@ writer checkpoint and stops every actor. A fenced writer skips the writing steps
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -50,14 +51,14 @@ from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.clerk import PencillerClerk
 from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.read.views import SegmentTable, SstHandle, ViewBoard
-from inkpen.errors import FencedError, InkpenError, UsageError
+from inkpen.errors import AlreadyExistsError, FencedError, InkpenError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
 from inkpen.manifest.gc import GcReport
 from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import segment_key
-from inkpen.manifest.store import ManifestStore
+from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore.base import ObjectStore
 from inkpen.options import Options
@@ -69,6 +70,31 @@ AWAIT_SLICE = 0.5
 """Seconds between looks at whether the engine was closed while a caller awaits an actor."""
 
 T = TypeVar("T")
+
+
+def open_in_mode(manifests: ManifestStore, mode: str | None) -> None:
+    """Open (creating if empty) the database for a writer in head-only ``mode`` (None: normal).
+
+    The mode is recorded in the first manifest; a database opened in any other mode is refused
+    with a :class:`UsageError` before anything is claimed or written.
+    """
+    if mode is not None and manifests.check_root_state() is RootState.EMPTY:
+        # A concurrent opener may have created it first: its mode is checked below.
+        with contextlib.suppress(AlreadyExistsError):
+            manifests.create(Manifest(head_only=mode))
+    found = manifests.open_database(create_if_missing=True).manifest.head_only
+    if found == mode:
+        return
+    if found is None:
+        raise UsageError(
+            f"the database at {manifests.url} is not a head-only store; switching it to "
+            f"head_only={mode!r} is refused. Open it without head_only, or create a new "
+            "database with head_only"
+        )
+    raise UsageError(
+        f"the database at {manifests.url} is a head-only store (head_only={found!r}); open it "
+        f"with head_only={found!r} (switching modes is refused)"
+    )
 
 
 class Engine:
@@ -109,7 +135,7 @@ class Engine:
     def start(cls, store: ObjectStore, options: Options, *, owns_store: bool) -> Engine:
         started = time.monotonic()
         manifests = ManifestStore(store)
-        manifests.open_database(create_if_missing=True)
+        open_in_mode(manifests, options.head_only)
         claim = claim_writer(manifests, allow_missing_segments=options.allow_missing_segments)
         keeper = ManifestKeeper(
             manifests,

@@ -31,6 +31,11 @@ from inkpen.options import Options
 MAX_TTL = 100 * 365 * 86400.0
 """The longest ttl accepted (a century, in seconds): expiry times must fit the journal's u64."""
 
+MAX_HEAD_VALUE_BYTES = 64 * 1024
+"""Largest value of a head-only object: it is stored in the ledger with the key's metadata."""
+
+_HEAD_TAG = Tag.HEAD.value
+
 INDEX_ADD = 1
 INDEX_REMOVE = 0
 _OPS = {"add": INDEX_ADD, "remove": INDEX_REMOVE}
@@ -203,6 +208,39 @@ class ChangeMaker:
         condition = None if if_sqn is None else check_if_sqn(if_sqn)
         return Change(Kind.TOMBSTONE, b, k, lk, None, specs, None, now_ms, 0, weight, condition)
 
+    def head_only(self, spec: Any) -> Change:
+        """One ``("add" | "remove", bucket, key, subkey, value)`` spec of ``Bookie.mput``: a put
+        or a delete of a head-only object (HEAD tag), whose value the ledger keeps."""
+        if not isinstance(spec, Sequence) or isinstance(spec, str | bytes) or len(spec) != 5:
+            raise UsageError(
+                f'mput spec {spec!r} must be a 5-tuple ("add" | "remove", bucket, key, subkey, '
+                "value)"
+            )
+        op, bucket, key, subkey, value = spec
+        if not isinstance(op, str) or op not in _OPS:
+            raise UsageError(f'mput spec operation {op!r} must be "add" or "remove"')
+        limit = self._options.max_key_bytes
+        b = as_bytes("bucket", bucket, limit)
+        k = as_bytes("key", key, limit)
+        sk = as_bytes("subkey", subkey, limit, allow_empty=True)
+        lk = object_key(b, k, sk, tag=Tag.HEAD)
+        now_ms = int(self._clock() * 1000)
+        if op == "remove":
+            return Change(Kind.TOMBSTONE, b, k, lk, None, (), None, now_ms, 0, len(lk) + 64, None)
+        if isinstance(value, bytearray | memoryview):
+            value = bytes(value)
+        if not isinstance(value, bytes):
+            raise UsageError(f"mput value must be bytes, got {type(value).__name__}")
+        if len(value) > MAX_HEAD_VALUE_BYTES:
+            raise UsageError(
+                f"mput value is {len(value)} bytes; a head-only value (kept in the ledger) is at "
+                f"most {MAX_HEAD_VALUE_BYTES} bytes"
+            )
+        weight = len(lk) + len(value) + 64
+        return Change(
+            Kind.OBJECT, b, k, lk, value, (), None, now_ms, content_hash(value), weight, None
+        )
+
     def _index_specs(self, indexes: Iterable[Any]) -> tuple[IndexSpec, ...]:
         if indexes is None:
             return ()
@@ -238,7 +276,8 @@ def ledger_entries(
 ) -> list[tuple[bytes, LedgerValue]]:
     """The ledger entries one journal entry implies, object entry first.
 
-    An OBJECT entry gives the object's metadata (``hash_`` may be passed when already known);
+    An OBJECT entry gives the object's metadata (``hash_`` may be passed when already known),
+    and for a head-only object (HEAD tag) a seventh field, its value (see ``head_value``);
     a TOMBSTONE gives a tombstone; a KEY_CHANGES entry (a value replaced, kept by ``retain``
     compaction) gives no object entry. Every index spec gives an index entry with the same SQN.
     """
@@ -248,9 +287,11 @@ def ledger_entries(
     if kind == Kind.OBJECT:
         value = entry[3] if entry[3] is not None else b""
         digest = hash_ if hash_ is not None else content_hash(value)
-        out.append(
-            (entry[2], _new_tuple(LedgerValue, (sqn, ACTIVE, entry[5], digest, len(value), lm)))
-        )
+        if entry[2][0] == _HEAD_TAG:  # a head-only object: the ledger keeps its value too
+            fields: tuple[Any, ...] = (sqn, ACTIVE, entry[5], digest, len(value), lm, value)
+        else:
+            fields = (sqn, ACTIVE, entry[5], digest, len(value), lm)
+        out.append((entry[2], _new_tuple(LedgerValue, fields)))
     elif kind == Kind.TOMBSTONE:
         out.append((entry[2], _new_tuple(LedgerValue, (sqn, TOMBSTONE, None, 0, 0, lm))))
     for op, field, term in entry.index_specs:

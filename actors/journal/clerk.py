@@ -20,6 +20,10 @@ request was made:
    ``recovr`` drops them) into new journal files;
 4. tell the Inker (:class:`CompactionDone`); it commits the swap in one manifest change and sets
    the replaced files' clerks to delete_pending.
+
+In a head-only store compaction is **trimming** instead (Leveled's ``book_trimjournal``): the
+journal files whose every entry the ledger has persisted (``max_sqn <= persisted_sqn`` of the
+manifest) are dropped in one manifest change and nothing is written.
 """
 
 from __future__ import annotations
@@ -200,6 +204,8 @@ class InkerClerk(InkpenActor):
         self, snapshot: LedgerSnapshotLike
     ) -> tuple[CompactionReport, tuple[str, ...], tuple[JournalHandle, ...]]:
         options = self.ctx.options
+        if options.head_only is not None:
+            return self._trim()
         files = [
             h for h in self.ctx.board.journal.files if h.descriptor.min_sqn <= snapshot.max_sqn
         ]
@@ -265,6 +271,23 @@ class InkerClerk(InkpenActor):
             entries_dropped=counts["dropped"],
         )
         return report, tuple(h.name for h in chosen), handles
+
+    def _trim(self) -> tuple[CompactionReport, tuple[str, ...], tuple[JournalHandle, ...]]:
+        """A head-only store's compaction (Leveled's ``book_trimjournal``): every journal file
+        whose entries are all persisted in the ledger's SSTs is dropped, nothing is written.
+
+        Reads go to the ledger alone, and recovery replays only the journal above the ledger's
+        persisted SQN (as committed in the manifest), so those files serve nothing more.
+        """
+        persisted = self.ctx.keeper.latest.manifest.ledger.persisted_sqn
+        trimmed = [h for h in self.ctx.board.journal.files if h.descriptor.max_sqn <= persisted]
+        log.info("journal.trim_planned", files=len(trimmed), persisted_sqn=persisted)
+        report = CompactionReport(
+            compacted=tuple(h.name for h in trimmed),
+            bytes_before=sum(h.descriptor.size for h in trimmed),
+            entries_dropped=sum(h.descriptor.entry_count for h in trimmed),
+        )
+        return report, report.compacted, ()
 
     def _strategy(self, entry: JournalEntry) -> Any:
         tag = "h" if entry.ledger_key[:1] == bytes([Tag.HEAD]) else "o"

@@ -36,6 +36,7 @@ from inkpen.formats.keys import (
     object_parts,
     prefix_end,
 )
+from inkpen.formats.tictac import segment_of_components
 
 READ_ATTEMPTS = 4
 
@@ -57,6 +58,10 @@ class Head:
     """Seconds since the epoch, when the object was written."""
     expires_at: float | None = None
     """Seconds since the epoch after which the object is gone (a put with ``ttl``), else None."""
+    subkey: bytes = b""
+    """A head-only object's subkey (``Bookie.mput``); empty for every other object."""
+    value: bytes | None = None
+    """A head-only object's value, kept in the ledger; None for every other object."""
 
 
 def is_live(value: LedgerValue, now_ms: int) -> bool:
@@ -66,9 +71,12 @@ def is_live(value: LedgerValue, now_ms: int) -> bool:
     return expiry is None or expiry > now_ms
 
 
-def to_head(value: LedgerValue) -> Head:
-    sqn, _, expiry, digest, size, lm = value
-    return Head(sqn, size, digest, lm / 1000.0, None if expiry is None else expiry / 1000.0)
+def to_head(value: LedgerValue, subkey: bytes = b"") -> Head:
+    sqn, _, expiry, digest, size, lm = value[:6]
+    expires = None if expiry is None else expiry / 1000.0
+    if len(value) > 6:  # a head-only object
+        return Head(sqn, size, digest, lm / 1000.0, expires, subkey, value[6])  # type: ignore[misc]
+    return Head(sqn, size, digest, lm / 1000.0, expires)
 
 
 def lookup(cache: CacheView, ledger: LedgerView, key: bytes) -> LedgerValue | None:
@@ -173,6 +181,23 @@ def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
     raise vanished  # ledger files kept vanishing: a missing object, never corruption
 
 
+def read_head_only(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
+    """A head-only object's value from the ledger alone (``key`` has the HEAD tag), or None."""
+    vanished: NotFoundError | None = None
+    for _ in range(READ_ATTEMPTS):
+        cache, ledger, _ = source.views()
+        try:
+            value = lookup(cache, ledger, key)
+        except NotFoundError as exc:
+            vanished = exc
+            continue
+        if value is None or not is_live(value, now_ms):
+            return None
+        return value[6] if len(value) > 6 else b""  # type: ignore[misc]
+    assert vanished is not None
+    raise vanished
+
+
 def ledger_range(
     cache: CacheView,
     ledger: LedgerView,
@@ -248,13 +273,13 @@ def live_range(
 
 
 def object_bounds(
-    bucket: bytes | None, start: bytes | None, end: bytes | None
+    bucket: bytes | None, start: bytes | None, end: bytes | None, *, tag: Tag = Tag.OBJECT
 ) -> tuple[bytes, bytes]:
     """Encoded [lo, hi) of the object keys of a bucket between start and end (inclusive)."""
     if bucket is None:
-        lo = bytes([Tag.OBJECT])
+        lo = bytes([tag])
         return lo, prefix_end(lo)
-    return key_range(Tag.OBJECT, bucket, start, end)
+    return key_range(tag, bucket, start, end)
 
 
 def fold_keys(
@@ -272,20 +297,68 @@ def fold_keys(
         yield decode_key(key).key
 
 
+@dataclass(frozen=True, slots=True)
+class HeadFilter:
+    """What a head fold keeps beyond its key range: keys in ``segments`` (tictac segment ids,
+    None: all), last modified in [lo_ms, hi_ms] (None: open), at most ``max_objects`` (None: all).
+    """
+
+    segments: frozenset[int] | None = None
+    lo_ms: int | None = None
+    hi_ms: int | None = None
+    max_objects: int | None = None
+
+    def keeps(self, key: bytes, value: LedgerValue) -> bool:
+        if self.segments is not None and segment_of_components(key[1:]) not in self.segments:
+            return False
+        lm = value[5]
+        return (self.lo_ms is None or lm >= self.lo_ms) and (self.hi_ms is None or lm <= self.hi_ms)
+
+
+NO_FILTER = HeadFilter()
+
+
+def filtered_heads(
+    cache: CacheView,
+    ledger: LedgerView,
+    lo: bytes,
+    hi: bytes,
+    now_ms: int,
+    kept: HeadFilter,
+    *,
+    reverse: bool = False,
+) -> Iterator[tuple[bytes, LedgerValue]]:
+    """Live ledger entries in [lo, hi) that ``kept`` keeps, at most ``kept.max_objects``, in key
+    order (descending with ``reverse``)."""
+    left = kept.max_objects
+    if left is not None and left <= 0:
+        return
+    plain = kept.segments is None and kept.lo_ms is None and kept.hi_ms is None
+    for key, value in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse):
+        if plain or kept.keeps(key, value):
+            yield key, value
+            if left is not None:
+                left -= 1
+                if not left:
+                    return
+
+
 def fold_heads(
     source: ViewSource,
     bucket: bytes | None,
     start: bytes | None,
     end: bytes | None,
     now_ms: int,
+    kept: HeadFilter = NO_FILTER,
     *,
+    tag: Tag = Tag.OBJECT,
     reverse: bool = False,
 ) -> Iterator[tuple[bytes, bytes, Head]]:
     cache, ledger, _ = source.views()
-    lo, hi = object_bounds(bucket, start, end)
-    for key, value in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse):
+    lo, hi = object_bounds(bucket, start, end, tag=tag)
+    for key, value in filtered_heads(cache, ledger, lo, hi, now_ms, kept, reverse=reverse):
         decoded = decode_key(key)
-        yield decoded.bucket, decoded.key, to_head(value)
+        yield decoded.bucket, decoded.key, to_head(value, decoded.subkey)
 
 
 def fold_objects_by_key(

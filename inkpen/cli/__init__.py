@@ -7,8 +7,8 @@ line and an exit status; :mod:`.logconfig` is the only place logging is configur
 
 Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup`` (without
 ``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``manifest``, ``ls``,
-``get``, ``verify``, ``checkpoint``, ``gc``, ``clone``, ``restore`` and ``backup --no-fence`` go
-through the manifest layer or a Reader and never do.
+``get``, ``verify``, ``diff``, ``checkpoint``, ``gc``, ``clone``, ``restore`` and
+``backup --no-fence`` go through the manifest layer or a Reader and never do.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .clone import clone
 from .compact import compact
 from .data import delete, get, ls, put
 from .destroy import destroy
+from .diff import diff
 from .failures import DEBUG_FLAG, CommandGroup
 from .gc import gc
 from .info import info
@@ -70,6 +71,7 @@ for command in (
     backup,
     restore,
     verify,
+    diff,
     clone,
     destroy,
     bench,

@@ -18,6 +18,7 @@ import click
 
 import inkpen
 from inkpen.manifest.copies import CopyReport, Pinned, copy_database, planned_bytes
+from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import CountingStore, open_store
 
 from . import render
@@ -157,7 +158,10 @@ def restore(backup_url: str, dest: str, checkpoint: str | None, as_json: bool) -
     report = _copy(
         backup_url, dest, checkpoint=checkpoint, fresh=True, description=f"restoring {backup_url}"
     )
-    with progress("restore", "rebuilding the ledger"), inkpen.open(dest) as book:
+    with existing_store(dest) as store:  # a head-only copy opens in its mode
+        latest = ManifestStore(store).latest()
+        mode = None if latest is None else latest.manifest.head_only
+    with progress("restore", "rebuilding the ledger"), inkpen.open(dest, head_only=mode) as book:
         stats = book.stats()
         buckets = [render.text(b) for b in book.buckets()]
     result: dict[str, Any] = {

@@ -12,7 +12,12 @@ after), so a live writer's merges and GC cannot delete a file under it; it never
 epoch, so the writer keeps running. ``--checkpoint ID`` reads at an existing checkpoint instead,
 and ``--no-pin`` writes nothing at all (for a stopped database on a store verify may not write).
 
-The exit status is 3 when any object is damaged or missing, 0 when every check passed.
+``--against COPY`` then compares the database with COPY (a backup, restore or clone) the way
+``inkpen diff`` does (:mod:`.diff`), each at a reader checkpoint of its own, and lists the keys
+that differ.
+
+The exit status is 3 when any object is damaged or missing, 1 when ``--against`` found keys that
+differ, 0 when every check passed.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from inkpen.manifest.store import ManifestStore, require_live
 
 from . import render
 from .checks import Kind, Outcome, Status, Target, check
+from .diff import EXIT_DIFFERENT, key_text, run_diff
+from .diff import report as diff_report
 from .failures import EXIT_DAMAGED
 from .progress import progress
 from .targets import existing_store, latest_manifest, require_database
@@ -200,10 +207,22 @@ def _latest_or_damage(manifests: ManifestStore) -> Outcome | None:
     is_flag=True,
     help="Write nothing, not even a checkpoint (only for a database no writer is using).",
 )
+@click.option(
+    "--against",
+    default=None,
+    metavar="COPY",
+    help="Then prove that the database at COPY (a backup, restore or clone) holds the same "
+    "objects, as `inkpen diff` does; exit 1 if it does not.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def verify(
-    ctx: click.Context, url: str, checkpoint: str | None, no_pin: bool, as_json: bool
+    ctx: click.Context,
+    url: str,
+    checkpoint: str | None,
+    no_pin: bool,
+    against: str | None,
+    as_json: bool,
 ) -> None:
     """Check every checksum of every object the database needs; exit 3 if any is damaged.
 
@@ -211,10 +230,15 @@ def verify(
     record, and reports each damaged or missing object with its key and the offset of the
     damage. Holds a reader checkpoint while it reads; never fences a live writer.
 
+    With --against COPY it then compares the database with COPY by tictac trees (`inkpen diff`)
+    and lists every key that differs: a backup or restore taken of a database no one wrote to
+    since must show none.
+
     \b
     Example:
       inkpen verify ./.inkpen-demo/db
       inkpen verify s3://backups/app --json
+      inkpen verify ./db --against ./backups/monday
     """
     with existing_store(url) as store:
         manifests = ManifestStore(store)
@@ -232,9 +256,25 @@ def verify(
                 report = summary(
                     manifests.url, pin.manifest_id, pin.checkpoint_id, run_checks(manifests, plan)
                 )
+    compared = None
+    if against is not None and report["ok"]:
+        compared = run_diff(url, against, None)
+        report["against"] = diff_report(url, against, None, compared)
     if as_json:
         render.echo_json(report)
     else:
-        click.echo("\n".join(text_lines(report)))
+        lines = text_lines(report)
+        if compared is not None:
+            lines.extend(
+                f"{d.kind}\t{render.text(d.bucket)}\t{key_text(d)}" for d in compared.differences
+            )
+            lines.append(
+                f"against {against}: the same objects"
+                if compared.same
+                else f"against {against}: {len(compared.differences)} keys differ"
+            )
+        click.echo("\n".join(lines))
     if not report["ok"]:
         ctx.exit(EXIT_DAMAGED)
+    if compared is not None and not compared.same:
+        ctx.exit(EXIT_DIFFERENT)
