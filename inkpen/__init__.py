@@ -3,6 +3,7 @@
 ``inkpen.open(url)`` gives a :class:`Bookie`, the handle applications embed: put, get, head,
 delete, index queries, folds, snapshots, checkpoints, hot backups, journal compaction.
 ``inkpen.open_reader(url)`` gives a read-only :class:`Reader` on a checkpoint, from any process.
+``inkpen.aio`` has both for asyncio code (``await book.put(...)``).
 See README.md and DESIGN.md.
 """
 
@@ -13,6 +14,7 @@ from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.read.path import Head
 from inkpen.manifest.gc import GcReport
 
+from . import aio
 from ._version import __version__
 from .bookie import Bookie, open
 from .errors import (
@@ -48,6 +50,7 @@ __all__ = [
     "StoreError",
     "UsageError",
     "__version__",
+    "aio",
     "open",
     "open_reader",
 ]

@@ -45,7 +45,7 @@ from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.inker import Inker
-from inkpen.actors.journal.intake import WriteIntake
+from inkpen.actors.journal.intake import Batch, WriteIntake
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.clerk import PencillerClerk
 from inkpen.actors.ledger.penciller import Penciller
@@ -356,6 +356,17 @@ class Engine:
         durable in a journal segment and visible to reads."""
         self.ctx.throttle.wait()
         self.intake.submit(change).wait()
+
+    def submit(self, change: Change) -> Batch:
+        """Hand a checked change to the write intake without waiting: answers its batch, whose
+        settling (:meth:`Batch.add_done_callback`) says when it is durable and visible. Consults
+        no backpressure: the caller does that first (:attr:`throttle`)."""
+        return self.intake.submit(change)
+
+    @property
+    def throttle(self) -> Throttle:
+        """The writer's backpressure, for callers that wait on it their own way."""
+        return self.ctx.throttle
 
     def take_snapshot(self, *, long_running: bool, ledger_only: bool) -> SnapshotParts:
         """A snapshot's frozen views, registered with their owners; give it back with

@@ -21,6 +21,9 @@ from collections.abc import Callable
 
 from inkpen.actors.journal.changes import Change
 from inkpen.errors import InkpenError
+from inkpen.logs import get_logger
+
+log = get_logger("inkpen.journal")
 
 
 class Batch:
@@ -31,7 +34,16 @@ class Batch:
     one pass (no condition variable for the woken callers to queue on again).
     """
 
-    __slots__ = ("_guard", "_settled", "_waiters", "changes", "error", "opened_at", "weight")
+    __slots__ = (
+        "_callbacks",
+        "_guard",
+        "_settled",
+        "_waiters",
+        "changes",
+        "error",
+        "opened_at",
+        "weight",
+    )
 
     def __init__(self) -> None:
         self.changes: list[Change] = []
@@ -40,6 +52,7 @@ class Batch:
         self.error: BaseException | None = None
         self._settled = False
         self._waiters: list[threading.Lock] = []
+        self._callbacks: list[Callable[[Batch], object]] = []
         self._guard = threading.Lock()
 
     def wait(self) -> None:
@@ -56,6 +69,19 @@ class Batch:
         if self.error is not None:
             raise self.error
 
+    def add_done_callback(self, callback: Callable[[Batch], object]) -> None:
+        """Call ``callback(batch)`` once the batch is settled (at once if it already is).
+
+        For waiters that must not park a thread (the asyncio handle): the callback runs in the
+        thread that settles the batch, so it must only hand the news on (``call_soon_threadsafe``)
+        and never block. An exception it raises is logged and dropped.
+        """
+        with self._guard:
+            if not self._settled:
+                self._callbacks.append(callback)
+                return
+        _run_callback(callback, self)
+
     def complete(self) -> None:
         self._settle()
 
@@ -67,8 +93,11 @@ class Batch:
         with self._guard:
             self._settled = True
             waiters, self._waiters = self._waiters, []
+            callbacks, self._callbacks = self._callbacks, []
         for gate in waiters:
             gate.release()
+        for callback in callbacks:
+            _run_callback(callback, self)
 
     @property
     def done(self) -> bool:
@@ -135,6 +164,13 @@ class WriteIntake:
     @property
     def shut_error(self) -> InkpenError | None:
         return self._shut
+
+
+def _run_callback(callback: Callable[[Batch], object], batch: Batch) -> None:
+    try:
+        callback(batch)
+    except Exception as exc:  # a waiter's hand-off must not break the actor settling the batch
+        log.warning("journal.batch_callback_failed", error=repr(exc))
 
 
 def _unconnected(batch: Batch) -> None:
