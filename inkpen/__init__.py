@@ -3,7 +3,9 @@
 ``inkpen.open(url)`` gives a :class:`Bookie`, the handle applications embed: put, get, head,
 delete, index queries, folds, snapshots, checkpoints, hot backups, journal compaction.
 ``inkpen.open_reader(url)`` gives a read-only :class:`Reader` on a checkpoint, from any process.
-``inkpen.aio`` has both for asyncio code (``await book.put(...)``).
+``inkpen.aio`` has both for asyncio code (``await book.put(...)``). ``inkpen.backup``,
+``inkpen.restore``, ``inkpen.destroy`` and ``inkpen.list_databases`` work on whole databases
+without a Bookie.
 See README.md and DESIGN.md.
 """
 
@@ -27,6 +29,7 @@ from .errors import (
     StoreError,
     UsageError,
 )
+from .operations import CopyReport, backup, destroy, list_databases, restore
 from .options import Options
 from .reader import Reader, open_reader
 from .snapshot import Snapshot
@@ -37,6 +40,7 @@ __all__ = [
     "Bookie",
     "CheckpointLapsedError",
     "CompactionReport",
+    "CopyReport",
     "CorruptionError",
     "FencedError",
     "GcReport",
@@ -51,6 +55,10 @@ __all__ = [
     "UsageError",
     "__version__",
     "aio",
+    "backup",
+    "destroy",
+    "list_databases",
     "open",
     "open_reader",
+    "restore",
 ]

@@ -69,6 +69,7 @@ from inkpen.objectstore import ObjectInfo, ObjectStore
 
 from .checkpoints import drop_expired
 from .clones import StoreResolver, release_parent_pin
+from .destroy import remove_empty_directories
 from .model import KIND_WRITER, Manifest, VersionedManifest
 from .paths import (
     is_journal_file_key,
@@ -442,6 +443,7 @@ def run_gc(
                 sizes.setdefault(info.key, info.size)
         target.delete(last)
         deleted.append(last)
+        remove_empty_directories(target)
     else:
         for start in range(0, len(plan.deletes), DELETE_BATCH):
             now_epoch = _current_epoch(manifest_store)
