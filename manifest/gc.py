@@ -412,7 +412,7 @@ def run_gc(
             deletes=tuple(k for k in plan.deletes if k not in kept),
             reasons=MappingProxyType({k: v for k, v in plan.reasons.items() if k not in kept}),
         )
-    log.info(
+    log.debug(
         "gc.planned",
         url=target.url,
         deletes=len(plan.deletes),
@@ -456,7 +456,9 @@ def run_gc(
     freed = sum(sizes.get(key, 0) for key in deleted)
     detached = not plan.destroy and detach_clone(manifest_store, latest, pinned)
     report = GcReport(target.url, plan, tuple(deleted), freed, dropped, False, detached)
-    log.info("gc.deleted", url=target.url, count=len(deleted), bytes=freed, **report.counts())
+    (log.info if deleted else log.debug)(
+        "gc.deleted", url=target.url, count=len(deleted), bytes=freed, **report.counts()
+    )
     return report
 
 

@@ -113,7 +113,9 @@ def test_progress_is_a_bar_on_a_terminal_and_log_lines_elsewhere(
     url = make_store_url("local")
     populate(url, crash=False)
     piped = ok("verify", url)
-    assert "event='verify.progress'" in piped.stderr
+    progress = [line for line in piped.stderr.splitlines() if " event=verify.progress " in line]
+    assert progress, piped.stderr
+    assert "'" not in progress[0]  # key=value text, not Python reprs
 
     controller, terminal = pty.openpty()
     try:

@@ -190,7 +190,7 @@ class Engine:
             sqn=max_sqn,
             ms=round((time.monotonic() - started) * 1000, 2),
         )
-        log.info("journal.recovery", segments=len(segments), entries=replayed)
+        log.debug("journal.recovery", segments=len(segments), entries=replayed)
         engine = cls(
             ctx,
             intake,

@@ -452,7 +452,7 @@ class Inker(FileOwner):
                 self.files[handle.name] = handle
             self.segments = [s for s in self.segments if s.segment_id > last]
             self._publish()
-            log.info(
+            log.debug(
                 "journal.roll",
                 segments=len(message.segment_ids),
                 last_segment=last,
@@ -563,7 +563,7 @@ class Inker(FileOwner):
             return dataclasses.replace(m, journal=journal).with_checkpoint(checkpoint)
 
         versioned = self.ctx.keeper.commit_at(change, reason="checkpoint.create")
-        log.info(
+        log.debug(
             "checkpoint.created", id=made[0].id, manifest=versioned.id, lifetime=message.lifetime
         )
         return made[0]
