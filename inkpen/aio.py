@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
+from inkpen.actors.engine.startup import put_timed_out
 from inkpen.actors.engine.throttle import NONE, SLOW, SLOW_DELAY
 from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.clerk import CompactionReport
@@ -314,7 +315,15 @@ class AsyncBookie(_AsyncReads[Bookie]):
                 break
             await self._call(throttle.wait)  # blocked at STOP: wait for room in a worker
         batch = engine.submit(change)
-        await asyncio.shield(self._waits.future(asyncio.get_running_loop(), batch))
+        durable = asyncio.shield(self._waits.future(asyncio.get_running_loop(), batch))
+        timeout = self._sync.options.put_timeout
+        if timeout is None:
+            await durable
+            return
+        try:
+            await asyncio.wait_for(durable, timeout)
+        except TimeoutError:
+            raise put_timed_out(self.url, timeout) from None
 
     async def snapshot(
         self, *, long_running: bool = False, ledger_only: bool = False

@@ -50,7 +50,7 @@ from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.clerk import PencillerClerk
 from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.read.views import SegmentTable, SstHandle, ViewBoard
-from inkpen.errors import FencedError, InkpenError, UsageError
+from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
@@ -355,7 +355,9 @@ class Engine:
         """Hand a checked change to the write intake (after backpressure); returns once it is
         durable in a journal segment and visible to reads."""
         self.ctx.throttle.wait()
-        self.intake.submit(change).wait()
+        timeout = self.ctx.options.put_timeout
+        if not self.intake.submit(change).wait(timeout):
+            raise put_timed_out(self.url, timeout)
 
     def submit(self, change: Change) -> Batch:
         """Hand a checked change to the write intake without waiting: answers its batch, whose
@@ -426,6 +428,16 @@ class Engine:
                         "this Bookie was closed before the work finished; open the database "
                         "again with inkpen.open"
                     ) from None
+
+
+def put_timed_out(url: str, timeout: float | None) -> StoreError:
+    """The error of a put not acknowledged within the ``put_timeout`` option."""
+    return StoreError(
+        f"the store at {url} did not acknowledge this write's journal segment within "
+        f"put_timeout={timeout:g}s; the write may still land (read the key to know). The "
+        "Bookie goes on retrying; a store that stays down makes later writes fail",
+        definite=False,
+    )
 
 
 def _open_ssts(

@@ -55,8 +55,11 @@ class Batch:
         self._callbacks: list[Callable[[Batch], object]] = []
         self._guard = threading.Lock()
 
-    def wait(self) -> None:
-        """Block until the batch is durable and visible, or raise why it is not."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the batch is durable and visible, or raise why it is not.
+
+        With ``timeout``: answers False if it is not settled after that many seconds (the
+        batch goes on; the caller stops waiting for it)."""
         if not self._settled:
             gate = threading.Lock()
             gate.acquire()
@@ -64,10 +67,14 @@ class Batch:
                 parked = not self._settled
                 if parked:
                     self._waiters.append(gate)
-            if parked:
-                gate.acquire()
+            if parked and not gate.acquire(timeout=-1 if timeout is None else timeout):
+                with self._guard:
+                    if not self._settled:
+                        self._waiters.remove(gate)
+                        return False
         if self.error is not None:
             raise self.error
+        return True
 
     def add_done_callback(self, callback: Callable[[Batch], object]) -> None:
         """Call ``callback(batch)`` once the batch is settled (at once if it already is).
