@@ -48,7 +48,10 @@ def _store(url: str | ObjectStore, *, must_exist: bool, what: str) -> Iterator[O
         raise UsageError(f"{what} must be a store URL or an ObjectStore, got {type(url).__name__}")
     parsed = parse_store_url(url)
     if must_exist and parsed.scheme == "file" and not os.path.isdir(parsed.location):
-        raise NotFoundError(f"no inkpen database at {url}: there is no directory {parsed.location}")
+        what = (
+            "is a file, not a directory" if os.path.lexists(parsed.location) else ("does not exist")
+        )
+        raise NotFoundError(f"no inkpen database at {url}: {parsed.location} {what}")
     store = open_store(url)
     try:
         yield store

@@ -73,7 +73,7 @@ def _require_checkpoint(versioned: VersionedManifest, checkpoint_id: str, url: s
     if found is None:
         raise NotFoundError(
             f"checkpoint {checkpoint_id} does not exist in the database at {url}; "
-            "list_checkpoints() shows the ones it holds"
+            f"`inkpen checkpoint list {url}` lists the ones it holds"
         )
     return found
 

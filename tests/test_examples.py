@@ -73,9 +73,23 @@ def test_quickstart_runs_in_a_fresh_directory_and_again(tmp_path: Path) -> None:
     assert any(re.match(r"hot backup -> .*: \d+ journal file\(s\), \d+ copied", x) for x in lines)
     assert 'backup reads as a database: 3000 users, users/user00000 -> {"name": "Renamed"}' in lines
     assert lines[-1].endswith(f"restore {demo / 'backup'} {demo / 'restored'}")
+    hint = lines[-1].split()
+    restored = subprocess.run(
+        [sys.executable, "-m", "inkpen.cli", *hint[1:]], capture_output=True, text=True, check=False
+    )
+    assert restored.returncode == 0, restored.stderr  # the printed hint works
 
     again = run_example("quickstart", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
+    second_hint = again.stdout.splitlines()[-1]
+    assert second_hint.endswith(f"restore {demo / 'backup'} {demo / 'restored-2'}")
+    restored = subprocess.run(
+        [sys.executable, "-m", "inkpen.cli", *second_hint.split()[1:]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert restored.returncode == 0, restored.stderr  # and still works on a second run
     backup_line = next(x for x in again.stdout.splitlines() if x.startswith("hot backup"))
     kept = int(re.search(r"(\d+) already there", backup_line).group(1))  # type: ignore[union-attr]
     assert kept >= 1, backup_line
