@@ -29,8 +29,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-import structlog
-
 from inkpen.manifest.fencing import claim_writer
 from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor, VersionedManifest, encode
 from inkpen.manifest.paths import new_file_id, sst_key
@@ -151,10 +149,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--stores", default="local,s3", help="comma-separated: local, s3")
     args = parser.parse_args()
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-    )
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     roots = {"local": _local_root, "s3": _seaweed_root}
     results: dict[str, object] = {
         "updates": args.updates,

@@ -22,21 +22,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
-import shutil
 import sys
 import time
 from urllib.parse import urlsplit, urlunsplit
 
 import inkpen
-from inkpen.logs import get_logger
-from inkpen.manifest.copies import copy_database
-from inkpen.manifest.destroy import destroy
-from inkpen.objectstore import ObjectStore, open_store
-from inkpen.objectstore.url import parse_store_url
 
-log = get_logger("examples.backup_cron")
+log = logging.getLogger("examples.backup_cron")
 
 NAME = re.compile(r"^\d{8}T\d{6}\.\d{3}Z$")
 
@@ -48,55 +41,33 @@ def backup_name(now: float) -> str:
 
 
 def child_url(base: str, name: str) -> str:
-    """The URL of ``name`` under the root ``base`` (a directory or an s3:// URL)."""
-    if "://" not in base or base.startswith("file://"):
-        return str(parse_store_url(base).location.rstrip("/")) + "/" + name
+    """The URL of ``name`` under the root ``base`` (a directory, file:// or s3:// URL)."""
+    if "://" not in base:
+        return base.rstrip("/") + "/" + name
     parts = urlsplit(base)
     return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + name))
 
 
-def dated_backups(root: ObjectStore) -> list[str]:
-    """The names of the dated backups under ``root``, oldest first (one listing per backup)."""
-    names: list[str] = []
-    token: str | None = None
-    while True:
-        page = root.list_page("", token=token, limit=1)
-        if not page.objects:
-            return names
-        name = page.objects[0].key.split("/", 1)[0]
-        if NAME.match(name):
-            names.append(name)
-        token = name + "0"  # "0" follows "/": the next page starts after this name's objects
-
-
-def prune(base: str, root: ObjectStore, keep: int) -> list[str]:
+def prune(base: str, keep: int) -> list[str]:
     """Destroy the oldest dated backups until ``keep`` are left; answers the names destroyed."""
     removed = []
-    for name in dated_backups(root)[:-keep]:
+    dated = [name for name in inkpen.list_databases(base) if NAME.match(name)]
+    for name in dated[:-keep]:
         url = child_url(base, name)
         try:
-            destroy(url, soft=False)
+            inkpen.destroy(url, soft=False)
         except inkpen.UsageError as exc:  # live checkpoints: someone is reading it
-            log.warning("backup.prune_skipped", backup=url, reason=str(exc))
+            log.warning("backup %s kept: %s", url, exc)
             continue
-        location = parse_store_url(url)
-        if location.scheme == "file":
-            shutil.rmtree(location.location, ignore_errors=True)  # empty directories remain
         removed.append(name)
     return removed
 
 
 def run(source: str, backups: str, keep: int, checkpoint: str | None) -> str:
     """One cron run; answers the line to print."""
-    location = parse_store_url(source)
-    if location.scheme == "file" and not os.path.isdir(location.location):
-        raise inkpen.NotFoundError(f"no database at {source}: the directory does not exist")
-    name = backup_name(time.time())
-    dest = child_url(backups, name)
-    with open_store(source) as from_store, open_store(dest) as to_store:
-        report = copy_database(from_store, to_store, checkpoint=checkpoint)
-    with open_store(backups) as root:
-        removed = prune(backups, root, keep)
+    dest = child_url(backups, backup_name(time.time()))
+    report = inkpen.backup(source, dest, checkpoint=checkpoint)
+    removed = prune(backups, keep)
     return (
         f"backed up {source} to {dest}: {report.files} files, {report.files_copied} copied "
         f"({report.bytes_copied:,} bytes) in {report.seconds:.2f}s; "

@@ -15,13 +15,17 @@ empty. Buckets and keys are path segments (percent-encode ``/`` and the like as 
 ``GET /index/BUCKET/FIELD?start=&end=``                     ``[[term, key], ...]`` as JSON
 ``GET /buckets`` / ``GET /stats``                           JSON
 ``POST /backup``                                            a hot backup into ``--backups``/<UTC
-                                                            time>, its report as JSON
+                                                            time>, its report as JSON (no body)
+``POST /reopen``                                            after being fenced: open the database
+                                                            again, fencing the newer writer
 ==========================================================  ========================================
 
 The server is a ``ThreadingHTTPServer``: every connection gets a thread and all of them share the
 one Bookie, which is thread-safe; PUTs arriving together share journal writes (group commit).
-Bad input answers 400 with inkpen's message, a value over the size limit 413, a store failure
-or a newer writer of the database (which fences this one) 503. Ctrl-C or SIGTERM stops serving
+Bad input answers 400 with a message saying what to send, a value over the size limit 413, a
+store failure 503. When another process opens the database for writing, this server's Bookie is
+fenced: writes answer 409 saying so (reads go on), until ``POST /reopen`` opens the database again
+(fencing that other writer in turn) or the server is restarted. Ctrl-C or SIGTERM stops serving
 and closes the Bookie cleanly. The hot backup is the way to back up a database an application is
 writing: it runs inside the process that owns the Bookie, fencing nobody.
 """
@@ -31,9 +35,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,9 +50,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import inkpen
-from inkpen.logs import get_logger
 
-log = get_logger("examples.http_app")
+log = logging.getLogger("examples.http_app")
 
 Reply = tuple[int, dict[str, str], bytes]
 
@@ -74,18 +80,40 @@ def _one(query: dict[str, list[str]], name: str) -> str | None:
     return values[-1] if values else None
 
 
+class BadRequest(Exception):
+    """A request this service cannot act on; the message says what to send instead."""
+
+
+def _number(query: dict[str, list[str]], name: str, what: str) -> float | None:
+    given = _one(query, name)
+    if given is None:
+        return None
+    try:
+        value = float(given)
+    except ValueError:
+        raise BadRequest(f"{name}={given!r} must be {what}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise BadRequest(f"{name}={given!r} must be {what}")
+    return value
+
+
 class ObjectService:
     """The routes, as plain methods from a parsed request to a reply."""
 
-    def __init__(self, book: inkpen.Bookie, backups: Path | None = None) -> None:
+    def __init__(
+        self,
+        book: inkpen.Bookie,
+        backups: Path | None = None,
+        reopen: Callable[[], inkpen.Bookie] | None = None,
+    ) -> None:
         self.book = book
         self.backups = backups
+        self._reopen = reopen
+        self._swap = threading.Lock()
 
     def put(self, bucket: str, key: str, body: bytes, query: dict[str, list[str]]) -> Reply:
-        ttl = _one(query, "ttl")
-        self.book.put(
-            bucket, key, body, indexes=_specs(query), ttl=None if ttl is None else float(ttl)
-        )
+        ttl = _number(query, "ttl", "a number of seconds above 0")
+        self.book.put(bucket, key, body, indexes=_specs(query), ttl=ttl)
         return _json(HTTPStatus.CREATED, {"bucket": bucket, "key": key, "size": len(body)})
 
     def get(self, bucket: str, key: str) -> Reply:
@@ -112,7 +140,7 @@ class ObjectService:
         return HTTPStatus.NO_CONTENT, {}, b""
 
     def keys(self, bucket: str, query: dict[str, list[str]]) -> Reply:
-        limit = int(_one(query, "limit") or 1000)
+        limit = int(_number(query, "limit", "a count above 0") or 1000)
         found = []
         with self.book.keys(bucket, _one(query, "start"), _one(query, "end")) as keys:
             for key in keys:
@@ -132,6 +160,21 @@ class ObjectService:
         dest = self.backups / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         report = self.book.hot_backup()(str(dest))
         return _json(HTTPStatus.OK, asdict(report))
+
+    def reopen(self) -> Reply:
+        """Open the database again (after being fenced): fences the writer that fenced us."""
+        if self._reopen is None:
+            return _json(HTTPStatus.NOT_FOUND, {"error": "this server cannot reopen its database"})
+        with self._swap:
+            old, self.book = self.book, self._reopen()
+        old.close()  # a fenced Bookie persists nothing more; its readers finish first
+        log.warning("reopened %s: any other writer of it is fenced now", self.book.url)
+        return _json(HTTPStatus.OK, {"reopened": self.book.url})
+
+    def close(self) -> None:
+        """Close the Bookie the service holds now."""
+        with self._swap:
+            self.book.close()
 
     def route(self, method: str, path: str, body: bytes) -> Reply:
         """Answer one request."""
@@ -157,16 +200,25 @@ class ObjectService:
                 return _json(HTTPStatus.OK, self.book.stats())
             case "POST", ["backup"]:
                 return self.backup()
+            case "POST", ["reopen"]:
+                return self.reopen()
         return _json(HTTPStatus.NOT_FOUND, {"error": f"no route {method} {parts.path}"})
 
 
-def status_for(error: Exception) -> int:
-    """The HTTP status for an error a route raised."""
-    if isinstance(error, inkpen.UsageError | ValueError):
-        return HTTPStatus.BAD_REQUEST
-    if isinstance(error, inkpen.FencedError | inkpen.StoreError):
-        return HTTPStatus.SERVICE_UNAVAILABLE
-    return HTTPStatus.INTERNAL_SERVER_ERROR
+def answer_for(error: Exception) -> tuple[int, str]:
+    """The HTTP status and message for an error a route raised."""
+    if isinstance(error, BadRequest | inkpen.UsageError):
+        return HTTPStatus.BAD_REQUEST, str(error)
+    if isinstance(error, inkpen.FencedError):
+        return HTTPStatus.CONFLICT, (
+            f"another process opened the database for writing, so this server can no longer "
+            f"write to it ({error}). Reads still work. POST /reopen takes the database back "
+            "(fencing that other writer), or restart this server once the other one is done"
+        )
+    if isinstance(error, inkpen.StoreError):
+        return HTTPStatus.SERVICE_UNAVAILABLE, f"the store failed: {error}; try again later"
+    log.exception("unexpected error")
+    return HTTPStatus.INTERNAL_SERVER_ERROR, f"unexpected {type(error).__name__}: {error}"
 
 
 class ObjectServer(ThreadingHTTPServer):
@@ -194,7 +246,8 @@ class Handler(BaseHTTPRequestHandler):
                 return
             status, headers, payload = self.server.service.route(self.command, self.path, body)
         except Exception as error:  # every failure becomes an answer, never a dropped connection
-            status, headers, payload = _json(status_for(error), {"error": str(error)})
+            code, message = answer_for(error)
+            status, headers, payload = _json(code, {"error": message})
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -204,20 +257,27 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(payload)
         log.debug(
-            "http.request",
-            method=self.command,
-            path=self.path,
-            status=int(status),
-            ms=round((time.perf_counter() - started) * 1000, 2),
+            "%s %s -> %d in %.2f ms",
+            self.command,
+            self.path,
+            int(status),
+            (time.perf_counter() - started) * 1000,
         )
 
     def _body(self) -> bytes | None:
         """The request body (empty without one); None when a refusal was already sent."""
         if self.command not in ("PUT", "POST"):
             return b""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            self.send_error(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length, not chunks")
+            self.close_connection = True
+            return None
         length = self.headers.get("Content-Length")
         if length is None:
-            self.send_error(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length")
+            return b""  # no Content-Length and no chunks: HTTP/1.1 says there is no body
+        if not length.isdigit():
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Content-Length {length!r} is not a size")
+            self.close_connection = True
             return None
         if int(length) > self.server.service.book.options.max_value_bytes:
             self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "the value is over the limit")
@@ -228,7 +288,7 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_PUT = do_DELETE = do_HEAD = do_POST = _serve
 
     def log_message(self, format: str, *args: Any) -> None:
-        """Requests are logged as structlog events in :meth:`_serve` instead."""
+        """Requests are logged at DEBUG on ``examples.http_app`` in :meth:`_serve` instead."""
 
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:
@@ -248,16 +308,21 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(name)s %(message)s",
     )
     signal.signal(signal.SIGTERM, _stop)
-    with inkpen.open(args.database) as book:
-        server = ObjectServer((args.host, args.port), ObjectService(book, args.backups))
+    service = ObjectService(
+        inkpen.open(args.database), args.backups, reopen=lambda: inkpen.open(args.database)
+    )
+    try:
+        server = ObjectServer((args.host, args.port), service)
         host, port = server.server_address[:2]
-        print(f"listening on http://{host}:{port} (database {book.url})", flush=True)
+        print(f"listening on http://{host}:{port} (database {service.book.url})", flush=True)
         try:
             server.serve_forever()
         except KeyboardInterrupt:
             pass
         finally:
             server.server_close()
+    finally:
+        service.close()
     print("stopped; database closed", flush=True)
 
 

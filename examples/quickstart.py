@@ -119,7 +119,17 @@ def main(workdir: Path) -> None:
     print("next, look at it from the command line:")
     for command in ("info", "ls", "verify"):
         print(f"  {cli} {command} {db}")
-    print(f"  {cli} restore {backup_dir} {workdir / 'restored'}")
+    print(f"  {cli} restore {backup_dir} {fresh_path(workdir / 'restored')}")
+
+
+def fresh_path(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``... the first that does not exist yet (restore makes a
+    new database and refuses to merge into an existing one)."""
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
 
 
 def command_line() -> str:

@@ -25,13 +25,11 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-
-from inkpen.manifest.paths import JOURNAL_FILES_PREFIX, LEDGER_PREFIX
-from inkpen.objectstore import open_store
 
 BUCKETS = 4
 FILTER_BUCKET = "bucket-1"
@@ -90,15 +88,13 @@ def generate(spark: SparkSession, n: int, partitions: int) -> DataFrame:
     )
 
 
-def count_files(url: str) -> dict[str, int]:
-    store = open_store(url)
-    try:
-        return {
-            "ssts": sum(1 for _ in store.list(LEDGER_PREFIX)),
-            "journal_files": sum(1 for _ in store.list(JOURNAL_FILES_PREFIX)),
-        }
-    finally:
-        store.close()
+def count_files(directory: str) -> dict[str, int]:
+    """SSTs and journal files in a database directory (DESIGN.md section 4, the layout)."""
+    root = Path(directory)
+    return {
+        "ssts": sum(1 for _ in root.glob("ledger/*.sst")),
+        "journal_files": sum(1 for _ in root.glob("journal/compacted/*.jnl")),
+    }
 
 
 def run(spark: SparkSession, url: str, n: int, partitions: int) -> dict[str, Any]:

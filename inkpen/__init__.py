@@ -3,6 +3,9 @@
 ``inkpen.open(url)`` gives a :class:`Bookie`, the handle applications embed: put, get, head,
 delete, index queries, folds, snapshots, checkpoints, hot backups, journal compaction.
 ``inkpen.open_reader(url)`` gives a read-only :class:`Reader` on a checkpoint, from any process.
+``inkpen.aio`` has both for asyncio code (``await book.put(...)``). ``inkpen.backup``,
+``inkpen.restore``, ``inkpen.destroy`` and ``inkpen.list_databases`` work on whole databases
+without a Bookie.
 See README.md and DESIGN.md.
 """
 
@@ -14,6 +17,7 @@ from inkpen.actors.read.path import Head
 from inkpen.formats.tictac import TicTacTree
 from inkpen.manifest.gc import GcReport
 
+from . import aio
 from ._version import __version__
 from .batch import Batch
 from .bookie import Bookie, open
@@ -28,6 +32,7 @@ from .errors import (
     StoreError,
     UsageError,
 )
+from .operations import CopyReport, backup, destroy, list_databases, restore
 from .options import Options
 from .reader import Reader, open_reader
 from .snapshot import Snapshot
@@ -40,6 +45,7 @@ __all__ = [
     "CheckpointLapsedError",
     "CompactionReport",
     "ConflictError",
+    "CopyReport",
     "CorruptionError",
     "FencedError",
     "GcReport",
@@ -54,6 +60,11 @@ __all__ = [
     "TicTacTree",
     "UsageError",
     "__version__",
+    "aio",
+    "backup",
+    "destroy",
+    "list_databases",
     "open",
     "open_reader",
+    "restore",
 ]

@@ -20,7 +20,7 @@ from typing import Any
 
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.engine.startup import Engine
-from inkpen.actors.journal.changes import ChangeMaker
+from inkpen.actors.journal.changes import Change, ChangeMaker
 from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.read.path import Views, ViewSource
 from inkpen.actors.read.views import ViewBoard
@@ -116,6 +116,12 @@ class Bookie(ReadAPI):
         ever sees part of it. One failed ``if_sqn`` condition rejects the whole batch with
         :class:`~inkpen.ConflictError`. An empty batch is a no-op; a batch is written once.
         """
+        changes = self._batch_changes(batch)
+        if changes:
+            self._engine.write_unit(changes)
+
+    def _batch_changes(self, batch: Batch) -> list[Change]:
+        """The checked changes of ``batch``, which is marked written (a batch is written once)."""
         self._check_open()
         self._check_not_head_only("write")
         if not isinstance(batch, Batch):
@@ -128,8 +134,7 @@ class Bookie(ReadAPI):
             for op in batch._pending()
         ]
         batch._mark_written()
-        if changes:
-            self._engine.write_unit(changes)
+        return changes
 
     def _check_not_head_only(self, what: str) -> None:
         if self._head_only is not None:

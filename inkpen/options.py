@@ -50,7 +50,11 @@ class Options:
         ``"interval"`` writes at most one segment per ``flush_interval``: a batch waits until
         ``flush_interval`` has passed since the previous segment write began (at once if it
         has), so a put waits at most ``flush_interval`` plus one write. Either way a batch is
-        written at once when it reaches ``max_batch_bytes``.
+        written at once when it reaches ``max_batch_bytes``. ``put_timeout``: the longest a put
+        or delete waits for its segment to be acknowledged by the store; past it the call raises
+        ``StoreError`` (``definite=False``: the write may still land, as the Inker goes on
+        retrying). None (the default) waits as long as the store's own retries take (on S3,
+        ``max_attempts`` tries of up to ``connect_timeout``/``read_timeout`` seconds each).
 
     Ledger (the Bookie and the Penciller)
         ``ledger_cache_entries``: ledger changes the Bookie gathers before pushing them to the
@@ -118,6 +122,7 @@ class Options:
     flush_policy: FlushPolicy = "idle"
     flush_interval: float = 0.010
     max_batch_bytes: int = 4 * MiB
+    put_timeout: float | None = None
 
     ledger_cache_entries: int = 2500
     l0_cache_entries: int = 28000
@@ -185,6 +190,8 @@ class Options:
         ):
             _check_range(name, getattr(self, name), 0.001, MAX_SECONDS)
         _check_range("gc_min_age", self.gc_min_age, 0.0, MAX_SECONDS)
+        if self.put_timeout is not None:
+            _check_range("put_timeout", self.put_timeout, 0.001, MAX_SECONDS)
         if self.compaction_interval is not None:
             _check_range("compaction_interval", self.compaction_interval, 0.01, 365 * 86400.0)
         int_limits: dict[str, tuple[int, int]] = {

@@ -245,9 +245,12 @@ def open_reader(
         parsed = parse_store_url(url)
         if parsed.scheme == "file" and not os.path.isdir(parsed.location):
             # Reading must not leave a directory behind for a mistyped path.
-            raise NotFoundError(
-                f"no inkpen database at {url}: the directory {parsed.location} does not exist"
+            what = (
+                "is a file, not a directory"
+                if os.path.lexists(parsed.location)
+                else ("does not exist")
             )
+            raise NotFoundError(f"no inkpen database at {url}: {parsed.location} {what}")
     store, owns = (open_store(url), True) if isinstance(url, str) else (url, False)
     if not isinstance(store, ObjectStore):
         raise UsageError(f"url must be a store URL or an ObjectStore, got {type(url).__name__}")

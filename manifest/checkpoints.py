@@ -73,7 +73,7 @@ def _require_checkpoint(versioned: VersionedManifest, checkpoint_id: str, url: s
     if found is None:
         raise NotFoundError(
             f"checkpoint {checkpoint_id} does not exist in the database at {url}; "
-            "list_checkpoints() shows the ones it holds"
+            f"`inkpen checkpoint list {url}` lists the ones it holds"
         )
     return found
 
@@ -197,7 +197,7 @@ def ensure_checkpoint(
 
     result = manifest_store.update(change)
     created = _require_checkpoint(result, checkpoint_id, url)
-    log.info(
+    log.debug(
         "checkpoint.created",
         url=url,
         checkpoint=checkpoint_id,
@@ -246,7 +246,7 @@ def delete_checkpoint(manifest_store: ManifestStore, checkpoint_id: str) -> None
         return versioned.manifest.without_checkpoint(checkpoint_id)
 
     manifest_store.update(change)
-    log.info("checkpoint.deleted", url=url, checkpoint=checkpoint_id)
+    log.debug("checkpoint.deleted", url=url, checkpoint=checkpoint_id)
 
 
 def list_checkpoints(manifest_store: ManifestStore) -> tuple[Checkpoint, ...]:

@@ -237,7 +237,7 @@ def _release_pin(parent_ms: ManifestStore, pin_id: str) -> None:
         parent_ms.update(change)
     except NotFoundError:
         return
-    log.info("clone.pin_released", parent=parent_ms.url, checkpoint=pin_id)
+    log.debug("clone.pin_released", parent=parent_ms.url, checkpoint=pin_id)
 
 
 def release_parent_pin(manifest: Manifest, resolver: StoreResolver) -> None:

@@ -30,6 +30,8 @@ from dataclasses import replace
 from inkpen.errors import NotFoundError, UsageError
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
+from inkpen.objectstore.base import innermost
+from inkpen.objectstore.local import LocalStore
 
 from .clones import StoreResolver, release_parent_pin
 from .fencing import claim_writer
@@ -67,6 +69,14 @@ def destroy(
     if soft:
         return _soft(manifest_store, latest, when)
     return _hard(manifest_store, when)
+
+
+def remove_empty_directories(store: ObjectStore) -> None:
+    """After the last object of a destroyed database is gone: a local root leaves no empty
+    directories behind (other stores have none)."""
+    inner = innermost(store)
+    if isinstance(inner, LocalStore):
+        inner.remove_empty_directories()
 
 
 def _soft(
@@ -122,5 +132,6 @@ def _hard(manifest_store: ManifestStore, now: float) -> VersionedManifest:
     finally:
         resolver.close()
     store.delete(keep)
+    remove_empty_directories(store)
     log.info("database.destroyed", url=url, soft=False, manifest_id=marked.id)
     return marked

@@ -471,7 +471,7 @@ def claim_writer(
                 f"journal segment {candidate} already holds a fence or data of epoch {epoch}, "
                 "the epoch this writer just claimed: two writers hold one epoch; this is a bug"
             )
-        log.info("writer.fence_slot_taken", url=url, segment=candidate, found=outcome, epoch=epoch)
+        log.debug("writer.fence_slot_taken", url=url, segment=candidate, found=outcome, epoch=epoch)
         candidate += 1
     confirmed = _require_epoch(manifest_store, epoch)
     rolled = max(journal.last_rolled_segment, confirmed.manifest.journal.last_rolled_segment)
@@ -485,7 +485,7 @@ def claim_writer(
     for ref in segments:
         if ref.writer_epoch is not None and ref.writer_epoch > epoch:
             raise _fenced(ref.id, ref.writer_epoch, epoch)
-    log.info(
+    log.debug(
         "writer.claimed",
         url=url,
         epoch=epoch,

@@ -69,6 +69,7 @@ from inkpen.objectstore import ObjectInfo, ObjectStore
 
 from .checkpoints import drop_expired
 from .clones import StoreResolver, release_parent_pin
+from .destroy import remove_empty_directories
 from .model import KIND_WRITER, Manifest, VersionedManifest
 from .paths import (
     is_journal_file_key,
@@ -411,7 +412,7 @@ def run_gc(
             deletes=tuple(k for k in plan.deletes if k not in kept),
             reasons=MappingProxyType({k: v for k, v in plan.reasons.items() if k not in kept}),
         )
-    log.info(
+    log.debug(
         "gc.planned",
         url=target.url,
         deletes=len(plan.deletes),
@@ -442,6 +443,7 @@ def run_gc(
                 sizes.setdefault(info.key, info.size)
         target.delete(last)
         deleted.append(last)
+        remove_empty_directories(target)
     else:
         for start in range(0, len(plan.deletes), DELETE_BATCH):
             now_epoch = _current_epoch(manifest_store)
@@ -454,7 +456,9 @@ def run_gc(
     freed = sum(sizes.get(key, 0) for key in deleted)
     detached = not plan.destroy and detach_clone(manifest_store, latest, pinned)
     report = GcReport(target.url, plan, tuple(deleted), freed, dropped, False, detached)
-    log.info("gc.deleted", url=target.url, count=len(deleted), bytes=freed, **report.counts())
+    (log.info if deleted else log.debug)(
+        "gc.deleted", url=target.url, count=len(deleted), bytes=freed, **report.counts()
+    )
     return report
 
 

@@ -266,7 +266,7 @@ class ManifestStore:
         except StoreError as exc:
             if exc.definite or not self._holds(key, data):
                 raise
-        log.info("manifest.created", url=self.url, manifest_id=1)
+        log.debug("manifest.created", url=self.url, manifest_id=1)
         return self._remember(VersionedManifest(1, manifest))
 
     def _holds(self, key: str, data: bytes) -> bool:

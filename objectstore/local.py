@@ -113,6 +113,15 @@ class LocalStore(StoreBase):
         """The absolute path of the root directory."""
         return self._root
 
+    def remove_empty_directories(self) -> None:
+        """Remove every empty directory under the root, and the root itself if it is left
+        empty: a destroyed database leaves no tree of empty folders behind. Directories that
+        still hold anything are kept; failures are ignored (the objects are gone either way)."""
+        self._check_open()
+        for here, _dirs, _files in os.walk(self._root, topdown=False):
+            with contextlib.suppress(OSError):
+                os.rmdir(here)
+
     @property
     def metadata_mode(self) -> str:
         """Where this store keeps user metadata: ``"xattr"`` or ``"sidecar"``."""

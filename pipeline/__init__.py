@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _requires  # noqa: F401  (first: says which extra to install)
 from .commit import LoadReport, commit_load
 from .load_task import LoadedPartition, write_partition
 from .pinning import pinned_checkpoint

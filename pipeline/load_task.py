@@ -169,7 +169,7 @@ def write_partition(
         finally:
             store.close()
     loaded = LoadedPartition(partition_id, attempt, rows, tuple(journals), tuple(ssts))
-    log.info(
+    log.debug(
         "pipeline.load_task_written",
         url=target.url,
         partition=partition_id,

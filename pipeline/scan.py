@@ -181,7 +181,7 @@ def scan_slice(spec: ScanSpec, slice_: ScanSlice, schema: pa.Schema) -> Iterator
     finally:
         resolver.close()
         store.close()
-    log.info(
+    log.debug(
         "pipeline.partition_read",
         url=spec.url,
         partition=slice_.index,

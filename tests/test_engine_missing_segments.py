@@ -8,13 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 import inkpen
 from inkpen.manifest.paths import parse_segment_key
 from inkpen.objectstore import ObjectStore, open_store
 from support.cli import ok
 from support.engine import TINY, contents
+from support.logs import capture_logs
 
 UNROLLED = {**TINY, "roll_segments": 1000, "roll_bytes": 64 * 1024 * 1024, "roll_on_close": False}
 """Every put stays in its own unrolled segment."""

@@ -15,6 +15,7 @@ import os
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -73,9 +74,23 @@ def test_quickstart_runs_in_a_fresh_directory_and_again(tmp_path: Path) -> None:
     assert any(re.match(r"hot backup -> .*: \d+ journal file\(s\), \d+ copied", x) for x in lines)
     assert 'backup reads as a database: 3000 users, users/user00000 -> {"name": "Renamed"}' in lines
     assert lines[-1].endswith(f"restore {demo / 'backup'} {demo / 'restored'}")
+    hint = lines[-1].split()
+    restored = subprocess.run(
+        [sys.executable, "-m", "inkpen.cli", *hint[1:]], capture_output=True, text=True, check=False
+    )
+    assert restored.returncode == 0, restored.stderr  # the printed hint works
 
     again = run_example("quickstart", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
+    second_hint = again.stdout.splitlines()[-1]
+    assert second_hint.endswith(f"restore {demo / 'backup'} {demo / 'restored-2'}")
+    restored = subprocess.run(
+        [sys.executable, "-m", "inkpen.cli", *second_hint.split()[1:]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert restored.returncode == 0, restored.stderr  # and still works on a second run
     backup_line = next(x for x in again.stdout.splitlines() if x.startswith("hot backup"))
     kept = int(re.search(r"(\d+) already there", backup_line).group(1))  # type: ignore[union-attr]
     assert kept >= 1, backup_line
@@ -113,8 +128,11 @@ def served(tmp_path: Path) -> Iterator[tuple[Client, str]]:
     """The example's service on a Bookie in tmp_path, on a free loopback port."""
     app = example("http_app")
     url = str(tmp_path / "db")
-    with inkpen.open(url) as book:
-        server = app.ObjectServer(("127.0.0.1", 0), app.ObjectService(book, tmp_path / "backups"))
+    service = app.ObjectService(
+        inkpen.open(url), tmp_path / "backups", reopen=lambda: inkpen.open(url)
+    )
+    try:
+        server = app.ObjectServer(("127.0.0.1", 0), service)
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
@@ -123,6 +141,8 @@ def served(tmp_path: Path) -> Iterator[tuple[Client, str]]:
             server.shutdown()
             server.server_close()
             thread.join()
+    finally:
+        service.close()
 
 
 def test_http_app_serves_objects_to_concurrent_clients(served: tuple[Client, str]) -> None:
@@ -171,6 +191,60 @@ def test_http_app_serves_objects_to_concurrent_clients(served: tuple[Client, str
     with inkpen.open_reader(report["destination"]) as backup:
         assert backup.get("users", "user199") == b"profile 199"
         assert backup.get("users", "user042") is None
+
+
+def _raw(base: str, request: bytes) -> tuple[int, bytes]:
+    """Send ``request`` bytes as they are (as curl sends them) and read the whole answer."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(request)
+        conn.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_http_app_takes_curl_requests_and_explains_bad_ones(served: tuple[Client, str]) -> None:
+    client, _ = served
+    assert client.call("PUT", "/objects/b/k", b"v")[0] == 201
+    # curl -X POST .../backup sends neither a body nor a Content-Length
+    status, body = _raw(
+        client.base, b"POST /backup HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    assert status == 200, body
+    with inkpen.open_reader(json.loads(body)["destination"]) as backup:
+        assert backup.get("b", "k") == b"v"
+    status, error = client.json("PUT", "/objects/b/k2?ttl=soon", b"v")
+    assert status == 400 and error["error"] == "ttl='soon' must be a number of seconds above 0"
+    status, error = client.json("PUT", "/objects/b/k2?ttl=-5", b"v")
+    assert status == 400 and "ttl='-5'" in error["error"]
+    status, error = client.json("GET", "/objects/b?limit=many")
+    assert status == 400 and "limit='many' must be a count" in error["error"]
+    assert "could not convert" not in json.dumps(error)
+    status, body = _raw(
+        client.base,
+        b"PUT /objects/b/k3 HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n"
+        b"Connection: close\r\n\r\n",
+    )
+    assert status == 400 and client.call("GET", "/objects/b/k3")[0] == 404
+
+
+def test_http_app_recovers_from_being_fenced(served: tuple[Client, str]) -> None:
+    client, url = served
+    assert client.call("PUT", "/objects/b/k", b"first")[0] == 201
+    with inkpen.open(url) as other:  # another process opening the database for writing
+        other.put("b", "other", b"from the other writer")
+        status, error = client.json("PUT", "/objects/b/k", b"second")
+        assert status == 409 and "POST /reopen" in error["error"], error
+        assert client.call("GET", "/objects/b/k")[2] == b"first"  # reads go on
+        assert client.json("PUT", "/objects/b/k", b"third")[0] == 409  # until reopened
+    status, reopened = client.json("POST", "/reopen")
+    assert status == 200, reopened
+    assert client.call("PUT", "/objects/b/k", b"fourth")[0] == 201
+    assert client.call("GET", "/objects/b/k")[2] == b"fourth"
+    assert client.call("GET", "/objects/b/other")[2] == b"from the other writer"
 
 
 def _line(process: subprocess.Popen[str], deadline: float) -> str:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from structlog.testing import capture_logs
 
 from inkpen.errors import NotFoundError, UsageError
 from inkpen.formats.journal import JournalEntry, Kind, build_journal
@@ -27,6 +26,7 @@ from inkpen.manifest.paths import new_file_id, sst_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore
 from inkpen.objectstore.faults import FaultPlan, FaultyStore
+from support.logs import capture_logs
 
 DEADLINE = 30.0
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from inkpen.errors import CorruptionError, FencedError, InkpenError, NotFoundError, UsageError
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, JournalEntry, Kind, build_journal
@@ -32,6 +31,7 @@ from inkpen.manifest.model import KIND_WRITER, Manifest, VersionedManifest
 from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectInfo, ObjectStore, open_store
+from support.logs import capture_logs
 
 DEADLINE = 120.0
 SEGMENTS_PER_UPDATE = 3
@@ -527,9 +527,8 @@ def test_racing_writers_in_threads(store_url: str, database: ManifestStore, writ
 
 
 PROCESS_SCRIPT = """
-import os, sys, time
-import structlog
-structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+import logging, os, sys, time
+logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 sys.path.insert(0, sys.argv[1])
 from test_manifest_fencing import writer_loop
 url, go_file, stop_file = sys.argv[2:5]

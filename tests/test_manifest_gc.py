@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from structlog.testing import capture_logs
 
 from inkpen.actors.files.in_flight import InFlight
 from inkpen.errors import UsageError
@@ -41,6 +40,7 @@ from inkpen.manifest.paths import (
 )
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectInfo, ObjectStore
+from support.logs import capture_logs
 
 # -- generated histories -------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-from structlog.testing import capture_logs
 
 import inkpen
 from inkpen.actors.engine import registry
@@ -26,6 +25,7 @@ from inkpen.manifest.paths import manifest_key, new_file_id, sst_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.hooks import HookedStore
+from support.logs import capture_logs
 
 DEADLINE = 60.0
 

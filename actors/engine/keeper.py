@@ -148,7 +148,7 @@ class ManifestKeeper:
             self._latest_as_of = as_of
             self._cache[versioned.id] = versioned.manifest
             self.commits += 1
-        log.info(
+        log.debug(
             "manifest.commit",
             reason=reason,
             id=versioned.id,

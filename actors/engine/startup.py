@@ -46,12 +46,12 @@ from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.inker import Inker
-from inkpen.actors.journal.intake import WriteIntake
+from inkpen.actors.journal.intake import Batch, WriteIntake
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.clerk import PencillerClerk
 from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.read.views import SegmentTable, SstHandle, ViewBoard
-from inkpen.errors import AlreadyExistsError, FencedError, InkpenError, UsageError
+from inkpen.errors import AlreadyExistsError, FencedError, InkpenError, StoreError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
@@ -216,7 +216,7 @@ class Engine:
             sqn=max_sqn,
             ms=round((time.monotonic() - started) * 1000, 2),
         )
-        log.info("journal.recovery", segments=len(segments), entries=replayed)
+        log.debug("journal.recovery", segments=len(segments), entries=replayed)
         engine = cls(
             ctx,
             intake,
@@ -382,14 +382,31 @@ class Engine:
         durable in a journal segment and visible to reads."""
         self.ctx.throttle.wait()
         batch, unit = self.intake.submit(change)
-        batch.wait_unit(unit)
+        self._wait_unit(batch, unit)
 
     def write_unit(self, changes: list[Change]) -> None:
         """Hand checked changes to the write intake as one unit, written in one journal segment
         (all or nothing); returns once durable and visible, or raises why none was written."""
         self.ctx.throttle.wait()
         batch, unit = self.intake.submit_unit(changes)
-        batch.wait_unit(unit)
+        self._wait_unit(batch, unit)
+
+    def _wait_unit(self, batch: Batch, unit: int) -> None:
+        timeout = self.ctx.options.put_timeout
+        if not batch.wait_unit(unit, timeout):
+            raise put_timed_out(self.url, timeout)
+
+    def submit(self, changes: list[Change]) -> tuple[Batch, int]:
+        """Hand checked changes (one unit) to the write intake without waiting: answers their
+        batch and unit number; the batch's settling (:meth:`Batch.add_done_callback`) says when
+        it is durable and visible, then :meth:`Batch.check_unit` whether the unit was refused.
+        Consults no backpressure: the caller does that first (:attr:`throttle`)."""
+        return self.intake.submit_unit(changes)
+
+    @property
+    def throttle(self) -> Throttle:
+        """The writer's backpressure, for callers that wait on it their own way."""
+        return self.ctx.throttle
 
     def take_snapshot(self, *, long_running: bool, ledger_only: bool) -> SnapshotParts:
         """A snapshot's frozen views, registered with their owners; give it back with
@@ -449,6 +466,16 @@ class Engine:
                         "this Bookie was closed before the work finished; open the database "
                         "again with inkpen.open"
                     ) from None
+
+
+def put_timed_out(url: str, timeout: float | None) -> StoreError:
+    """The error of a put not acknowledged within the ``put_timeout`` option."""
+    return StoreError(
+        f"the store at {url} did not acknowledge this write's journal segment within "
+        f"put_timeout={timeout:g}s; the write may still land (read the key to know). The "
+        "Bookie goes on retrying; a store that stays down makes later writes fail",
+        definite=False,
+    )
 
 
 def _open_ssts(

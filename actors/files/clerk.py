@@ -144,7 +144,7 @@ class FileClerk(InkpenActor):
                 log.warning("clerk.delete_failed", kind=self.kind, name=self.name, error=str(exc))
                 self._schedule_poll()
                 return
-        log.info("clerk.deleted", kind=self.kind, name=self.name)
+        log.debug("clerk.deleted", kind=self.kind, name=self.name)
         send(self.owner, FileDeleted(self.name))
         self.stop()
 

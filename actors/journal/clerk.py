@@ -235,7 +235,7 @@ class InkerClerk(InkpenActor):
             max_run=options.max_run_compaction_pct,
             max_length=options.max_run_length,
         )
-        log.info("journal.compaction_scored", files=len(files), run=run)
+        log.debug("journal.compaction_scored", files=len(files), run=run)
         if run is None:
             return CompactionReport(scores=scores), (), ()
         chosen = files[run[0] : run[0] + run[1]]

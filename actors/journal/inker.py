@@ -283,7 +283,7 @@ class Inker(FileOwner):
             return
         segment_id = self.next_segment
         try:
-            written = self._put_segment(segment_id, data)
+            refused = self._put_segment(segment_id, data)
         except FencedError as exc:
             self._stop_writing(exc)
             batch.fail(exc)
@@ -306,8 +306,15 @@ class Inker(FileOwner):
             self._stop_writing(exc)
             batch.fail(exc)
             return
-        if not written:
-            batch.fail(StoreError(f"journal segment {segment_id} was not written", definite=True))
+        if refused is not None:
+            batch.fail(
+                StoreError(
+                    f"journal segment {segment_id} was not written to {self.ctx.store.url}, so "
+                    f"this batch of writes did not happen: {Exception.__str__(refused)}",
+                    definite=True,
+                    key=segment_key(segment_id),
+                )
+            )
             return
         self.sqn = entries[-1].sqn
         self.next_segment = segment_id + 1
@@ -330,31 +337,31 @@ class Inker(FileOwner):
         )
         self._after_write()
 
-    def _put_segment(self, segment_id: int, data: bytes) -> bool:
-        """Write a segment, retrying an unknown outcome with the same bytes; True if it landed.
+    def _put_segment(self, segment_id: int, data: bytes) -> StoreError | None:
+        """Write a segment, retrying an unknown outcome with the same bytes; None if it landed.
 
-        False means it definitely did not land: only a definite failure of the very first
-        attempt says so. After any attempt whose outcome was unknown, a later definite error
-        (a read of the slot failing, say) says nothing about this write, so giving up raises an
-        indefinite :class:`StoreError`. A slot holding exactly these bytes is an earlier attempt
-        of ours that landed.
+        An error answered means it definitely did not land (that error says why): only a
+        definite failure of the very first attempt says so. After any attempt whose outcome
+        was unknown, a later definite error (a read of the slot failing, say) says nothing
+        about this write, so giving up raises an indefinite :class:`StoreError`. A slot
+        holding exactly these bytes is an earlier attempt of ours that landed.
         """
         delay = 0.05
         last: BaseException | None = None
         for attempt in range(SEGMENT_WRITE_ATTEMPTS):
             try:
                 write_segment(self.ctx.store, segment_id, data, writer_epoch=self.epoch)
-                return True
+                return None
             except FencedError:
                 raise
             except StoreError as exc:
                 if exc.definite and attempt == 0:
-                    return False
+                    return exc
                 last = exc
             except InkpenError as exc:
                 last = exc  # our own epoch holds the slot: the bytes say whether it is this write
             if self._segment_holds(segment_id, data):
-                return True
+                return None
             time.sleep(delay)
             delay = min(1.0, delay * 2)
         raise StoreError(
@@ -467,7 +474,7 @@ class Inker(FileOwner):
                 self.files[handle.name] = handle
             self.segments = [s for s in self.segments if s.segment_id > last]
             self._publish()
-            log.info(
+            log.debug(
                 "journal.roll",
                 segments=len(message.segment_ids),
                 last_segment=last,
@@ -578,7 +585,7 @@ class Inker(FileOwner):
             return dataclasses.replace(m, journal=journal).with_checkpoint(checkpoint)
 
         versioned = self.ctx.keeper.commit_at(change, reason="checkpoint.create")
-        log.info(
+        log.debug(
             "checkpoint.created", id=made[0].id, manifest=versioned.id, lifetime=message.lifetime
         )
         return made[0]

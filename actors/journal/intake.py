@@ -31,6 +31,9 @@ from collections.abc import Callable
 
 from inkpen.actors.journal.changes import Change
 from inkpen.errors import InkpenError
+from inkpen.logs import get_logger
+
+log = get_logger("inkpen.journal")
 
 
 class Batch:
@@ -42,6 +45,7 @@ class Batch:
     """
 
     __slots__ = (
+        "_callbacks",
         "_guard",
         "_settled",
         "_waiters",
@@ -67,10 +71,14 @@ class Batch:
         self.error: BaseException | None = None
         self._settled = False
         self._waiters: list[threading.Lock] = []
+        self._callbacks: list[Callable[[Batch], object]] = []
         self._guard = threading.Lock()
 
-    def wait(self) -> None:
-        """Block until the batch is durable and visible, or raise why it is not."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the batch is durable and visible, or raise why it is not.
+
+        With ``timeout``: answers False if it is not settled after that many seconds (the
+        batch goes on; the caller stops waiting for it)."""
         if not self._settled:
             gate = threading.Lock()
             gate.acquire()
@@ -78,14 +86,37 @@ class Batch:
                 parked = not self._settled
                 if parked:
                     self._waiters.append(gate)
-            if parked:
-                gate.acquire()
+            if parked and not gate.acquire(timeout=-1 if timeout is None else timeout):
+                with self._guard:
+                    if not self._settled:
+                        self._waiters.remove(gate)
+                        return False
         if self.error is not None:
             raise self.error
+        return True
 
-    def wait_unit(self, unit: int) -> None:
+    def add_done_callback(self, callback: Callable[[Batch], object]) -> None:
+        """Call ``callback(batch)`` once the batch is settled (at once if it already is).
+
+        For waiters that must not park a thread (the asyncio handle): the callback runs in the
+        thread that settles the batch, so it must only hand the news on (``call_soon_threadsafe``)
+        and never block. An exception it raises is logged and dropped.
+        """
+        with self._guard:
+            if not self._settled:
+                self._callbacks.append(callback)
+                return
+        _run_callback(callback, self)
+
+    def wait_unit(self, unit: int, timeout: float | None = None) -> bool:
         """:meth:`wait`, then raise the error of ``unit`` if the Inker rejected it."""
-        self.wait()
+        if not self.wait(timeout):
+            return False
+        self.check_unit(unit)
+        return True
+
+    def check_unit(self, unit: int) -> None:
+        """Raise the error of ``unit`` if the Inker rejected it (once the batch is settled)."""
         rejected = self.rejected.get(unit)
         if rejected is not None:
             raise rejected
@@ -106,8 +137,11 @@ class Batch:
         with self._guard:
             self._settled = True
             waiters, self._waiters = self._waiters, []
+            callbacks, self._callbacks = self._callbacks, []
         for gate in waiters:
             gate.release()
+        for callback in callbacks:
+            _run_callback(callback, self)
 
     @property
     def done(self) -> bool:
@@ -206,6 +240,13 @@ class WriteIntake:
     @property
     def shut_error(self) -> InkpenError | None:
         return self._shut
+
+
+def _run_callback(callback: Callable[[Batch], object], batch: Batch) -> None:
+    try:
+        callback(batch)
+    except Exception as exc:  # a waiter's hand-off must not break the actor settling the batch
+        log.warning("journal.batch_callback_failed", error=repr(exc))
 
 
 def _unconnected(batch: Batch) -> None:

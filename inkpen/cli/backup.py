@@ -11,6 +11,7 @@ journal, and closes it cleanly: DEST is a working database holding the backup's 
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -155,24 +156,37 @@ def restore(backup_url: str, dest: str, checkpoint: str | None, as_json: bool) -
       inkpen restore ./backups/monday ./restored-db
       inkpen info ./restored-db
     """
+    started = time.monotonic()
     report = _copy(
         backup_url, dest, checkpoint=checkpoint, fresh=True, description=f"restoring {backup_url}"
     )
     with existing_store(dest) as store:  # a head-only copy opens in its mode
         latest = ManifestStore(store).latest()
         mode = None if latest is None else latest.manifest.head_only
-    with progress("restore", "rebuilding the ledger"), inkpen.open(dest, head_only=mode) as book:
-        stats = book.stats()
-        buckets = [render.text(b) for b in book.buckets()]
+    with progress("restore", "rebuilding the ledger: replaying the journal", total=2) as bar:
+        rebuild_started = time.monotonic()
+        with inkpen.open(dest, head_only=mode) as book:
+            bar.advance()
+            bar.phase("rebuilding the ledger: writing it to SSTs")
+            stats = book.stats()
+            buckets = [render.text(b) for b in book.buckets()]
+        bar.advance()
+    finished = time.monotonic()
     result: dict[str, Any] = {
         **asdict(report),
         "sqn": stats["sqn"],
         "buckets": buckets,
         "ledger_files": stats["level_files"],
+        "rebuild_seconds": round(finished - rebuild_started, 3),
+        "total_seconds": round(finished - started, 3),
     }
     if as_json:
         render.echo_json(result)
         return
     click.echo(f"restored {backup_url} into {dest}")
-    click.echo("\n".join(_copy_lines(report)))
+    click.echo("\n".join(line for line in _copy_lines(report) if not line.startswith("took")))
     click.echo(f"ledger        up to SQN {stats['sqn']}; buckets: {', '.join(buckets)}")
+    click.echo(
+        f"took          {result['total_seconds']:.2f}s: {report.seconds:.2f}s copying, "
+        f"{result['rebuild_seconds']:.2f}s rebuilding the ledger"
+    )

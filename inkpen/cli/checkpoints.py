@@ -13,12 +13,14 @@ import time
 
 import click
 
+from inkpen.errors import NotFoundError, UsageError
 from inkpen.manifest.checkpoints import (
     create_checkpoint,
     delete_checkpoint,
     list_checkpoints,
     refresh_checkpoint,
 )
+from inkpen.manifest.store import ManifestStore
 
 from . import render
 from .durations import Duration
@@ -94,9 +96,33 @@ def list_command(url: str, show_all: bool, as_json: bool) -> None:
         click.echo("no live checkpoints" if not show_all else "no checkpoints")
 
 
+def _resolve(manifests: ManifestStore, given: str | None, name: str | None) -> str:
+    """The id of the checkpoint named by ID (an id, or a name given at create) or --name."""
+    url = manifests.url
+    if (given is None) == (name is None):
+        raise click.UsageError("name the checkpoint by its ID or with --name NAME (one of them)")
+    found = list_checkpoints(manifests)
+    if given is not None and any(cp.id == given for cp in found):
+        return given
+    wanted = given if given is not None else name
+    named = [cp for cp in found if cp.name == wanted]
+    if len(named) == 1:
+        return named[0].id
+    if named:
+        ids = ", ".join(cp.id for cp in named)
+        raise UsageError(
+            f"{len(named)} checkpoints in {url} are named {wanted!r} ({ids}): give one ID"
+        )
+    raise NotFoundError(
+        f"no checkpoint with the id or name {wanted!r} in {url}; `inkpen checkpoint list {url}` "
+        "lists them"
+    )
+
+
 @checkpoint_group.command("refresh")
 @click.argument("url")
-@click.argument("checkpoint_id", metavar="ID")
+@click.argument("checkpoint_id", metavar="ID", required=False)
+@click.option("--name", default=None, help="The checkpoint's name (instead of ID).")
 @click.option(
     "--lifetime",
     type=Duration(allow_never=True),
@@ -104,7 +130,7 @@ def list_command(url: str, show_all: bool, as_json: bool) -> None:
     show_default=True,
     help="The new lifetime, from now, or 'never'.",
 )
-def refresh(url: str, checkpoint_id: str, lifetime: float | None) -> None:
+def refresh(url: str, checkpoint_id: str | None, name: str | None, lifetime: float | None) -> None:
     """Move a live checkpoint's expiry to now + --lifetime.
 
     An expired checkpoint cannot be refreshed (GC may already have removed what it pinned):
@@ -113,16 +139,19 @@ def refresh(url: str, checkpoint_id: str, lifetime: float | None) -> None:
     \b
     Example:
       inkpen checkpoint refresh ./.inkpen-demo/db 2b7c0d9e-... --lifetime 30m
+      inkpen checkpoint refresh ./.inkpen-demo/db --name nightly-export --lifetime 2h
     """
     with database(url) as manifests:
-        done = refresh_checkpoint(manifests, checkpoint_id, lifetime=lifetime)
+        found = _resolve(manifests, checkpoint_id, name)
+        done = refresh_checkpoint(manifests, found, lifetime=lifetime)
     click.echo(f"checkpoint {done.id} expires {render.expiry(done.expire_time, time.time())}")
 
 
 @checkpoint_group.command("delete")
 @click.argument("url")
-@click.argument("checkpoint_id", metavar="ID")
-def delete(url: str, checkpoint_id: str) -> None:
+@click.argument("checkpoint_id", metavar="ID", required=False)
+@click.option("--name", default=None, help="The checkpoint's name (instead of ID).")
+def delete(url: str, checkpoint_id: str | None, name: str | None) -> None:
     """Delete a checkpoint; GC may then remove what only it pinned.
 
     Delete a writer checkpoint only once its writer has stopped: a live writer's snapshots
@@ -131,7 +160,9 @@ def delete(url: str, checkpoint_id: str) -> None:
     \b
     Example:
       inkpen checkpoint delete ./.inkpen-demo/db 2b7c0d9e-...
+      inkpen checkpoint delete ./.inkpen-demo/db --name nightly-export
     """
     with database(url, live=False) as manifests:
-        delete_checkpoint(manifests, checkpoint_id)
-    click.echo(f"deleted checkpoint {checkpoint_id}")
+        found = _resolve(manifests, checkpoint_id, name)
+        delete_checkpoint(manifests, found)
+    click.echo(f"deleted checkpoint {found}")

@@ -120,6 +120,8 @@ def ls(
 ) -> None:
     """List buckets; or the keys of BUCKET; or, with --index, its index entries (TERM KEY).
 
+    -l adds each object's size, SQN and last-modified time (to keys and to index entries).
+
     Never fences a live writer.
 
     \b
@@ -147,7 +149,16 @@ def ls(
                 return_terms=True,
             )
             for term, key in _limited(iter(entries), limit):
-                click.echo(f"{render.text(term)}\t{render.text(key)}")
+                if long_form:
+                    head = found.head(b, key)
+                    if head is None:  # gone since the index entry was read: not shown
+                        continue
+                    click.echo(
+                        f"{head.size:>10}  {head.sqn:>10}  {render.timestamp(head.last_modified)}"
+                        f"  {render.text(term)}\t{render.text(key)}"
+                    )
+                else:
+                    click.echo(f"{render.text(term)}\t{render.text(key)}")
             return
         if not long_form:
             for key in _limited(iter(found.keys(b, lo, hi)), limit):
@@ -200,7 +211,11 @@ def put(
       inkpen put ./db users alice 'hello' --index email_bin=alice@example.com --create
       inkpen put ./db photos cat.jpg --file cat.jpg --ttl 7d
     """
-    if (value is None) == (source is None):
+    if value is None and source is None:
+        raise click.UsageError(
+            "no value to store: give it as VALUE after KEY, or with --file FILE ('-' for stdin)"
+        )
+    if value is not None and source is not None:
         raise click.UsageError("give the value either as VALUE or with --file, not both")
     data = value.encode("utf-8") if value is not None else source.read()
     specs = _index_specs(adds, removes)

@@ -1,6 +1,6 @@
 """``inkpen destroy``: remove a database, at once (hard) or through GC later (soft).
 
-Both go through the manifest layer (:func:`inkpen.manifest.destroy.destroy`). Soft: claims the
+Both go through :func:`inkpen.destroy`. Soft: claims the
 writer role, which fences any live writer at once, and marks the database destroyed; GC removes
 its objects once the grace period has passed and no checkpoint is live. Hard: refused while live
 checkpoints exist; marks the database destroyed with a bumped writer epoch (a writer still
@@ -9,14 +9,10 @@ running is fenced at its next manifest update), deletes every object, the manife
 
 from __future__ import annotations
 
-import time
-
 import click
 
-from inkpen.errors import UsageError
-from inkpen.manifest.destroy import destroy as destroy_database
+import inkpen
 
-from . import render
 from .targets import database
 
 
@@ -41,21 +37,9 @@ def destroy(url: str, soft: bool, yes: bool) -> None:
             f"destroy removes the database at {url} and every object in it; run it again with "
             "--yes to confirm"
         )
-    with database(url, live=False) as manifests:
-        latest = manifests.latest()
-        now = time.time()
-        live = latest.manifest.live_checkpoints(now) if latest is not None else ()
-        if not soft and live and (latest is None or latest.manifest.destroyed_at is None):
-            listed = "; ".join(
-                f"{cp.id} ({cp.kind or 'named'}, expires {render.expiry(cp.expire_time, now)})"
-                for cp in live
-            )
-            raise UsageError(
-                f"the database at {url} has live checkpoints: {listed}. A hard destroy would "
-                f"pull their files from under their holders: delete them (inkpen checkpoint "
-                f"delete {url} ID), wait for them to expire, or use --soft"
-            )
-        destroy_database(manifests.store, soft=soft)
+    with database(url, live=False):
+        pass  # refuses a missing or foreign root with its own message
+    inkpen.destroy(url, soft=soft)
     if soft:
         click.echo(
             f"marked {url} destroyed; `inkpen gc {url}` removes it once an hour has passed "

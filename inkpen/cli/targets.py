@@ -5,8 +5,9 @@ or :func:`reader` (``inkpen.open_reader``): they never bump the writer epoch, so
 elsewhere keeps running. Commands that write go through :func:`writer`, which opens a Bookie and
 so fences any Bookie still open on the database in another process.
 
-Checks made here, before anything is written: a local directory that does not exist is "no
-database" (it is not created by looking at it); ``memory://`` URLs are refused, because a memory
+Checks made here, before anything is written: a local path that is not a directory (missing, or
+a file) and a root holding objects but no manifest are "no database" (exit status 1; a missing
+directory is not created by looking at it); ``memory://`` URLs are refused, because a memory
 store lives inside one process and a command is a process of its own.
 """
 
@@ -33,10 +34,18 @@ def checked_url(url: str, *, must_exist: bool) -> str:
             "directory, a file:// URL or an s3:// URL"
         )
     if must_exist and parsed.scheme == "file" and not os.path.isdir(parsed.location):
-        raise NotFoundError(
-            f"no inkpen database at {url}: the directory {parsed.location} does not exist"
-        )
+        raise no_directory(url, parsed.location)
     return url
+
+
+def no_directory(url: str, path: str) -> NotFoundError:
+    """The error for a local database path that is not a directory (missing, or a file)."""
+    if os.path.lexists(path):
+        return NotFoundError(
+            f"no inkpen database at {url}: {path} is a file, not a directory (a database is a "
+            "directory holding manifest/, journal/ and ledger/)"
+        )
+    return NotFoundError(f"no inkpen database at {url}: the directory {path} does not exist")
 
 
 @contextlib.contextmanager
@@ -55,7 +64,7 @@ def require_database(manifests: ManifestStore) -> None:
     if state is RootState.EMPTY:
         raise NotFoundError(f"no inkpen database at {manifests.url}: the location is empty")
     if state is RootState.FOREIGN:
-        raise UsageError(
+        raise NotFoundError(
             f"{manifests.url} holds objects but no inkpen manifest; it is not an inkpen "
             "database. Check the URL (a database root holds manifest/, journal/ and ledger/)"
         )
@@ -74,25 +83,26 @@ def database(url: str, *, live: bool = True) -> Iterator[ManifestStore]:
     """The manifests of the database at ``url``; with ``live``, refuse a destroyed database."""
     with existing_store(url) as store:
         manifests = ManifestStore(store)
+        require_database(manifests)
         if live:
             manifests.open_database(create_if_missing=False)
-        else:
-            require_database(manifests)
         yield manifests
 
 
 @contextlib.contextmanager
 def reader(url: str, *, checkpoint: str | None = None) -> Iterator[inkpen.Reader]:
     """A Reader on the database at ``url``: at ``checkpoint``, or at a checkpoint of its own."""
-    with existing_store(url) as store, inkpen.open_reader(store, checkpoint=checkpoint) as found:
-        yield found
+    with existing_store(url) as store:
+        require_database(ManifestStore(store))
+        with inkpen.open_reader(store, checkpoint=checkpoint) as found:
+            yield found
 
 
 def _holds_nothing(url: str) -> bool:
     """True when ``url`` is a directory that does not exist or a root with no objects at all."""
     parsed = parse_store_url(url)
     if parsed.scheme == "file" and not os.path.isdir(parsed.location):
-        return True
+        return not os.path.lexists(parsed.location)  # a file is refused by database() instead
     with existing_store(url) as store:
         return ManifestStore(store).check_root_state() is RootState.EMPTY
 

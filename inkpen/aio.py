@@ -1,0 +1,507 @@
+"""inkpen for asyncio: the Bookie's and the Reader's methods as coroutines, on the same engine.
+
+``inkpen.aio.open(url, **options)`` opens a database as :func:`inkpen.open` does and answers an
+:class:`AsyncBookie`; ``inkpen.aio.open_reader(url, ...)`` answers an :class:`AsyncReader`. Both
+can be awaited or used with ``async with``::
+
+    async with inkpen.aio.open("/var/lib/myapp/db") as book:
+        await book.put("users", "alice", b"...")
+        value = await book.get("users", "alice")
+        async for key in book.keys("users"):
+            ...
+
+Writes wait without a thread. A put or delete is checked and encoded in the event loop's thread,
+joins the open batch of the engine's write intake (group commit, as a threaded put does) and then
+awaits an ``asyncio`` future that the batch settles: the engine thread that makes the batch durable
+and visible hands the news to the loop with one ``call_soon_threadsafe`` per batch and loop,
+however many coroutines wait on it. So 10,000 puts awaited at once park 10,000 coroutines and no
+thread, and share journal segments exactly as 10,000 threads would. Backpressure is honoured the
+same way as for threads: at the slow level a put sleeps asynchronously for a moment, at the stop
+level it waits for room in one of the handle's few worker threads.
+
+Everything else (point reads, folds, snapshots, checkpoints, maintenance, open and close) may
+read the store or wait for an actor, so it runs in the handle's own small thread pool
+(``workers`` threads, 4 by default), never in the loop's thread. Folds are async iterators that
+fetch ``fold_chunk`` items per step; argument errors of a fold surface on its first step.
+Cancelling a put's ``await`` does not withdraw the put: it may still become durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+from collections.abc import Awaitable, Callable, Generator, Iterator
+from types import TracebackType
+from typing import Any, Generic, Literal, TypeVar
+
+from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
+from inkpen.actors.engine.startup import put_timed_out
+from inkpen.actors.engine.throttle import NONE, SLOW, SLOW_DELAY
+from inkpen.actors.journal.changes import Change
+from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.journal.intake import Batch
+from inkpen.actors.read.path import Head
+from inkpen.batch import Batch as WriteBatch
+from inkpen.manifest.gc import GcReport
+from inkpen.objectstore import ObjectStore
+
+from . import bookie as _bookie
+from . import reader as _reader
+from .bookie import Bookie, IndexSpecs
+from .errors import UsageError
+from .options import Options
+from .read_api import ReadAPI
+from .reader import Reader
+from .snapshot import Snapshot
+
+__all__ = [
+    "AsyncBookie",
+    "AsyncFold",
+    "AsyncReader",
+    "AsyncSnapshot",
+    "open",
+    "open_reader",
+]
+
+T = TypeVar("T")
+H = TypeVar("H", bound="_AsyncReads[Any]")
+R = TypeVar("R", bound=ReadAPI)
+
+DEFAULT_WORKERS = 4
+FOLD_CHUNK = 256
+
+
+class AsyncFold(Generic[T]):
+    """An async iterator over one fold; ``aclose()`` (or ``async with``) releases it early."""
+
+    def __init__(
+        self, start: Callable[[], Iterator[T]], run: Callable[..., Awaitable[Any]], chunk: int
+    ) -> None:
+        self._start = start
+        self._run = run
+        self._chunk = chunk
+        self._items: Iterator[T] | None = None
+        self._buffer: list[T] = []
+        self._pos = 0
+        self._done = False
+
+    def __aiter__(self) -> AsyncFold[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._pos < len(self._buffer):
+            item = self._buffer[self._pos]
+            self._pos += 1
+            return item
+        if self._done:
+            raise StopAsyncIteration
+        self._buffer = await self._run(self._next_chunk)
+        self._pos = 0
+        if not self._buffer:
+            self._done = True
+            raise StopAsyncIteration
+        self._pos = 1
+        return self._buffer[0]
+
+    def _next_chunk(self) -> list[T]:
+        if self._items is None:
+            self._items = self._start()
+        out: list[T] = []
+        for item in self._items:
+            out.append(item)
+            if len(out) >= self._chunk:
+                return out
+        self._close_items()
+        return out
+
+    def _close_items(self) -> None:
+        items, self._items = self._items, None
+        self._done = True
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+
+    async def aclose(self) -> None:
+        """Release the fold's snapshot now (a fold read to its end releases it by itself)."""
+        if self._items is not None:
+            await self._run(self._close_items)
+        self._done = True
+
+    async def __aenter__(self) -> AsyncFold[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _AsyncReads(Generic[R]):
+    """The read methods of an async handle over a synchronous one (Bookie, Reader, Snapshot)."""
+
+    def __init__(
+        self, sync: R, pool: concurrent.futures.ThreadPoolExecutor, fold_chunk: int
+    ) -> None:
+        self._sync = sync
+        self._pool = pool
+        self._fold_chunk = fold_chunk
+
+    @property
+    def sync(self) -> R:
+        """The synchronous handle underneath (for code that runs in threads of its own)."""
+        return self._sync
+
+    async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    def _fold(self, start: Callable[[], Iterator[T]]) -> AsyncFold[T]:
+        return AsyncFold(start, self._call, self._fold_chunk)
+
+    async def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
+        """The object's value, or None (see :meth:`inkpen.Bookie.get`)."""
+        return await self._call(self._sync.get, bucket, key)
+
+    async def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
+        """The object's metadata, or None (see :meth:`inkpen.Bookie.head`)."""
+        return await self._call(self._sync.head, bucket, key)
+
+    def keys(
+        self, bucket: str | bytes, start: str | bytes | None = None, end: str | bytes | None = None
+    ) -> AsyncFold[bytes]:
+        """``async for key in handle.keys(bucket, start, end)``: keys in key order."""
+        return self._fold(lambda: self._sync.keys(bucket, start, end))
+
+    def heads(
+        self,
+        bucket: str | bytes | None = None,
+        start: str | bytes | None = None,
+        end: str | bytes | None = None,
+    ) -> AsyncFold[tuple[bytes, bytes, Head]]:
+        """``async for bucket, key, head in handle.heads(...)``: metadata in key order."""
+        return self._fold(lambda: self._sync.heads(bucket, start, end))
+
+    def objects(
+        self,
+        bucket: str | bytes | None = None,
+        start: str | bytes | None = None,
+        end: str | bytes | None = None,
+        *,
+        order: Literal["key", "sqn"] = "key",
+    ) -> AsyncFold[tuple[bytes, bytes, bytes]]:
+        """``async for bucket, key, value in handle.objects(...)``, in key or write order."""
+        return self._fold(lambda: self._sync.objects(bucket, start, end, order=order))
+
+    def index_query(
+        self,
+        bucket: str | bytes,
+        field: str | bytes,
+        start: str | bytes,
+        end: str | bytes,
+        *,
+        regex: Any = None,
+        return_terms: bool = False,
+    ) -> AsyncFold[Any]:
+        """``async for key in handle.index_query(...)`` (see :meth:`inkpen.Bookie.index_query`)."""
+        return self._fold(
+            lambda: self._sync.index_query(
+                bucket, field, start, end, regex=regex, return_terms=return_terms
+            )
+        )
+
+    def buckets(self) -> AsyncFold[bytes]:
+        """``async for bucket in handle.buckets()``: buckets holding a live object."""
+        return self._fold(self._sync.buckets)
+
+    async def is_empty(self) -> bool:
+        return await self._call(self._sync.is_empty)
+
+
+class AsyncSnapshot(_AsyncReads[Snapshot]):
+    """An isolated view (see :class:`inkpen.Snapshot`); ``async with`` releases it."""
+
+    async def close(self) -> None:
+        await self._call(self._sync.close)
+
+    async def __aenter__(self) -> AsyncSnapshot:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Waits:
+    """The futures of the batches this handle's puts wait on, one per (loop, batch)."""
+
+    def __init__(self) -> None:
+        self._futures: dict[tuple[asyncio.AbstractEventLoop, Batch], asyncio.Future[None]] = {}
+
+    def future(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> asyncio.Future[None]:
+        """The future ``batch`` settles in ``loop``; called in the loop's thread only."""
+        slot = (loop, batch)
+        fut = self._futures.get(slot)
+        if fut is None:
+            fut = loop.create_future()
+            self._futures[slot] = fut
+            batch.add_done_callback(
+                lambda b: loop.call_soon_threadsafe(self._settle, loop, b)  # the one hand-off
+            )
+        return fut
+
+    def _settle(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> None:
+        fut = self._futures.pop((loop, batch))
+        if fut.done():
+            return
+        if batch.error is not None:
+            fut.set_exception(batch.error)
+            fut.exception()  # waiters that were cancelled must not leave it "never retrieved"
+        else:
+            fut.set_result(None)
+
+
+class AsyncBookie(_AsyncReads[Bookie]):
+    """An open, writable database for asyncio code; get one with ``inkpen.aio.open``."""
+
+    def __init__(
+        self,
+        sync: Bookie,
+        pool: concurrent.futures.ThreadPoolExecutor,
+        fold_chunk: int = FOLD_CHUNK,
+    ) -> None:
+        super().__init__(sync, pool, fold_chunk)
+        self._waits = _Waits()
+
+    @property
+    def url(self) -> str:
+        return self._sync.url
+
+    @property
+    def options(self) -> Options:
+        return self._sync.options
+
+    @property
+    def closed(self) -> bool:
+        return self._sync.closed
+
+    async def put(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        value: bytes,
+        *,
+        indexes: IndexSpecs = (),
+        ttl: float | None = None,
+        if_sqn: int | None = None,
+    ) -> None:
+        """Store ``value``; returns once it is durable (see :meth:`inkpen.Bookie.put`)."""
+        self._sync._check_open()
+        self._sync._check_not_head_only("put")
+        change = self._sync._changes.put(bucket, key, value, indexes, ttl, if_sqn=if_sqn)
+        await self._write([change])
+
+    async def delete(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        *,
+        indexes: IndexSpecs = (),
+        if_sqn: int | None = None,
+    ) -> None:
+        """A durable tombstone (see :meth:`inkpen.Bookie.delete`)."""
+        self._sync._check_open()
+        self._sync._check_not_head_only("delete")
+        await self._write([self._sync._changes.delete(bucket, key, indexes, if_sqn=if_sqn)])
+
+    async def write(self, batch: WriteBatch) -> None:
+        """Apply ``batch`` atomically; returns once durable (see :meth:`inkpen.Bookie.write`)."""
+        changes = self._sync._batch_changes(batch)
+        if changes:
+            await self._write(changes)
+
+    async def _write(self, changes: list[Change]) -> None:
+        engine = self._sync._engine
+        throttle = engine.throttle
+        while True:
+            if throttle.error is not None:
+                raise throttle.error
+            level = throttle.level
+            if level == NONE:
+                break
+            if level == SLOW:
+                await asyncio.sleep(SLOW_DELAY)
+                break
+            await self._call(throttle.wait)  # blocked at STOP: wait for room in a worker
+        batch, unit = engine.submit(changes)
+        durable = asyncio.shield(self._waits.future(asyncio.get_running_loop(), batch))
+        timeout = self._sync.options.put_timeout
+        if timeout is None:
+            await durable
+        else:
+            try:
+                await asyncio.wait_for(durable, timeout)
+            except TimeoutError:
+                raise put_timed_out(self.url, timeout) from None
+        batch.check_unit(unit)  # a failed if_sqn condition: ConflictError
+
+    async def snapshot(
+        self, *, long_running: bool = False, ledger_only: bool = False
+    ) -> AsyncSnapshot:
+        """An :class:`AsyncSnapshot`; use ``async with await book.snapshot() as snap``."""
+        snap = await self._call(
+            self._sync.snapshot, long_running=long_running, ledger_only=ledger_only
+        )
+        return AsyncSnapshot(snap, self._pool, self._fold_chunk)
+
+    async def checkpoint(self, lifetime: float | None = None, *, name: str | None = None) -> str:
+        return await self._call(self._sync.checkpoint, lifetime, name=name)
+
+    async def hot_backup(self, dest: str | ObjectStore) -> BackupReport:
+        """Take a hot backup into ``dest`` (``hot_backup()`` then ``backup(dest)``)."""
+        backup: HotBackup = await self._call(self._sync.hot_backup)
+        return await self._call(backup, dest)
+
+    async def compact_journal(self) -> CompactionReport:
+        return await self._call(self._sync.compact_journal)
+
+    async def compact_ledger(self) -> None:
+        await self._call(self._sync.compact_ledger)
+
+    async def flush(self) -> None:
+        await self._call(self._sync.flush)
+
+    async def run_gc(self, *, min_age: float | None = None, dry_run: bool = False) -> GcReport:
+        return await self._call(self._sync.run_gc, min_age=min_age, dry_run=dry_run)
+
+    async def stats(self) -> dict[str, Any]:
+        return await self._call(self._sync.stats)
+
+    async def close(self) -> None:
+        """Persist what memory holds and stop (see :meth:`inkpen.Bookie.close`)."""
+        try:
+            await self._call(self._sync.close)
+        finally:
+            self._pool.shutdown(wait=False)
+
+    async def abandon(self) -> None:
+        """Stop at once, persisting nothing more (see :meth:`inkpen.Bookie.abandon`)."""
+        try:
+            await self._call(self._sync.abandon)
+        finally:
+            self._pool.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncBookie:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<inkpen.aio.AsyncBookie {self.url} {state}>"
+
+
+class AsyncReader(_AsyncReads[Reader]):
+    """A read-only handle on a checkpoint for asyncio code; see :class:`inkpen.Reader`."""
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self._sync.checkpoint_id
+
+    @property
+    def manifest_id(self) -> int:
+        return self._sync.manifest_id
+
+    async def close(self) -> None:
+        try:
+            await self._call(self._sync.close)
+        finally:
+            self._pool.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Opening(Generic[H]):
+    """What ``open`` answers: await it for the handle, or use it with ``async with``."""
+
+    def __init__(self, make: Callable[[], Awaitable[H]]) -> None:
+        self._make = make
+        self._handle: H | None = None
+
+    def __await__(self) -> Generator[Any, None, H]:
+        return self._make().__await__()
+
+    async def __aenter__(self) -> H:
+        self._handle = await self._make()
+        return self._handle
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._handle is not None:
+            await self._handle.close()  # type: ignore[attr-defined]
+
+
+def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
+        raise UsageError(f"workers must be an int from 1 to 256, got {workers!r}")
+    return concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="inkpen-aio")
+
+
+async def _start(pool: concurrent.futures.ThreadPoolExecutor, opener: Callable[[], T]) -> T:
+    try:
+        return await asyncio.get_running_loop().run_in_executor(pool, opener)
+    except BaseException:
+        pool.shutdown(wait=False)
+        raise
+
+
+def open(
+    url: str | ObjectStore,
+    options: Options | None = None,
+    /,
+    *,
+    workers: int = DEFAULT_WORKERS,
+    fold_chunk: int = FOLD_CHUNK,
+    **overrides: Any,
+) -> _Opening[AsyncBookie]:
+    """Open the database at ``url`` for writing, as :func:`inkpen.open` does (fencing any older
+    writer): ``book = await inkpen.aio.open(url)`` or ``async with inkpen.aio.open(url) as book``.
+
+    ``workers``: threads for reads and maintenance calls; ``fold_chunk``: items a fold fetches
+    per step. Other keywords are :class:`~inkpen.Options`.
+    """
+    pool = _pool(workers)
+
+    async def make() -> AsyncBookie:
+        book = await _start(pool, lambda: _bookie.open(url, options, **overrides))
+        return AsyncBookie(book, pool, fold_chunk)
+
+    return _Opening(make)
+
+
+def open_reader(
+    url: str | ObjectStore,
+    options: Options | None = None,
+    /,
+    *,
+    checkpoint: str | None = None,
+    workers: int = DEFAULT_WORKERS,
+    fold_chunk: int = FOLD_CHUNK,
+    **overrides: Any,
+) -> _Opening[AsyncReader]:
+    """A read-only :class:`AsyncReader`, as :func:`inkpen.open_reader` opens a Reader."""
+    pool = _pool(workers)
+
+    async def make() -> AsyncReader:
+        reader = await _start(
+            pool, lambda: _reader.open_reader(url, options, checkpoint=checkpoint, **overrides)
+        )
+        return AsyncReader(reader, pool, fold_chunk)
+
+    return _Opening(make)

@@ -1,0 +1,169 @@
+"""Operations on whole databases that need no open Bookie: backup, restore, destroy, listing.
+
+These are the public names of what the ``inkpen`` command does for ``backup --no-fence``,
+``restore`` and ``destroy``, for applications and scripts (a cron job, an admin endpoint):
+
+- :func:`backup` copies a database at a checkpoint into another root (an empty one, or an earlier
+  backup, which is then brought up to date copying only new files). It opens no writer, so the
+  application writing the source keeps running; it writes only a short-lived reader checkpoint
+  to the source (nothing with ``checkpoint=ID``).
+- :func:`restore` is such a copy into a fresh root, which it then opens once as a Bookie so its
+  ledger is rebuilt: the destination is a working database.
+- :func:`destroy` removes a database now (hard) or marks it for GC (soft).
+- :func:`list_databases` names the databases directly under a root (dated backups, say).
+
+Each takes store URLs (a directory, ``file://``, ``s3://...``, ``memory://``) or
+:class:`~inkpen.objectstore.ObjectStore` instances. A local directory that does not exist is "no
+database": looking at it does not create it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from inkpen.manifest.copies import CopyReport, copy_database
+from inkpen.manifest.destroy import destroy as _destroy
+from inkpen.manifest.paths import MANIFEST_PREFIX
+from inkpen.manifest.store import ManifestStore
+from inkpen.objectstore import ObjectStore, open_store
+from inkpen.objectstore.url import parse_store_url
+
+from . import bookie as _bookie
+from .errors import NotFoundError, UsageError
+from .options import check_flag, check_text
+
+__all__ = ["CopyReport", "backup", "destroy", "list_databases", "restore"]
+
+
+@contextlib.contextmanager
+def _store(url: str | ObjectStore, *, must_exist: bool, what: str) -> Iterator[ObjectStore]:
+    if isinstance(url, ObjectStore):
+        yield url
+        return
+    if not isinstance(url, str):
+        raise UsageError(f"{what} must be a store URL or an ObjectStore, got {type(url).__name__}")
+    parsed = parse_store_url(url)
+    if must_exist and parsed.scheme == "file" and not os.path.isdir(parsed.location):
+        what = (
+            "is a file, not a directory" if os.path.lexists(parsed.location) else ("does not exist")
+        )
+        raise NotFoundError(f"no inkpen database at {url}: {parsed.location} {what}")
+    store = open_store(url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def backup(
+    url: str | ObjectStore, dest: str | ObjectStore, checkpoint: str | None = None
+) -> CopyReport:
+    """Copy the database at ``url`` into ``dest`` without opening a writer; returns the report.
+
+    ``dest`` is an empty location or an earlier backup (then only new files are copied and files
+    it no longer needs are removed). The copy reads a checkpoint of its own, held while it runs,
+    or the live checkpoint ``checkpoint`` (then nothing at all is written to ``url``). Fences
+    nobody: an application writing ``url`` keeps running. Files are hard links on one local
+    filesystem and server-side copies on S3. The backup is a database: open it with
+    ``inkpen.open_reader`` or make a working copy of it with :func:`restore`.
+    """
+    check_text("checkpoint", checkpoint, optional=True)
+    with (
+        _store(url, must_exist=True, what="url") as source,
+        _store(dest, must_exist=False, what="dest") as target,
+    ):
+        return copy_database(source, target, checkpoint=checkpoint)
+
+
+def restore(
+    backup: str | ObjectStore,
+    dest: str | ObjectStore,
+    checkpoint: str | None = None,
+    **options: Any,
+) -> CopyReport:
+    """Make the empty ``dest`` a working database holding ``backup``'s objects.
+
+    Copies ``backup`` as :func:`backup` does (refusing a ``dest`` that already holds a database:
+    restore never merges into one), then opens ``dest`` once as a Bookie, which rebuilds its
+    ledger from the journal, and closes it. ``options`` go to that open (see
+    :class:`~inkpen.Options`). An interrupted restore resumes when called again.
+    """
+    check_text("checkpoint", checkpoint, optional=True)
+    with (
+        _store(backup, must_exist=True, what="backup") as source,
+        _store(dest, must_exist=False, what="dest") as target,
+    ):
+        report = copy_database(source, target, checkpoint=checkpoint, fresh=True)
+        latest = ManifestStore(target).latest()
+        if latest is not None and latest.manifest.head_only is not None:
+            options.setdefault("head_only", latest.manifest.head_only)  # a copy keeps its mode
+        with _bookie.open(target, None, **options):
+            pass
+    return report
+
+
+def destroy(url: str | ObjectStore, *, soft: bool) -> None:
+    """Destroy the database at ``url``; cannot be undone. Fences any live writer.
+
+    ``soft=False`` removes every object now and is refused (:class:`UsageError`, nothing
+    changed) while live checkpoints exist. ``soft=True`` marks the database destroyed at once
+    and leaves the removal to GC, after ``destroy_grace`` and once no checkpoint is live.
+    Destroying a destroyed database again is allowed (a hard call finishes an interrupted one).
+    """
+    check_flag("soft", soft)
+    with _store(url, must_exist=True, what="url") as store:
+        manifests = ManifestStore(store)
+        latest = manifests.latest()
+        now = time.time()
+        if not soft and latest is not None and latest.manifest.destroyed_at is None:
+            live = latest.manifest.live_checkpoints(now)
+            if live:
+                listed = "; ".join(
+                    f"{cp.id} ({cp.kind or 'named'}, {_expires(cp.expire_time, now)})"
+                    for cp in live
+                )
+                raise UsageError(
+                    f"the database at {store.url} has live checkpoints: {listed}. A hard destroy "
+                    f"would pull their files from under their holders: delete them (`inkpen "
+                    f"checkpoint delete URL ID`), wait for them to expire, or destroy softly "
+                    "(soft=True, `inkpen destroy --soft`)"
+                )
+        _destroy(store, soft=soft, now=now)
+
+
+def _expires(at: float | None, now: float) -> str:
+    if at is None:
+        return "never expires"
+    seconds = at - now
+    if seconds < 120:
+        return f"expires in {max(0, int(seconds))}s"
+    if seconds < 7200:
+        return f"expires in {int(seconds // 60)}m"
+    return f"expires in {seconds / 3600:.1f}h"
+
+
+def list_databases(url: str | ObjectStore) -> list[str]:
+    """The names of the databases directly under ``url`` (``url/<name>`` holds a manifest), in
+    name order. A missing local directory holds none."""
+    if isinstance(url, str):
+        parsed = parse_store_url(url)
+        if parsed.scheme == "file" and not os.path.isdir(parsed.location):
+            return []
+    names: list[str] = []
+    with _store(url, must_exist=False, what="url") as root:
+        token: str | None = None
+        while True:
+            page = root.list_page("", token=token, limit=1)
+            if not page.objects:
+                return names
+            name = page.objects[0].key.split("/", 1)[0]
+            if (
+                name != page.objects[0].key
+                and root.list_page(f"{name}/{MANIFEST_PREFIX}", limit=1).objects
+            ):
+                names.append(name)
+            token = name + "0"  # "0" follows "/": the next page starts after this name's keys
