@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.read.feed import Change
 from inkpen.actors.read.path import Head
 from inkpen.manifest.gc import GcReport
 
@@ -19,6 +20,7 @@ from .errors import (
     AlreadyExistsError,
     CheckpointLapsedError,
     CorruptionError,
+    FeedGapError,
     FencedError,
     InkpenError,
     NotFoundError,
@@ -33,9 +35,11 @@ __all__ = [
     "AlreadyExistsError",
     "BackupReport",
     "Bookie",
+    "Change",
     "CheckpointLapsedError",
     "CompactionReport",
     "CorruptionError",
+    "FeedGapError",
     "FencedError",
     "GcReport",
     "Head",
