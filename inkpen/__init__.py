@@ -13,6 +13,7 @@ from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.read.feed import Change
 from inkpen.actors.read.path import Head
 from inkpen.manifest.gc import GcReport
+from inkpen.manifest.model import FeedCursor
 
 from ._version import __version__
 from .bookie import Bookie, open
@@ -39,6 +40,7 @@ __all__ = [
     "CheckpointLapsedError",
     "CompactionReport",
     "CorruptionError",
+    "FeedCursor",
     "FeedGapError",
     "FencedError",
     "GcReport",

@@ -126,3 +126,79 @@ def test_compaction_gap_raises_unless_skipped(store_url: str) -> None:
         assert latest == {f"k{i:02d}".encode(): b"3" * 50 for i in range(60)}
         # from the last round on there is no gap
         assert len(list(book.changes(180))) == 60
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "local"], indirect=True)
+def test_a_feed_cursor_keeps_compaction_off_what_it_has_not_read(store_url: str) -> None:
+    with inkpen.open(store_url, **TINY) as book:
+        cursor = book.create_feed_cursor("exporter", 30)
+        assert (cursor.name, cursor.sqn, cursor.expire_time) == ("exporter", 30, None)
+        overwrite_and_compact(book)
+        # everything above the cursor survives, values included
+        after = list(book.changes(30))
+        assert [c.sqn for c in after] == list(range(31, 241))
+        assert all(c.kind == "put" and c.value for c in after)
+        # below it compaction worked as usual
+        with pytest.raises(inkpen.FeedGapError):
+            list(book.changes())
+        book.advance_feed_cursor("exporter", 240)
+        for _ in range(20):
+            if not book.compact_journal().compacted:
+                break
+        with pytest.raises(inkpen.FeedGapError) as caught:
+            list(book.changes(30))
+        assert caught.value.sqn == 31
+        book.delete_feed_cursor("exporter")
+        assert book.feed_cursors() == ()
+
+
+def test_feed_cursor_protocol(store_url: str) -> None:
+    with inkpen.open(store_url, **TINY) as book:
+        made = book.create_feed_cursor("a", lifetime=60.0)
+        assert made.expire_time is not None and made.lifetime == 60.0 and made.sqn == 0
+        book.create_feed_cursor("b", 5)
+        assert sorted((c.name, c.sqn) for c in book.feed_cursors()) == [("a", 0), ("b", 5)]
+        with pytest.raises(inkpen.UsageError, match="already exists"):
+            book.create_feed_cursor("a", 9)
+        moved = book.advance_feed_cursor("a", 7)
+        assert moved.sqn == 7 and moved.expire_time is not None
+        assert moved.expire_time >= made.expire_time
+        with pytest.raises(inkpen.UsageError, match="cannot move back"):
+            book.advance_feed_cursor("a", 6)
+        for bad in (("", 0), ("x", -1), ("x", "1"), (5, 0)):
+            with pytest.raises(inkpen.UsageError):
+                book.create_feed_cursor(*bad)  # type: ignore[arg-type]
+        with pytest.raises(inkpen.UsageError):
+            book.create_feed_cursor("c", lifetime=0)
+        with pytest.raises(inkpen.NotFoundError):
+            book.advance_feed_cursor("missing", 3)
+        with pytest.raises(inkpen.NotFoundError):
+            book.delete_feed_cursor("missing")
+        assert sorted((c.name, c.sqn) for c in book.feed_cursors()) == [("a", 7), ("b", 5)]
+        book.put("x", "y", b"z")  # the writer commits on top of cursors it did not make
+        book.flush()
+    with inkpen.open(store_url, **TINY) as book:
+        assert sorted((c.name, c.sqn) for c in book.feed_cursors()) == [("a", 7), ("b", 5)]
+        book.delete_feed_cursor("b")
+        assert [c.name for c in book.feed_cursors()] == ["a"]
+
+
+def test_feed_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from support.cli import fails, ok
+
+    url = str(tmp_path / "db")
+    with inkpen.open(url, **TINY) as book:
+        book.put("b", "k", b"v")
+    assert "feed cursor job at sqn 0" in ok("feed", "create", url, "job").out
+    ok("feed", "create", url, "other", "--sqn", "1", "--lifetime", "2h")
+    listed = ok("feed", "list", url).out
+    assert "job\tsqn 0\tlive" in listed and "other\tsqn 1\tlive" in listed
+    ok("feed", "advance", url, "job", "1")
+    fails(2, "feed", "advance", url, "job", "0")
+    fails(2, "feed", "create", url, "job")
+    ok("feed", "delete", url, "other")
+    fails(1, "feed", "delete", url, "other")
+    import json
+
+    rows = json.loads(ok("feed", "list", url, "--json").out)
+    assert [(r["name"], r["sqn"], r["live"]) for r in rows] == [("job", 1, True)]

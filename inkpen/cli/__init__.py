@@ -7,8 +7,8 @@ line and an exit status; :mod:`.logconfig` is the only place logging is configur
 
 Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup`` (without
 ``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``manifest``, ``ls``,
-``get``, ``verify``, ``checkpoint``, ``gc``, ``clone``, ``restore`` and ``backup --no-fence`` go
-through the manifest layer or a Reader and never do.
+``get``, ``verify``, ``checkpoint``, ``feed``, ``gc``, ``clone``, ``restore`` and
+``backup --no-fence`` go through the manifest layer or a Reader and never do.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .compact import compact
 from .data import delete, get, ls, put
 from .destroy import destroy
 from .failures import DEBUG_FLAG, CommandGroup
+from .feed import feed_group
 from .gc import gc
 from .info import info
 from .logconfig import configure_logging
@@ -61,6 +62,7 @@ for command in (
     info,
     manifest_command,
     checkpoint_group,
+    feed_group,
     ls,
     get,
     put,
