@@ -116,8 +116,11 @@ def scan_changes(
     bucket: bytes | None = None,
     gaps: GapPolicy = "raise",
     upto: int | None = None,
+    seen: list[int] | None = None,
 ) -> Iterator[Change]:
-    """The changes of a journal view above ``since`` (and at most ``upto``), checked for gaps."""
+    """The changes of a journal view above ``since`` (and at most ``upto``), checked for gaps.
+
+    ``seen[0]``, when given, is kept at the highest SQN looked at (to resume from)."""
     expected = since + 1
     raising = gaps == "raise"
     for entry in entries_above(journal, since):
@@ -127,6 +130,8 @@ def scan_changes(
         if sqn != expected and raising:
             raise gap_error(expected, sqn)
         expected = sqn + 1
+        if seen is not None:
+            seen[0] = sqn
         kind = entry.kind
         if kind not in _KINDS:  # KEY_CHANGES: a put whose value compaction removed
             if raising:
