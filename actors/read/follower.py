@@ -2,7 +2,10 @@
 
 A following Reader (``inkpen.open_reader(url, follow=True)``) starts like any Reader, from a lease
 checkpoint on the latest manifest, and then keeps up with the writer. Every ``refresh_interval``
-its :class:`Follower` thread does one refresh, in this order:
+its :class:`Follower` thread does one refresh: it probes the segments (2), then reads the
+manifest (1) and, after a re-pin, probes again, so that a segment rolled and collected before the
+probe reached it is found in the journal file the newer manifest names. Every write acknowledged
+before a refresh begins is readable when it ends.
 
 1. **Manifest.** Ask for the latest manifest id (one LIST of the ids above the last one seen).
    When the latest manifest names other files than the pinned one (``ledger``,
@@ -21,12 +24,13 @@ its :class:`Follower` thread does one refresh, in this order:
 Views are immutable and swapped whole under a lock, and :meth:`Follower.wait_for_change` wakes
 tails. What protects what a follower reads: the current lease pins the manifest its files come
 from, and segments above that manifest's window are read as soon as they appear. A segment rolled
-and collected before the probe reached it shows as an absent slot below a present one; the probe
-stops there and the next refresh re-pins onto the manifest whose journal file holds it (GC deletes
-only segments the latest manifest has rolled). A read through views taken before a re-pin may find
-a file the old lease no longer protects gone: the Reader then re-resolves through the current views
-(as the writer's read path does), never reporting it as corruption. An idle follower makes two
-store requests per interval (the manifest LIST and the probe) plus its lease's refreshes.
+and collected before the probe reached it shows as an absent slot; the probe stops there, and the
+manifest read after it already names the roll (GC deletes only segments the latest manifest has
+rolled), so the same refresh re-pins onto the journal file that holds it. A read through views
+taken before a re-pin may find a file the old lease no longer protects gone: the Reader then
+re-resolves through the current views (as the writer's read path does), never reporting it as
+corruption. An idle follower makes two store requests per interval (the manifest LIST and the
+probe) plus its lease's refreshes.
 """
 
 from __future__ import annotations
@@ -152,12 +156,16 @@ class Follower:
             if self._stop.is_set():
                 return False
             self.refreshes += 1
-            changed = False
+            # Probe first, then the manifest: a slot found absent because its segment was
+            # rolled and collected meanwhile shows in the manifest read after it, and the re-pin
+            # (and a second probe from its window) picks up what it held. So every write
+            # acknowledged before a refresh begins is readable when it ends.
+            changed = self._probe()
             latest = self._manifests.latest()
             if latest is not None and names_other_files(latest.manifest, self._pinned):
                 self._repin()
+                self._probe()
                 changed = True
-            changed = self._probe() or changed
             if changed:
                 with self._changed:
                     self._version += 1
