@@ -37,7 +37,8 @@ def write_changes(url: str, n: int, done: threading.Event) -> None:
     done.set()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, spark: SparkSession | None = None) -> int:
+    """Run the job; ``spark``: a session to use (left running) instead of a new one."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=int(os.environ.get("INKPEN_STREAM_N", 100_000)))
     parser.add_argument("--dir", default=None, help="keep the store and table here")
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     url, table, checkpoint = (os.path.join(base, p) for p in ("db", "table", "checkpoint"))
     os.makedirs(url, exist_ok=True)
     inkpen.open(url).close()  # the stream needs a database to start on
-    spark = (
+    own = spark is None
+    spark = spark or (
         SparkSession.builder.master("local[2]")
         .appName("inkpen-stream-job")
         .config("spark.ui.enabled", "false")
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    if own:
+        spark.sparkContext.setLogLevel("ERROR")
     try:
         done = threading.Event()
         writer = threading.Thread(target=write_changes, args=(url, args.n, done))
@@ -92,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(figures))
         return 0 if exact else 1
     finally:
-        spark.stop()
+        if own:
+            spark.stop()
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)
 

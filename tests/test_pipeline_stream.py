@@ -95,3 +95,24 @@ def test_stream_options_are_checked(spark: SparkSession, tmp_path: Path) -> None
         ).load()
     with pytest.raises(Exception, match="readStream"):
         spark.read.format("inkpen").option("path", url).option("feed", "true").load().collect()
+
+
+def test_the_example_stream_job_streams_every_change_once(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+    import json
+    import sys
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "stream_job.py"
+    spec = importlib.util.spec_from_file_location("stream_job_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    assert module.main(["--n", "1500", "--dir", str(tmp_path / "job")], spark=spark) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("streamed 1,500 changes in ")
+    assert lines[1] == "exactly once, in SQN order: True"
+    report = json.loads(lines[2])
+    assert (report["changes"], report["rows"], report["exactly_once"]) == (1500, 1500, True)
