@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.read.feed import Change
 from inkpen.actors.read.path import Head
 from inkpen.formats.tictac import TicTacTree
 from inkpen.manifest.gc import GcReport
+from inkpen.manifest.model import FeedCursor
 
 from . import aio
 from ._version import __version__
@@ -26,6 +28,7 @@ from .errors import (
     CheckpointLapsedError,
     ConflictError,
     CorruptionError,
+    FeedGapError,
     FencedError,
     InkpenError,
     NotFoundError,
@@ -42,11 +45,14 @@ __all__ = [
     "BackupReport",
     "Batch",
     "Bookie",
+    "Change",
     "CheckpointLapsedError",
     "CompactionReport",
     "ConflictError",
     "CopyReport",
     "CorruptionError",
+    "FeedCursor",
+    "FeedGapError",
     "FencedError",
     "GcReport",
     "Head",

@@ -24,7 +24,15 @@ from inkpen.actors.journal.changes import Change, ChangeMaker
 from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.read.path import Views, ViewSource
 from inkpen.actors.read.views import ViewBoard
+from inkpen.manifest.feed_cursors import (
+    advance_feed_cursor,
+    create_feed_cursor,
+    delete_feed_cursor,
+    list_feed_cursors,
+)
 from inkpen.manifest.gc import GcReport
+from inkpen.manifest.model import FeedCursor
+from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
 
 from .batch import Batch
@@ -233,6 +241,38 @@ class Bookie(ReadAPI):
         life = None if lifetime is None else check_seconds("lifetime", lifetime, above_minimum=True)
         name = check_text("checkpoint name", name, optional=True)
         return self._engine.checkpoint(life, name)
+
+    # -- feed cursors ---------------------------------------------------------------------------
+
+    def _manifests(self) -> ManifestStore:
+        return ManifestStore(self._engine.ctx.keeper.manifests.store)
+
+    def create_feed_cursor(
+        self, name: str, sqn: int = 0, *, lifetime: float | None = None
+    ) -> FeedCursor:
+        """Create the named feed cursor at ``sqn`` (the consumer has read every change up to it).
+
+        While it lives, journal compaction keeps every change above the lowest live cursor, so
+        ``changes(cursor.sqn)`` meets no gap. ``lifetime`` (seconds): it expires that long after
+        its creation or last advance; None: until deleted. A name in use is a ``UsageError``.
+        """
+        self._check_open()
+        return create_feed_cursor(self._manifests(), name, sqn, lifetime=lifetime)
+
+    def advance_feed_cursor(self, name: str, sqn: int) -> FeedCursor:
+        """Move the named cursor forward to ``sqn`` (renewing its lifetime); never back."""
+        self._check_open()
+        return advance_feed_cursor(self._manifests(), name, sqn)
+
+    def delete_feed_cursor(self, name: str) -> None:
+        """Delete the named cursor (``NotFoundError`` if there is none)."""
+        self._check_open()
+        delete_feed_cursor(self._manifests(), name)
+
+    def feed_cursors(self) -> tuple[FeedCursor, ...]:
+        """Every feed cursor in the latest manifest (expired ones too: see ``is_live``)."""
+        self._check_open()
+        return list_feed_cursors(self._manifests())
 
     def hot_backup(self) -> HotBackup:
         """Prepare a hot backup (Leveled's ``book_hotbackup``): returns ``backup``, a function.

@@ -133,6 +133,22 @@ class ConflictError(InkpenError):
         return _rebuild, (type(self), self.args[0], keywords)
 
 
+class FeedGapError(InkpenError):
+    """A change feed reached SQNs that journal compaction already removed.
+
+    ``sqn`` is the first missing SQN. Nothing was skipped silently: the feed stopped before it.
+    Hold a feed cursor (``Bookie.create_feed_cursor``) below the SQNs a consumer still needs so
+    compaction keeps them, or read on with ``changes(..., gaps="skip")``.
+    """
+
+    def __init__(self, message: str, *, sqn: int) -> None:
+        super().__init__(message)
+        self.sqn = sqn
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuild, (type(self), self.args[0], {"sqn": self.sqn})
+
+
 def _rebuild(cls: type[BaseException], message: str, keywords: dict[str, object]) -> BaseException:
     return cls(message, **keywords)
 
@@ -142,6 +158,7 @@ __all__ = [
     "CheckpointLapsedError",
     "ConflictError",
     "CorruptionError",
+    "FeedGapError",
     "FencedError",
     "InkpenError",
     "NotFoundError",

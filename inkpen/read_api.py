@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 
 from inkpen.actors.journal.changes import as_bytes
 from inkpen.actors.read.anti_entropy import build_tree
+from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since, scan_changes
 from inkpen.actors.read.path import (
     Head,
     HeadFilter,
@@ -286,6 +287,23 @@ class ReadAPI:
                 long_running=True,
             )
         raise UsageError(f"order must be 'key' or 'sqn', got {order!r}")
+
+    def changes(
+        self, since: int = 0, *, bucket: str | bytes | None = None, gaps: GapPolicy = "raise"
+    ) -> FoldIterator[Change]:
+        """Every change (put or delete) with an SQN above ``since``, in SQN order.
+
+        Read from the journal as this handle sees it, streaming. ``bucket`` keeps that bucket's
+        changes only. SQNs journal compaction removed raise :class:`~inkpen.FeedGapError` naming
+        the first one, unless ``gaps="skip"``.
+        """
+        first = check_since(since)
+        b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
+        policy = check_gaps(gaps)
+        return self._fold(
+            lambda src, now: scan_changes(src.views()[2], first, bucket=b, gaps=policy),
+            long_running=True,
+        )
 
     def index_query(
         self,

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
+from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since, scan_changes
+from inkpen.actors.read.follower import Follower
 from inkpen.actors.read.path import Head
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
@@ -35,12 +37,16 @@ from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store, parse_store_url
 
 from .errors import CheckpointLapsedError, InkpenError, NotFoundError, UsageError
-from .options import Options, check_text
-from .read_api import FoldIterator, ReadAPI
+from .options import Options, check_flag, check_text
+from .read_api import FoldIterator, ReadAPI, as_bytes
 
 log = get_logger("inkpen.reader")
 
 T = TypeVar("T")
+
+RE_RESOLVE = 4
+"""Attempts of a follower's read whose file vanished before it reports the error."""
+MAX_BUCKET = 64 * 1024
 
 GONE = "the checkpoint is gone from the manifest (deleted, or dropped by GC)"
 
@@ -75,6 +81,7 @@ class Reader(ReadAPI):
         lease: CheckpointLease | None,
         options: Options,
         head_only: str | None = None,
+        follower: Follower | None = None,
     ) -> None:
         self._store = store
         self._owns_store = owns_store
@@ -88,15 +95,52 @@ class Reader(ReadAPI):
         self._lock = threading.Lock()
         self._lapse: str | None = None
         self._head_only = head_only
+        self._follower = follower
 
     @property
     def checkpoint_id(self) -> str:
-        """The checkpoint this Reader reads at."""
+        """The checkpoint this Reader reads at (a follower's current lease checkpoint)."""
+        if self._follower is not None:
+            return self._follower.lease.checkpoint.id
         return self._checkpoint_id
 
     @property
     def manifest_id(self) -> int:
+        """The manifest this Reader's files come from (a follower's current pin)."""
+        if self._follower is not None:
+            return self._follower.lease.manifest_id
         return self._manifest_id
+
+    @property
+    def following(self) -> bool:
+        """True for a following Reader (``open_reader(url, follow=True)``)."""
+        return self._follower is not None
+
+    @property
+    def last_sqn(self) -> int:
+        """The highest SQN this Reader sees now (a follower's moves forward as it refreshes)."""
+        self._check_open()
+        return int(self._current().journal.max_sqn())
+
+    def refresh(self) -> bool:
+        """A following Reader: catch up with the writer now rather than at the next interval;
+        True if anything new became readable. A Reader that does not follow: ``UsageError``."""
+        self._check_open()
+        if self._follower is None:
+            raise UsageError(
+                "this Reader reads one checkpoint and does not follow the writer; open it with "
+                "inkpen.open_reader(url, follow=True) to keep up with new writes"
+            )
+        self._check_pin()
+        return self._follower.refresh()
+
+    def _current(self) -> ManifestViews:
+        if self._follower is not None:
+            return self._follower.views
+        return self._source._views
+
+    def _current_lease(self) -> CheckpointLease | None:
+        return self._follower.lease if self._follower is not None else self._lease
 
     def _check_open(self) -> None:
         if self._closed:
@@ -106,10 +150,12 @@ class Reader(ReadAPI):
         return int(self._options.clock() * 1000)
 
     def _point_source(self) -> _Source:
+        if self._follower is not None:
+            return _Source(self._follower.views)
         return self._source
 
     def _fold_source(self, *, long_running: bool) -> _Source:
-        return self._source
+        return self._point_source()
 
     # -- the checkpoint's protection ----------------------------------------------------------
 
@@ -123,15 +169,15 @@ class Reader(ReadAPI):
             log.warning(
                 "reader.lease_lapsed",
                 url=self._store.url,
-                checkpoint=self._checkpoint_id,
-                manifest_id=self._manifest_id,
+                checkpoint=self.checkpoint_id,
+                manifest_id=self.manifest_id,
                 reason=reason,
             )
         return CheckpointLapsedError(
-            f"the Reader's checkpoint lease {self._checkpoint_id} (manifest {self._manifest_id}) "
+            f"the Reader's checkpoint lease {self.checkpoint_id} (manifest {self.manifest_id}) "
             f"lapsed: {reason}; files it pinned may be gone. Close this Reader and open a new one "
             "(with a longer checkpoint_lifetime if refreshes are slow)",
-            key=self._checkpoint_id,
+            key=self.checkpoint_id,
         )
 
     def _check_pin(self) -> None:
@@ -140,8 +186,9 @@ class Reader(ReadAPI):
             known = self._lapse
         if known is not None:
             raise self._lapsed(known)
-        if self._lease is not None:
-            reason = self._lease.lapse()
+        lease = self._current_lease()
+        if lease is not None:
+            reason = lease.lapse()
             if reason is not None:
                 raise self._lapsed(reason)
 
@@ -149,24 +196,26 @@ class Reader(ReadAPI):
         """The error for a file found missing: a lapsed pin, or a store missing a pinned file."""
         if isinstance(error, CheckpointLapsedError):
             return error
-        reason = None if self._lease is None else self._lease.lapse()
+        lease = self._current_lease()
+        reason = None if lease is None else lease.lapse()
         if reason is not None:
             return self._lapsed(reason)
+        checkpoint_id, manifest_id = self.checkpoint_id, self.manifest_id
         # Ask the store: is the checkpoint still there and live?
         try:
             latest = ManifestStore(self._store).latest()
         except InkpenError as exc:
             return exc
-        found = None if latest is None else latest.manifest.checkpoint(self._checkpoint_id)
+        found = None if latest is None else latest.manifest.checkpoint(checkpoint_id)
         if found is None:
-            if self._lease is not None:
-                self._lease.vanished()
+            if lease is not None:
+                lease.vanished()
             return self._lapsed(GONE)
         if not found.is_live(time.time()):
             return self._lapsed(f"it expired at {found.expire_time}")
         return NotFoundError(
             f"{error.key or 'an object'} is missing from {self._store.url} although checkpoint "
-            f"{self._checkpoint_id} is live and its manifest {self._manifest_id} names it; "
+            f"{checkpoint_id} is live and its manifest {manifest_id} names it; "
             f"something other than inkpen's GC deleted it ({error})",
             key=error.key,
         )
@@ -174,10 +223,23 @@ class Reader(ReadAPI):
     def _guarded(self, read: Callable[[], T]) -> T:
         self._check_open()
         self._check_pin()
-        try:
-            return read()
-        except NotFoundError as exc:
-            raise self._vanished(exc) from exc
+        attempts = RE_RESOLVE if self._follower is not None else 1
+        for attempt in range(attempts):
+            try:
+                return read()
+            except NotFoundError as exc:
+                if attempt + 1 == attempts or isinstance(exc, CheckpointLapsedError):
+                    raise self._vanished(exc) from exc
+                self._re_resolve(exc)
+        raise AssertionError("unreachable")
+
+    def _re_resolve(self, error: NotFoundError) -> None:
+        """A follower read through views taken before a re-pin found a file gone: catch up, so
+        the next attempt reads through views whose lease protects their files."""
+        log.debug("reader.re_resolve", url=self._store.url, missing=error.key)
+        assert self._follower is not None
+        self._follower.refresh()
+        self._check_pin()
 
     def _guarded_items(self, items: Iterator[T]) -> Iterator[T]:
         try:
@@ -208,13 +270,74 @@ class Reader(ReadAPI):
             lambda source, now: self._guarded_items(run(source, now)), long_running=long_running
         )
 
+    def changes(
+        self,
+        since: int = 0,
+        *,
+        bucket: str | bytes | None = None,
+        gaps: GapPolicy = "raise",
+        wait: float | None = None,
+    ) -> FoldIterator[Change]:
+        """Every change with an SQN above ``since``, in SQN order (see ``Bookie.changes``).
+
+        A following Reader tails: with ``wait`` (seconds) the iterator, having given every change
+        readable so far, waits for the follower to find more and goes on; it ends once ``wait``
+        seconds pass with nothing new. Without ``wait`` it ends at the last change readable now.
+        A file collected under it is re-resolved through the follower's current views.
+        """
+        if wait is None or self._follower is None:
+            if wait is not None:
+                raise UsageError(
+                    "changes(wait=...) tails a following Reader; open it with "
+                    "inkpen.open_reader(url, follow=True)"
+                )
+            return super().changes(since, bucket=bucket, gaps=gaps)
+        first = check_since(since)
+        b = None if bucket is None else as_bytes("bucket", bucket, MAX_BUCKET)
+        policy = check_gaps(gaps)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+            raise UsageError(f"wait must be a number of seconds >= 0, got {wait!r}")
+        self._check_open()
+        self._check_pin()
+        return FoldIterator(self._tail(first, b, policy, float(wait)), lambda: None)
+
+    def _tail(
+        self, since: int, bucket: bytes | None, gaps: GapPolicy, wait: float
+    ) -> Iterator[Change]:
+        follower = self._follower
+        assert follower is not None
+        position = since
+        failures = 0
+        while True:
+            version = follower.version
+            self._check_open()
+            self._check_pin()
+            seen = [position]
+            try:
+                yield from scan_changes(
+                    follower.views.journal, position, bucket=bucket, gaps=gaps, seen=seen
+                )
+                failures = 0
+            except NotFoundError as exc:
+                failures += 1
+                if failures >= RE_RESOLVE or isinstance(exc, CheckpointLapsedError):
+                    raise self._vanished(exc) from exc
+                position = seen[0]
+                self._re_resolve(exc)
+                continue
+            position = seen[0]
+            if not follower.wait_for_change(version, wait):
+                return
+
     def close(self) -> None:
         """Release the Reader's own checkpoint (if it made one) and its store. Idempotent."""
         if self._closed:
             return
         self._closed = True
         try:
-            if self._lease is not None:
+            if self._follower is not None:
+                self._follower.close()
+            elif self._lease is not None:
                 self._lease.close()
         finally:
             self._resolver.close()
@@ -234,10 +357,31 @@ def open_reader(
     /,
     *,
     checkpoint: str | None = None,
+    follow: bool = False,
+    refresh_interval: float = 1.0,
     **overrides: Any,
 ) -> Reader:
-    """Open a read-only :class:`Reader` on the database at ``url`` (see the module docstring)."""
+    """Open a read-only :class:`Reader` on the database at ``url`` (see the module docstring).
+
+    ``follow=True``: a following Reader, which keeps up with the writer by itself every
+    ``refresh_interval`` seconds (see :mod:`inkpen.actors.read.follower`).
+    """
     opts = Options.build(options, **overrides)
+    check_flag("follow", follow)
+    if (
+        isinstance(refresh_interval, bool)
+        or not isinstance(refresh_interval, int | float)
+        or not 0.01 <= refresh_interval <= 3600
+    ):
+        raise UsageError(
+            "refresh_interval must be a number of seconds in [0.01, 3600], got "
+            f"{refresh_interval!r}"
+        )
+    if follow and checkpoint is not None:
+        raise UsageError(
+            "a following Reader holds checkpoints of its own; pass either follow=True or "
+            "checkpoint=ID"
+        )
     if checkpoint is not None and not isinstance(checkpoint, str):
         raise UsageError(f"checkpoint must be a checkpoint id (str), got {checkpoint!r}")
     check_text("checkpoint", checkpoint, optional=True)
@@ -282,6 +426,17 @@ def open_reader(
             checkpoint_id, manifest_id = found.id, found.manifest_id
             manifest = manifests.read(manifest_id)
         views = load_views(resolver, manifest, manifest_id, opts)
+        follower = None
+        if follow:
+            assert lease is not None
+            follower = Follower(
+                manifests=manifests,
+                resolver=resolver,
+                options=opts,
+                lease=lease,
+                views=views,
+                interval=float(refresh_interval),
+            )
     except BaseException:
         if lease is not None:
             lease.close()
@@ -299,4 +454,5 @@ def open_reader(
         lease=lease,
         options=opts,
         head_only=manifest.head_only,
+        follower=follower,
     )

@@ -377,6 +377,53 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class FeedCursor:
+    """A change-feed consumer's position: it has read every change up to ``sqn``.
+
+    While the cursor is live, journal compaction keeps every journal entry above the lowest live
+    cursor's ``sqn``, so the consumer meets no gap. With a ``lifetime`` (seconds) the cursor
+    expires that long after it was last created or advanced; None never expires.
+    """
+
+    name: str
+    sqn: int
+    create_time: float
+    expire_time: float | None = None
+    lifetime: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise UsageError(f"feed cursor name must be a non-empty str, got {self.name!r}")
+        _check_int(self.sqn, f"feed cursor {self.name} sqn")
+        _check_time(self.create_time, f"feed cursor {self.name} create_time", optional=False)
+        _check_time(self.expire_time, f"feed cursor {self.name} expire_time", optional=True)
+        _check_time(self.lifetime, f"feed cursor {self.name} lifetime", optional=True)
+
+    def is_live(self, now: float) -> bool:
+        """True until ``expire_time`` has passed (always, when it never expires)."""
+        return self.expire_time is None or now < self.expire_time
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "sqn": self.sqn,
+            "create_time": self.create_time,
+            "expire_time": self.expire_time,
+            "lifetime": self.lifetime,
+        }
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any]) -> FeedCursor:
+        return cls(
+            name=doc["name"],
+            sqn=doc["sqn"],
+            create_time=doc["create_time"],
+            expire_time=doc.get("expire_time"),
+            lifetime=doc.get("lifetime"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CloneParent:
     """Where a clone came from: the parent's store URL and the checkpoint pinning it there."""
 
@@ -414,6 +461,8 @@ class Manifest:
     """Seconds since the epoch at which the database was destroyed; None while it lives."""
     head_only: str | None = None
     """``"with_lookup"`` / ``"no_lookup"`` for a head-only store (fixed at creation), else None."""
+    feed_cursors: tuple[FeedCursor, ...] = ()
+    """Change-feed positions that hold journal compaction off the entries above them."""
 
     def __post_init__(self) -> None:
         if (
@@ -447,6 +496,15 @@ class Manifest:
             raise UsageError(
                 f"manifest head_only must be None, with_lookup or no_lookup, got {self.head_only!r}"
             )
+        cursors = tuple(self.feed_cursors)
+        object.__setattr__(self, "feed_cursors", cursors)
+        names: set[str] = set()
+        for cursor in cursors:
+            if not isinstance(cursor, FeedCursor):
+                raise UsageError(f"manifest feed_cursors must be FeedCursor values, got {cursor!r}")
+            if cursor.name in names:
+                raise UsageError(f"feed cursor {cursor.name} appears twice in one manifest")
+            names.add(cursor.name)
 
     # -- questions -------------------------------------------------------------------------------
 
@@ -464,6 +522,17 @@ class Manifest:
             if cp.id == checkpoint_id:
                 return cp
         return None
+
+    def feed_cursor(self, name: str) -> FeedCursor | None:
+        """The feed cursor with this name, or None."""
+        for cursor in self.feed_cursors:
+            if cursor.name == name:
+                return cursor
+        return None
+
+    def feed_floor(self, now: float) -> int | None:
+        """The lowest SQN a live feed cursor has reached (entries above it are kept), or None."""
+        return min((c.sqn for c in self.feed_cursors if c.is_live(now)), default=None)
 
     def referenced_objects(self) -> frozenset[tuple[str | None, str]]:
         """``(root, name)`` of every SST and compacted journal file this manifest references."""
@@ -509,6 +578,7 @@ class Manifest:
             "initialized": self.initialized,
             "destroyed_at": self.destroyed_at,
             "head_only": self.head_only,
+            "feed_cursors": [c.to_document() for c in self.feed_cursors],
         }
 
     @classmethod
@@ -525,6 +595,7 @@ class Manifest:
             initialized=doc.get("initialized", True),
             destroyed_at=doc.get("destroyed_at"),
             head_only=doc.get("head_only"),
+            feed_cursors=tuple(FeedCursor.from_document(c) for c in doc.get("feed_cursors", ())),
         )
 
 

@@ -65,6 +65,7 @@ from .plan import plan_slices
 from .ranges import Scope
 from .scan import ScanSpec, scan_slice
 from .schema import load_columns, read_schema
+from .stream import InkpenStreamReader, feed_schema, is_feed, parse_stream_options
 from .target import LoadTarget, prepare_load
 
 NAME = "inkpen"
@@ -80,11 +81,18 @@ class InkpenDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
+        if is_feed(self.options):  # a change feed: nothing to pin
+            return feed_schema(parse_stream_options(self.options).key_type)
         options = parse_read_options(self.options)
         self.pinned = pin_for_read(options)
         return read_schema(options)
 
     def reader(self, schema: StructType) -> InkpenReader:
+        if is_feed(self.options):
+            raise UsageError(
+                "option feed=true is the change feed, a stream: read it with spark.readStream "
+                "(with trigger(availableNow=True) for one pass over what is there)"
+            )
         options = parse_read_options(self.options)
         expected = read_schema(options)
         if schema != expected:
@@ -94,6 +102,23 @@ class InkpenDataSource(DataSource):
             )
         pinned: PinnedRead | None = getattr(self, "pinned", None)
         return InkpenReader(options, pinned if pinned is not None else pin_for_read(options))
+
+    def streamReader(self, schema: StructType) -> InkpenStreamReader:
+        if not is_feed(self.options):
+            raise UsageError(
+                'an inkpen stream is the change feed: add .option("feed", "true") '
+                "(Spark asks a Python source for one schema for reads and streams alike, and "
+                "the feed's columns bucket, key, value, sqn, kind, last_modified are not a "
+                "read's)"
+            )
+        options = parse_stream_options(self.options)
+        expected = feed_schema(options.key_type)
+        if schema != expected:
+            raise UsageError(
+                "the inkpen change feed has a fixed schema and takes none from .schema(...); "
+                f"with these options it is {expected.simpleString()}"
+            )
+        return InkpenStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> InkpenWriter:
         if overwrite:

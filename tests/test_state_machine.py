@@ -181,6 +181,7 @@ class BookieMachine(RuleBasedStateMachine):
         self.url = self.new_url()
         self.backup_url = self.new_url()
         self.book: inkpen.Bookie | None = None  # type: ignore[assignment]
+        self.follower: inkpen.Reader | None = None
         self.tally["examples"] += 1
 
     @initialize()
@@ -894,6 +895,25 @@ class BookieMachine(RuleBasedStateMachine):
             self.check_view(reader, frozen, bucket, key, index_field)
         self.tally["latest_reads"] += 1
 
+    @precondition(lambda self: not self.injects_faults)
+    @rule(bucket=buckets, key=keys, index_field=st.sampled_from(FIELDS))
+    def follower_agrees(self, bucket: str, key: str, index_field: str) -> None:
+        """A following Reader kept open across rules (writes, flushes, merges, journal
+        compaction, GC, reopens) agrees with the model after each refresh."""
+        if self.follower is None:
+            self.follower = inkpen.open_reader(
+                self.target(), follow=True, refresh_interval=3600.0, clock=self.clock
+            )
+        self.follower.refresh()
+        assert self.follower.last_sqn == self.model.writes
+        self.check_view(self.follower, self.model, bucket, key, index_field)
+        self.tally["follower_checks"] += 1
+
+    def drop_follower(self) -> None:
+        if self.follower is not None:
+            follower, self.follower = self.follower, None
+            follower.close()
+
     @rule(choice=st.integers(0, MAX_CHECKPOINTS - 1))
     def delete_checkpoint(self, choice: int) -> None:
         if not self.checkpoints:
@@ -1101,6 +1121,7 @@ class BookieMachine(RuleBasedStateMachine):
         the object is put back (everything reads as before), or the database is opened with
         ``allow_missing_segments`` and the model loses exactly the writes the segment held
         (only when the ledger has not persisted them: then replay is all that knows them)."""
+        self.drop_follower()  # it read the segment before it was lost
         self.drop_snapshots(still_open=True)
         self.book.abandon()
         self.tally["crashes"] += 1
@@ -1193,6 +1214,7 @@ class BookieMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
+            self.drop_follower()
             if self.book is not None:
                 self.drop_snapshots(still_open=not self.book.closed)
                 if not self.book.closed:

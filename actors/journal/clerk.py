@@ -43,6 +43,7 @@ from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.files.start import write_new_journal
 from inkpen.actors.journal.retention import best_run, entry_weight, judge, retained_weight
 from inkpen.actors.read.views import JournalHandle, SegmentTable, segment_entries
+from inkpen.errors import StoreError
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue, Tag
 from inkpen.logs import get_logger
@@ -102,6 +103,8 @@ class CompactionReport:
     entries_reduced: int = 0
     entries_dropped: int = 0
     manifest_id: int | None = None
+    kept_above: int | None = None
+    """Every entry above this SQN was kept (the ledger snapshot's SQN, or a lower feed cursor)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,9 +209,8 @@ class InkerClerk(InkpenActor):
         options = self.ctx.options
         if options.head_only is not None:
             return self._trim()
-        files = [
-            h for h in self.ctx.board.journal.files if h.descriptor.min_sqn <= snapshot.max_sqn
-        ]
+        max_sqn = self._feed_floor(snapshot.max_sqn)
+        files = [h for h in self.ctx.board.journal.files if h.descriptor.min_sqn <= max_sqn]
         now_ms = self.ctx.now_ms()
         rng = random.Random()
         scores: dict[str, float] = {}
@@ -222,7 +224,7 @@ class InkerClerk(InkpenActor):
                 k, t = retained_weight(
                     entry,
                     snapshot.get,
-                    max_sqn=snapshot.max_sqn,
+                    max_sqn=max_sqn,
                     now_ms=now_ms,
                     strategy=self._strategy(entry),
                 )
@@ -247,7 +249,7 @@ class InkerClerk(InkpenActor):
                     kept_entry = judge(
                         entry,
                         snapshot.get,
-                        max_sqn=snapshot.max_sqn,
+                        max_sqn=max_sqn,
                         now_ms=now_ms,
                         strategy=self._strategy(entry),
                     )
@@ -269,6 +271,7 @@ class InkerClerk(InkpenActor):
             entries_kept=counts["kept"],
             entries_reduced=counts["reduced"],
             entries_dropped=counts["dropped"],
+            kept_above=max_sqn,
         )
         return report, tuple(h.name for h in chosen), handles
 
@@ -279,7 +282,7 @@ class InkerClerk(InkpenActor):
         Reads go to the ledger alone, and recovery replays only the journal above the ledger's
         persisted SQN (as committed in the manifest), so those files serve nothing more.
         """
-        persisted = self.ctx.keeper.latest.manifest.ledger.persisted_sqn
+        persisted = self._feed_floor(self.ctx.keeper.latest.manifest.ledger.persisted_sqn)
         trimmed = [h for h in self.ctx.board.journal.files if h.descriptor.max_sqn <= persisted]
         log.info("journal.trim_planned", files=len(trimmed), persisted_sqn=persisted)
         report = CompactionReport(
@@ -288,6 +291,18 @@ class InkerClerk(InkpenActor):
             entries_dropped=sum(h.descriptor.entry_count for h in trimmed),
         )
         return report, report.compacted, ()
+
+    def _feed_floor(self, snapshot_sqn: int) -> int:
+        """Entries above this SQN are kept: the snapshot's SQN, or the lowest live feed cursor
+        of the latest manifest if lower (re-read, so cursors other processes made count)."""
+        keeper = self.ctx.keeper
+        try:
+            latest = keeper.refresh()
+        except StoreError as exc:  # the commit checks the cursors again
+            log.warning("journal.compaction_refresh_failed", error=str(exc))
+            latest = keeper.latest
+        floor = latest.manifest.feed_floor(time.time())
+        return snapshot_sqn if floor is None else min(snapshot_sqn, floor)
 
     def _strategy(self, entry: JournalEntry) -> Any:
         tag = "h" if entry.ledger_key[:1] == bytes([Tag.HEAD]) else "o"

@@ -512,7 +512,16 @@ class Inker(FileOwner):
         replaced = set(message.replaced)
         added = tuple(h.descriptor for h in message.handles)
 
+        kept_above = message.report.kept_above
+
         def change(m: Manifest) -> Manifest:
+            floor = m.feed_floor(time.time())
+            if kept_above is not None and floor is not None and floor < kept_above:
+                # A feed cursor below what this compaction kept came meanwhile: redo it.
+                raise InkpenError(
+                    f"a feed cursor at SQN {floor} is below the SQN {kept_above} this journal "
+                    "compaction kept entries above; it is done again against the cursor"
+                )
             kept = tuple(d for d in m.journal.files if d.name not in replaced)
             files = tuple(sorted((*kept, *added), key=lambda d: d.min_sqn))
             return dataclasses.replace(m, journal=dataclasses.replace(m.journal, files=files))

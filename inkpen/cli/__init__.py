@@ -7,7 +7,7 @@ line and an exit status; :mod:`.logconfig` is the only place logging is configur
 
 Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup`` (without
 ``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``manifest``, ``ls``,
-``get``, ``verify``, ``diff``, ``checkpoint``, ``gc``, ``clone``, ``restore`` and
+``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``gc``, ``clone``, ``restore`` and
 ``backup --no-fence`` go through the manifest layer or a Reader and never do.
 """
 
@@ -26,6 +26,7 @@ from .data import delete, get, ls, put
 from .destroy import destroy
 from .diff import diff
 from .failures import DEBUG_FLAG, CommandGroup
+from .feed import feed_group
 from .gc import gc
 from .info import info
 from .logconfig import configure_logging
@@ -62,6 +63,7 @@ for command in (
     info,
     manifest_command,
     checkpoint_group,
+    feed_group,
     ls,
     get,
     put,
