@@ -698,6 +698,58 @@ class JournalReader:
                 position = 0
         return None
 
+    def locate(self, sqn: int, kind: Kind, ledger_key: bytes) -> tuple[bytes, int, int] | None:
+        """Where the entry with this key would be, from the hash region alone (no read):
+        ``(record key, offset, length)`` of the first slot whose hash matches, or None when no
+        slot does (the file does not hold the key). A scan sorts these by offset and reads them
+        with :meth:`values_at`; a slot whose record turns out to hold another key (two keys
+        that hash alike) is answered by :meth:`value`."""
+        index = self._index
+        stored_sqn = sqn - self.sqn_base
+        if index is None or not 0 <= stored_sqn < _U64:
+            return None
+        key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
+        for offset, length in index.candidates(zlib.crc32(key)):
+            return key, offset, length
+        return None
+
+    def values_at(
+        self, wanted: list[tuple[bytes, int, int]], max_run: int = DEFAULT_CHUNK_SIZE
+    ) -> list[bytes | None]:
+        """The bodies of the records ``wanted`` names (``(record key, offset, length)`` as
+        :meth:`locate` answers, sorted by offset, no two alike), each checked as :meth:`value`
+        checks it; None for a record that holds another key.
+
+        Records that touch one another are read together, up to ``max_run`` bytes a read; no
+        byte is read twice and none outside the records asked for, and the reads go past the
+        journal cache (a scan must not evict what point reads use)."""
+        name = self.name
+        fetch = getattr(self._fetch, "direct", self._fetch)
+        records_end = self.header.hash_offset
+        out: list[bytes | None] = []
+        i = 0
+        count = len(wanted)
+        while i < count:
+            _, start, length = wanted[i]
+            end = start + length
+            j = i + 1
+            while j < count and wanted[j][1] == end and end - start < max_run:
+                end += wanted[j][2]
+                j += 1
+            if start < HEADER_SIZE or end > records_end:
+                raise CorruptionError(
+                    name, "journal hash slot points outside the records", offset=start
+                )
+            data = fetch(start, end)
+            if len(data) != end - start:
+                raise short_read(name, start, end, len(data))
+            for key, offset, length in wanted[i:j]:
+                at = offset - start
+                record = data if at == 0 and length == len(data) else data[at : at + length]
+                out.append(_record_body(record, key, name, offset))
+            i = j
+        return out
+
     def locations(self) -> list[tuple[int, int]]:
         """``(offset, length)`` of every record, in file order (for sampling)."""
         return [] if self._index is None else self._index.locations()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal, Protocol, cast
 
-from inkpen.actors.read.views import CacheView, LedgerView
+from inkpen.actors.read.views import CacheView, JournalView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import (
@@ -220,36 +220,109 @@ def fold_objects_by_key(
     end: bytes | None,
     now_ms: int,
 ) -> Iterator[tuple[bytes, bytes, bytes]]:
-    """Live objects in key order, each value read from the journal by its SQN.
+    """Live objects in key order, values read from the journal a window of rows at a time.
 
-    The loop is written out (liveness test, journal lookup, key split) because a full fold
-    runs it once per object.
+    The ledger gives a window of :data:`SCAN_WINDOW` live rows in key order; their values are
+    read by :func:`window_values` (journal records sorted by position, read sequentially, each
+    byte at most once); then the window's rows leave in key order.
     """
     cache, ledger, journal = source.views()
     lo, hi = object_bounds(bucket, start, end)
-    value_of = values_of(journal)
-    kind = Kind.OBJECT
+    read_window = window_reader(journal)
     # Keys of one bucket with an empty subkey and no NUL anywhere are the bucket prefix, the
     # key, then two terminators: the key is a slice. Anything else is split in full.
     prefix = None if bucket is None else bucket_prefix(Tag.OBJECT, bucket)
     skip = 0 if prefix is None else len(prefix)
+    rows: list[tuple[bytes, int]] = []
     for key, value in ledger_range(cache, ledger, lo, hi):
         if value[1] != ACTIVE:
             continue
         expiry = value[2]
         if expiry is not None and expiry <= now_ms:
             continue
-        body = value_of(value[0], kind, key)
+        rows.append((key, value[0]))
+        if len(rows) < SCAN_WINDOW:
+            continue
+        yield from _window_objects(rows, read_window(rows), bucket, prefix, skip)
+        rows = []
+    if rows:
+        yield from _window_objects(rows, read_window(rows), bucket, prefix, skip)
+
+
+SCAN_WINDOW = 16_384
+"""Rows whose values a key-order scan reads together, sorted by their place in the journal."""
+
+
+def _window_objects(
+    rows: list[tuple[bytes, int]],
+    bodies: list[bytes | None],
+    bucket: bytes | None,
+    prefix: bytes | None,
+    skip: int,
+) -> Iterator[tuple[bytes, bytes, bytes]]:
+    for (key, sqn), body in zip(rows, bodies, strict=True):
         if body is None:
             raise CorruptionError(
                 "journal",
-                f"the ledger names SQN {value[0]} for key {key!r} but no journal holds it",
+                f"the ledger names SQN {sqn} for key {key!r} but no journal holds it",
             )
         found_key = key[skip:-4]
         if prefix is None or _NUL in found_key or key[-4:] != _TWO_TERMINATORS:
             yield (*object_parts(key), body)
         else:
             yield bucket, found_key, body  # type: ignore[misc]
+
+
+def window_reader(
+    journal: JournalLookup,
+) -> Callable[[list[tuple[bytes, int]]], list[bytes | None]]:
+    """``read(rows)``: the object bodies of ``rows`` (``(ledger key, SQN)``), in their order.
+
+    A journal view reads them with :func:`window_values`; anything else (a snapshot's pair of
+    views) one by one through :func:`values_of`.
+    """
+    if isinstance(journal, JournalView):
+        return lambda rows: window_values(journal, rows)
+    value_of = values_of(journal)
+    kind = Kind.OBJECT
+    return lambda rows: [value_of(sqn, kind, key) for key, sqn in rows]
+
+
+def window_values(journal: JournalView, rows: list[tuple[bytes, int]]) -> list[bytes | None]:
+    """The object bodies of ``rows`` (``(ledger key, SQN)``) from one journal view, in order.
+
+    Each row's record is located through its file's hash region (no read); the records of one
+    file are read in offset order, touching records in one ranged read
+    (:meth:`JournalReader.values_at`), so a scan reads the journal forward and no byte twice.
+    Entries of unrolled segments come from memory; a record whose slot holds another key is
+    looked up in full.
+    """
+    kind = Kind.OBJECT
+    bodies: list[bytes | None] = [None] * len(rows)
+    by_file: dict[int, list[tuple[int, int, int, bytes]]] = {}
+    for at, (key, sqn) in enumerate(rows):
+        found = journal.place(sqn)
+        if found is None:
+            continue
+        if type(found) is not int:
+            entry = found.entries.get(sqn)  # type: ignore[union-attr]
+            if entry is not None and entry.ledger_key == key and entry.kind == kind:
+                bodies[at] = entry.value or b""
+            continue
+        where = journal.files[found].reader.locate(sqn, kind, key)  # type: ignore[index]
+        if where is not None:
+            record_key, offset, length = where
+            by_file.setdefault(found, []).append((offset, length, at, record_key))  # type: ignore[arg-type]
+    for file_index, wanted in by_file.items():
+        wanted.sort()
+        reader = journal.files[file_index].reader
+        found_bodies = reader.values_at([(k, offset, length) for offset, length, _, k in wanted])
+        for (_, _, at, _), body in zip(wanted, found_bodies, strict=True):
+            if body is None:  # two keys that hash alike: the slower probe finds the right one
+                key, sqn = rows[at]
+                body = reader.value(sqn, kind, key)
+            bodies[at] = body
+    return bodies
 
 
 _NUL = b"\x00"
