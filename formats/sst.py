@@ -75,6 +75,8 @@ _MIN_BLOCK_SIZE = 64
 _MAX_BLOCK_SIZE = 64 * 1024 * 1024
 _MAKE_VALUE = LedgerValue._make
 _new_tuple = tuple.__new__
+_POINT = 0
+"""The last part of the cache key of a block decoded for point lookups (keys and raw values)."""
 _VALUE_LENGTHS = {len(LedgerValue._fields)}
 _SQN_OF = itemgetter(0)
 _STATUS_OF = itemgetter(1)
@@ -539,11 +541,71 @@ class SstReader:
         bloom = self._bloom
         if not (bloom.may_contain(key) if key_hash is None else bloom.may_contain_hash(key_hash)):
             return None
-        keys, values = self._block(bisect_right(self._first_keys, key) - 1, readahead=False)
+        block = bisect_right(self._first_keys, key) - 1
+        cache = self._cache
+        if cache is None:
+            keys, values = self._block(block)
+            position = bisect_left(keys, key)
+            if position < len(keys) and keys[position] == key:
+                return values[position]
+            return None
+        found = cache.get((self.name, block, self.sqn_base))
+        if found is not None and type(found) is not bytes:
+            keys, values = found  # type: ignore[misc]
+            position = bisect_left(keys, key)
+            if position < len(keys) and keys[position] == key:
+                return values[position]  # type: ignore[no-any-return]
+            return None
+        light_key = (self.name, block, self.sqn_base, _POINT)
+        light = cache.get(light_key)
+        if light is None:
+            stored = found if found is not None else self._read_run(block, cache, self._point_ahead)
+            light, weight = self._decode_raw(block, stored)  # type: ignore[arg-type]
+            cache.put(light_key, light, weight)
+        keys, raw_values = light  # type: ignore[misc]
         position = bisect_left(keys, key)
         if position < len(keys) and keys[position] == key:
-            return values[position]
+            return self._one_value(raw_values[position], block)
         return None
+
+    @property
+    def _point_ahead(self) -> int:
+        return min(self._readahead, POINT_READAHEAD)
+
+    def _one_value(self, raw: tuple, block: int) -> LedgerValue:
+        """One value of a block decoded for point lookups, checked and made a LedgerValue."""
+        if type(raw) is not tuple or len(raw) != len(LedgerValue._fields):
+            raise CorruptionError(
+                self.name,
+                f"SST data block {block} does not decode: a ledger value has "
+                f"{len(LedgerValue._fields)} fields",
+                offset=self._block_offsets[block],
+            )
+        if self.sqn_base:
+            return LedgerValue(raw[0] + self.sqn_base, *raw[1:])
+        return _new_tuple(LedgerValue, raw)  # type: ignore[no-any-return]
+
+    def _decode_raw(
+        self, block: int, data: bytes
+    ) -> tuple[tuple[tuple[bytes, ...], tuple[tuple, ...]], int]:
+        """Check and decode ``block`` for point lookups: its keys and its values as msgpack
+        gives them (each is made a LedgerValue, and its length checked, only when found)."""
+        name = self.name
+        offset = self._block_offsets[block]
+        length = self._block_lengths[block]
+        stored = _unframe(data, 0, length, name, offset, f"data block {block}")
+        try:
+            raw = snappy.decompress(stored)
+            keys, raw_values = msgpack.unpackb(raw, use_list=False, raw=False)
+        except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
+            raise CorruptionError(
+                name, f"SST data block {block} does not decode: {exc}", offset=offset
+            ) from exc
+        if not keys or len(keys) != len(raw_values) or keys[0] != self._first_keys[block]:
+            raise CorruptionError(
+                name, f"SST data block {block} does not match the index", offset=offset
+            )
+        return (keys, raw_values), len(raw) + _DECODED_ENTRY_WEIGHT * len(keys)
 
     def iter_range(
         self, start: bytes | None = None, end: bytes | None = None
@@ -563,9 +625,7 @@ class SstReader:
                 yield from zip(keys[low:high], values[low:high], strict=True)
             block += 1
 
-    def _block(
-        self, block: int, *, readahead: bool = True
-    ) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
+    def _block(self, block: int) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
         cache = self._cache
         if cache is None:
             name = self.name
@@ -576,11 +636,7 @@ class SstReader:
         found = cache.get(cache_key)
         if found is not None and type(found) is not bytes:
             return found  # type: ignore[return-value]
-        if found is not None:
-            stored = found
-        else:
-            ahead = self._readahead if readahead else min(self._readahead, POINT_READAHEAD)
-            stored = self._read_run(block, cache, ahead)
+        stored = found if found is not None else self._read_run(block, cache, self._readahead)
         decoded, weight = self._decode(block, stored)  # type: ignore[arg-type]
         cache.put(cache_key, decoded, weight)
         return decoded

@@ -249,7 +249,7 @@ def fold_objects_by_key(
         yield from _window_objects(rows, read_window(rows), bucket, prefix, skip)
 
 
-SCAN_WINDOW = 16_384
+SCAN_WINDOW = 65_536
 """Rows whose values a key-order scan reads together, sorted by their place in the journal."""
 
 
@@ -278,11 +278,27 @@ def window_reader(
 ) -> Callable[[list[tuple[bytes, int]]], list[bytes | None]]:
     """``read(rows)``: the object bodies of ``rows`` (``(ledger key, SQN)``), in their order.
 
-    A journal view reads them with :func:`window_values`; anything else (a snapshot's pair of
-    views) one by one through :func:`values_of`.
+    A journal view reads them with :func:`window_values`; a snapshot's pair of views asks its
+    newer view, then its registered one for the rows the newer did not hold (as
+    :func:`values_of` does row by row); anything else goes row by row through :func:`values_of`.
     """
     if isinstance(journal, JournalView):
         return lambda rows: window_values(journal, rows)
+    current = getattr(journal, "current", None)
+    registered = getattr(journal, "registered", None)
+    if isinstance(current, JournalView) and isinstance(registered, JournalView):
+        newer, older = current, registered
+
+        def paired(rows: list[tuple[bytes, int]]) -> list[bytes | None]:
+            bodies = window_values(newer, rows)
+            missing = [at for at, body in enumerate(bodies) if body is None]
+            if missing:
+                found = window_values(older, [rows[at] for at in missing])
+                for at, body in zip(missing, found, strict=True):
+                    bodies[at] = body
+            return bodies
+
+        return paired
     value_of = values_of(journal)
     kind = Kind.OBJECT
     return lambda rows: [value_of(sqn, kind, key) for key, sqn in rows]
