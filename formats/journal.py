@@ -750,6 +750,23 @@ class JournalReader:
             i = j
         return out
 
+    def read_records(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the records region, read past the journal cache, whole."""
+        if start < HEADER_SIZE or end > self.header.hash_offset or end <= start:
+            raise CorruptionError(
+                self.name, "journal hash slot points outside the records", offset=start
+            )
+        fetch = getattr(self._fetch, "direct", self._fetch)
+        data = fetch(start, end)
+        if len(data) != end - start:
+            raise short_read(self.name, start, end, len(data))
+        return data  # type: ignore[no-any-return]
+
+    def body_of(self, record: bytes, key: bytes, offset: int) -> bytes | None:
+        """The body of ``record`` (a whole record read from ``offset``, as :meth:`locate`
+        placed it), checked as :meth:`value` checks it; None if it holds another key."""
+        return _record_body(record, key, self.name, offset)
+
     def locations(self) -> list[tuple[int, int]]:
         """``(offset, length)`` of every record, in file order (for sampling)."""
         return [] if self._index is None else self._index.locations()

@@ -6,7 +6,7 @@ segments and the replayed journal tail), then walks its key ranges with the read
 reader uses (:func:`inkpen.actors.read.path.live_range`: every source merged in key order, the
 newest version of each key, tombstones and expired objects skipped) and, when values are read,
 reads the values of a window of rows together
-(:func:`inkpen.actors.read.path.window_values`: journal records in file order, each byte at most
+(:func:`inkpen.actors.read.path.window_reader`: journal records in file order, each byte at most
 once). Rows leave in key order, in Arrow record batches of ``batch_rows``.
 
 So a partition yields exactly what ``Bookie.objects()`` yields for its ranges at the same
@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
-from inkpen.actors.read.path import SCAN_WINDOW, live_range, window_values
+from inkpen.actors.read.path import SCAN_WINDOW, live_range, window_reader
 from inkpen.actors.read.views import CacheView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.formats.keys import (
@@ -125,13 +125,14 @@ def _rows(spec: ScanSpec, slice_: ScanSlice, views: ManifestViews) -> Iterator[t
     bucket_name = _name_decoder(spec.key_type, "bucket")
     key_name = _name_decoder(spec.key_type, "key")
     index_name = _name_decoder(spec.key_type, "index field or term")
+    read_window = window_reader(journal)
     for lo, hi in slice_.ranges:
         terms_bucket: bytes | None = None
         terms: dict[bytes, list[dict[str, Any]]] = {}
         for window in _windows(live_range(cache, ledger, lo, hi, spec.now_ms)):
             bodies: list[bytes | None] | None = None
             if spec.values:  # the window's values, read in journal order
-                bodies = window_values(journal, [(encoded, value[0]) for encoded, value in window])
+                bodies = read_window([(encoded, value[0]) for encoded, value in window])
             for at, (encoded, value) in enumerate(window):
                 bucket, key = object_parts(encoded)
                 sqn, _, _, _, size, last_modified = value
