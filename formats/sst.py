@@ -562,9 +562,10 @@ class SstReader:
             stored = found if found is not None else self._read_run(block, cache, self._point_ahead)
             light, weight = self._decode_raw(block, stored)  # type: ignore[arg-type]
             cache.put(light_key, light, weight)
-        keys, raw_values = light  # type: ignore[misc]
-        position = bisect_left(keys, key)
-        if position < len(keys) and keys[position] == key:
+        point_keys: tuple[bytes, ...] = light[0]  # type: ignore[index]
+        raw_values: tuple[tuple, ...] = light[1]  # type: ignore[index]
+        position = bisect_left(point_keys, key)
+        if position < len(point_keys) and point_keys[position] == key:
             return self._one_value(raw_values[position], block)
         return None
 
