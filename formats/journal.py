@@ -709,8 +709,24 @@ class JournalReader:
         if index is None or not 0 <= stored_sqn < _U64:
             return None
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
-        for offset, length in index.candidates(zlib.crc32(key)):
-            return key, offset, length
+        key_hash = zlib.crc32(key)
+        first, count = index.tables[key_hash & 255]
+        if not count:
+            return None
+        region = index.region
+        unpack = _SLOT.unpack_from
+        position = (key_hash >> 8) % count
+        for _ in range(count):  # the probe of :meth:`get`, written out: a scan runs it per row
+            slot_hash, offset, length = unpack(
+                region, _DIRECTORY_SIZE + (first + position) * _SLOT.size
+            )
+            if not length:
+                return None
+            if slot_hash == key_hash:
+                return key, offset, length
+            position += 1
+            if position == count:
+                position = 0
         return None
 
     def values_at(
