@@ -8,6 +8,9 @@ from run to run on a shared machine; ratios taken in one run hold.
 Stores: ``file`` (a fresh temp directory holding both databases) and ``s3`` (a SeaweedFS server
 this script starts on loopback, one bucket for both systems, stopped at the end).
 
+``--n 100000,1000000`` runs each N in turn (one table per N; the bytes each inkpen operation read
+from the store are shown beside its request counts).
+
 Run: ``python benchmarks/compare.py [--store file,s3] [--n 100000] [--rounds 1] ...`` or
 ``./scripts/bench ...``. ``--peer`` names the harness; by default it is
 ``../shared/peers/slatedb_bench.py`` beside the repository.
@@ -48,7 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="file,s3",
         help="comma-separated stores to compare on: file, s3 (default both)",
     )
-    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument(
+        "--n",
+        default="100000",
+        help="objects to load; a comma-separated list (e.g. 100000,1000000) runs each N in "
+        "turn, both systems side by side, one table per N",
+    )
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--flush-ms", type=int, default=10)
@@ -75,6 +83,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not stores or set(stores) - {"file", "s3"}:
         ap.error(f"--store takes file, s3 or both (comma-separated), got {args.store!r}")
     args.stores = stores
+    try:
+        args.counts = [int(part) for part in args.n.split(",") if part.strip()]
+    except ValueError:
+        args.counts = []
+    if not args.counts or min(args.counts) < 1:
+        ap.error(f"--n takes positive counts, comma-separated, got {args.n!r}")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     if not args.peer.is_file():
@@ -84,10 +98,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def shared_flags(args: argparse.Namespace) -> list[str]:
+def shared_flags(args: argparse.Namespace, n: int) -> list[str]:
     out: list[str] = []
     for name in SHARED_FLAGS:
-        out += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+        value = n if name == "n" else getattr(args, name)
+        out += [f"--{name.replace('_', '-')}", str(value)]
     return out
 
 
@@ -146,22 +161,24 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def run_store(args: argparse.Namespace, kind: str) -> list[dict[str, Any]]:
-    """Every record both systems printed on one store, over all rounds."""
+def run_store(args: argparse.Namespace, kind: str, n: int) -> list[dict[str, Any]]:
+    """Every record both systems printed on one store for N objects, over all rounds."""
     records: list[dict[str, Any]] = []
     with store_flags(kind) as (inkpen_flags, peer_flags, env):
         for round_no in range(args.rounds):
+            shared = shared_flags(args, n)
             commands = [
-                [sys.executable, "-m", "inkpen.cli", "bench", *inkpen_flags, *shared_flags(args)],
-                [sys.executable, str(args.peer), *peer_flags, *shared_flags(args)],
+                [sys.executable, "-m", "inkpen.cli", "bench", *inkpen_flags, *shared],
+                [sys.executable, str(args.peer), *peer_flags, *shared],
             ]
             if round_no % 2:
                 commands.reverse()
             for command in commands:
                 system = "inkpen" if "inkpen.cli" in command else "SlateDB"
-                print(f"== {kind}, round {round_no + 1}: {system}", file=sys.stderr)
+                print(f"== {kind}, N = {n:,}, round {round_no + 1}: {system}", file=sys.stderr)
                 for record in run_json_lines(command, env):
                     record["round"] = round_no + 1
+                    record["n"] = n
                     records.append(record)
     return records
 
@@ -180,11 +197,12 @@ def median_of(
     return statistics.median(values) if values else None
 
 
-def report(args: argparse.Namespace, records: list[dict[str, Any]]) -> bool:
-    """Print the comparison table; True when every target is met."""
-    console = Console(width=200)
+def report(args: argparse.Namespace, all_records: list[dict[str, Any]], n: int) -> bool:
+    """Print the comparison table of N objects; True when every target is met."""
+    records = [r for r in all_records if r.get("n") == n]
+    console = Console(width=220)
     table = Table(
-        title=f"inkpen vs SlateDB, N = {args.n:,}, value {args.value_size} B, "
+        title=f"inkpen vs SlateDB, N = {n:,}, value {args.value_size} B, "
         f"concurrency {args.concurrency}, flush {args.flush_ms} ms, "
         f"rounds {args.rounds}"
     )
@@ -199,6 +217,7 @@ def report(args: argparse.Namespace, records: list[dict[str, Any]]) -> bool:
         "inkpen p50/p99 ms",
         "SlateDB p50/p99 ms",
         "inkpen puts/gets/lists/deletes",
+        "inkpen bytes read/op",
         "inkpen RSS MB",
     ):
         table.add_column(column, justify="left" if column in ("store", "workload") else "right")
@@ -221,6 +240,8 @@ def report(args: argparse.Namespace, records: list[dict[str, Any]]) -> bool:
                 f"{median_of(records, 'inkpen', store, workload, c) or 0:.0f}" for c in COUNTS
             )
             rss = median_of(records, "inkpen", store, workload, "peak_rss_mb")
+            read = median_of(records, "inkpen", store, workload, "bytes_read")
+            ops = median_of(records, "inkpen", store, workload, "ops")
             table.add_row(
                 store,
                 workload,
@@ -232,6 +253,7 @@ def report(args: argparse.Namespace, records: list[dict[str, Any]]) -> bool:
                 lat("inkpen"),
                 lat("slatedb"),
                 counts,
+                f"{read / ops:,.0f}" if read is not None and ops else "-",
                 f"{rss:.0f}" if rss else "-",
             )
     console.print(table)
@@ -242,11 +264,13 @@ def report(args: argparse.Namespace, records: list[dict[str, Any]]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     records: list[dict[str, Any]] = []
-    for kind in args.stores:
-        records += run_store(args, kind)
+    for n in args.counts:
+        for kind in args.stores:
+            records += run_store(args, kind, n)
     if args.out is not None:
         args.out.write_text("".join(json.dumps(r) + "\n" for r in records))
-    report(args, records)
+    for n in args.counts:
+        report(args, records, n)
     return 0
 
 

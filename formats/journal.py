@@ -698,6 +698,91 @@ class JournalReader:
                 position = 0
         return None
 
+    def locate(self, sqn: int, kind: Kind, ledger_key: bytes) -> tuple[bytes, int, int] | None:
+        """Where the entry with this key would be, from the hash region alone (no read):
+        ``(record key, offset, length)`` of the first slot whose hash matches, or None when no
+        slot does (the file does not hold the key). A scan sorts these by offset and reads them
+        with :meth:`values_at`; a slot whose record turns out to hold another key (two keys
+        that hash alike) is answered by :meth:`value`."""
+        index = self._index
+        stored_sqn = sqn - self.sqn_base
+        if index is None or not 0 <= stored_sqn < _U64:
+            return None
+        key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
+        key_hash = zlib.crc32(key)
+        first, count = index.tables[key_hash & 255]
+        if not count:
+            return None
+        region = index.region
+        unpack = _SLOT.unpack_from
+        position = (key_hash >> 8) % count
+        for _ in range(count):  # the probe of :meth:`get`, written out: a scan runs it per row
+            slot_hash, offset, length = unpack(
+                region, _DIRECTORY_SIZE + (first + position) * _SLOT.size
+            )
+            if not length:
+                return None
+            if slot_hash == key_hash:
+                return key, offset, length
+            position += 1
+            if position == count:
+                position = 0
+        return None
+
+    def values_at(
+        self, wanted: list[tuple[bytes, int, int]], max_run: int = DEFAULT_CHUNK_SIZE
+    ) -> list[bytes | None]:
+        """The bodies of the records ``wanted`` names (``(record key, offset, length)`` as
+        :meth:`locate` answers, sorted by offset, no two alike), each checked as :meth:`value`
+        checks it; None for a record that holds another key.
+
+        Records that touch one another are read together, up to ``max_run`` bytes a read; no
+        byte is read twice and none outside the records asked for, and the reads go past the
+        journal cache (a scan must not evict what point reads use)."""
+        name = self.name
+        fetch = getattr(self._fetch, "direct", self._fetch)
+        records_end = self.header.hash_offset
+        out: list[bytes | None] = []
+        i = 0
+        count = len(wanted)
+        while i < count:
+            _, start, length = wanted[i]
+            end = start + length
+            j = i + 1
+            while j < count and wanted[j][1] == end and end - start < max_run:
+                end += wanted[j][2]
+                j += 1
+            if start < HEADER_SIZE or end > records_end:
+                raise CorruptionError(
+                    name, "journal hash slot points outside the records", offset=start
+                )
+            data = fetch(start, end)
+            if len(data) != end - start:
+                raise short_read(name, start, end, len(data))
+            for key, offset, length in wanted[i:j]:
+                at = offset - start
+                record = data if at == 0 and length == len(data) else data[at : at + length]
+                out.append(_record_body(record, key, name, offset))
+            i = j
+        return out
+
+    def read_records(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the records region, read past the journal cache, whole."""
+        if start < HEADER_SIZE or end > self.header.hash_offset or end <= start:
+            raise CorruptionError(
+                self.name, "journal hash slot points outside the records", offset=start
+            )
+        fetch = getattr(self._fetch, "direct", self._fetch)
+        data = fetch(start, end)
+        if len(data) != end - start:
+            raise short_read(self.name, start, end, len(data))
+        return data  # type: ignore[no-any-return]
+
+    def body_of(self, record: bytes, key: bytes, offset: int) -> bytes | None:
+        """The body of ``record`` (a whole record read from ``offset``, as :meth:`locate`
+        placed it), checked as :meth:`value` checks it; None if it holds another key."""
+        return _record_body(record, key, self.name, offset)
+
     def locations(self) -> list[tuple[int, int]]:
         """``(offset, length)`` of every record, in file order (for sampling)."""
         return [] if self._index is None else self._index.locations()

@@ -55,6 +55,10 @@ MAGIC = b"INKSST"
 FORMAT_VERSION = 1
 DEFAULT_BLOCK_SIZE = 4096
 DEFAULT_READAHEAD = 256 * 1024
+POINT_READAHEAD = 12 * 1024
+"""A point lookup's readahead: its block and what follows it up to 12 KiB, so that a cold get
+reads at most 16 KiB in all (its SST run and its journal record), while a scan or a merge reads
+runs of ``readahead``."""
 """Bytes a reader with a cache reads at once when a block is missing (see SstReader.open)."""
 
 _FOOTER_BODY = struct.Struct(">6sHQIQIQI")
@@ -71,6 +75,8 @@ _MIN_BLOCK_SIZE = 64
 _MAX_BLOCK_SIZE = 64 * 1024 * 1024
 _MAKE_VALUE = LedgerValue._make
 _new_tuple = tuple.__new__
+_POINT = 0
+"""The last part of the cache key of a block decoded for point lookups (keys and raw values)."""
 _VALUE_LENGTHS = {len(LedgerValue._fields), len(LedgerValue._fields) + 1}
 """Six fields, or seven for a head-only object whose value the ledger keeps (``head_value``)."""
 _SQN_OF = itemgetter(0)
@@ -542,11 +548,72 @@ class SstReader:
         bloom = self._bloom
         if not (bloom.may_contain(key) if key_hash is None else bloom.may_contain_hash(key_hash)):
             return None
-        keys, values = self._block(bisect_right(self._first_keys, key) - 1)
-        position = bisect_left(keys, key)
-        if position < len(keys) and keys[position] == key:
-            return values[position]
+        block = bisect_right(self._first_keys, key) - 1
+        cache = self._cache
+        if cache is None:
+            keys, values = self._block(block)
+            position = bisect_left(keys, key)
+            if position < len(keys) and keys[position] == key:
+                return values[position]
+            return None
+        found = cache.get((self.name, block, self.sqn_base))
+        if found is not None and type(found) is not bytes:
+            keys, values = found  # type: ignore[misc]
+            position = bisect_left(keys, key)
+            if position < len(keys) and keys[position] == key:
+                return values[position]  # type: ignore[no-any-return]
+            return None
+        light_key = (self.name, block, self.sqn_base, _POINT)
+        light = cache.get(light_key)
+        if light is None:
+            stored = found if found is not None else self._read_run(block, cache, self._point_ahead)
+            light, weight = self._decode_raw(block, stored)  # type: ignore[arg-type]
+            cache.put(light_key, light, weight)
+        point_keys: tuple[bytes, ...] = light[0]  # type: ignore[index]
+        raw_values: tuple[tuple, ...] = light[1]  # type: ignore[index]
+        position = bisect_left(point_keys, key)
+        if position < len(point_keys) and point_keys[position] == key:
+            return self._one_value(raw_values[position], block)
         return None
+
+    @property
+    def _point_ahead(self) -> int:
+        return min(self._readahead, POINT_READAHEAD)
+
+    def _one_value(self, raw: tuple, block: int) -> LedgerValue:
+        """One value of a block decoded for point lookups, checked and made a LedgerValue."""
+        if type(raw) is not tuple or len(raw) not in _VALUE_LENGTHS:
+            raise CorruptionError(
+                self.name,
+                f"SST data block {block} does not decode: a ledger value has "
+                f"{len(LedgerValue._fields)} fields",
+                offset=self._block_offsets[block],
+            )
+        if self.sqn_base:
+            return LedgerValue(raw[0] + self.sqn_base, *raw[1:])
+        return _new_tuple(LedgerValue, raw)  # type: ignore[no-any-return]
+
+    def _decode_raw(
+        self, block: int, data: bytes
+    ) -> tuple[tuple[tuple[bytes, ...], tuple[tuple, ...]], int]:
+        """Check and decode ``block`` for point lookups: its keys and its values as msgpack
+        gives them (each is made a LedgerValue, and its length checked, only when found)."""
+        name = self.name
+        offset = self._block_offsets[block]
+        length = self._block_lengths[block]
+        stored = _unframe(data, 0, length, name, offset, f"data block {block}")
+        try:
+            raw = snappy.decompress(stored)
+            keys, raw_values = msgpack.unpackb(raw, use_list=False, raw=False)
+        except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
+            raise CorruptionError(
+                name, f"SST data block {block} does not decode: {exc}", offset=offset
+            ) from exc
+        if not keys or len(keys) != len(raw_values) or keys[0] != self._first_keys[block]:
+            raise CorruptionError(
+                name, f"SST data block {block} does not match the index", offset=offset
+            )
+        return (keys, raw_values), len(raw) + _DECODED_ENTRY_WEIGHT * len(keys)
 
     def iter_range(
         self, start: bytes | None = None, end: bytes | None = None
@@ -593,19 +660,19 @@ class SstReader:
         found = cache.get(cache_key)
         if found is not None and type(found) is not bytes:
             return found  # type: ignore[return-value]
-        stored = found if found is not None else self._read_run(block, cache)
+        stored = found if found is not None else self._read_run(block, cache, self._readahead)
         decoded, weight = self._decode(block, stored)  # type: ignore[arg-type]
         cache.put(cache_key, decoded, weight)
         return decoded
 
-    def _read_run(self, block: int, cache: BlockCache) -> bytes:
+    def _read_run(self, block: int, cache: BlockCache, readahead: int) -> bytes:
         """Read ``block`` and the blocks after it up to ``readahead`` bytes in one ranged read;
         leave the others in the cache still encoded (decoded only if they are asked for)."""
         offsets = self._block_offsets
         lengths = self._block_lengths
         start = offsets[block]
         last = block
-        limit = start + self._readahead
+        limit = start + readahead
         while last + 1 < len(offsets) and offsets[last + 1] + lengths[last + 1] <= limit:
             last += 1
         end = offsets[last] + lengths[last]

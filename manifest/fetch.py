@@ -1,9 +1,13 @@
 """Ranged reads of one stored object, as the format readers want them: ``fetch(start, end)``.
 
 SST readers cache decoded blocks themselves, so they read straight from the store. Journal
-readers fetch one record per lookup; on an object store every request costs a round trip, so
-:class:`ChunkedFetch` reads aligned chunks through a byte-weighted cache shared by every journal
-file of a database, and serves records from memory once their chunk is cached. The table store
+readers fetch one record per lookup. :class:`ChunkedFetch` serves them through a byte-weighted
+cache shared by every journal file of a database: a range inside a chunk that is cached (a scan
+or a merge read it) comes from memory; a small range (at most ``chunk // 16`` bytes: a record a
+point read wants) whose chunk is not cached is read alone, sized to the record, and cached by
+itself, so a cold get of a 100-byte value reads about 150 bytes, not a 256 KiB chunk; a larger
+range reads and caches whole chunks. :meth:`ChunkedFetch.direct` reads past the cache (a scan
+that reads each record once must not evict what point reads use). The table store
 (:mod:`inkpen.manifest.table_store`) picks which one a reader gets.
 """
 
@@ -11,6 +15,9 @@ from __future__ import annotations
 
 from inkpen.formats.cache import LruCache
 from inkpen.objectstore.base import ObjectStore
+
+RANGE_OVERHEAD = 160
+"""Bytes a cached range costs beyond its length (its key and the cache's bookkeeping)."""
 
 
 class DirectFetch:
@@ -24,6 +31,8 @@ class DirectFetch:
 
     def __call__(self, start: int, end: int) -> bytes:
         return self.store.get_range(self.key, start, end)
+
+    direct = __call__
 
 
 class ChunkedFetch:
@@ -47,18 +56,34 @@ class ChunkedFetch:
             piece = self._load(index)
         return piece  # type: ignore[return-value]
 
+    def _record(self, start: int, end: int) -> bytes:
+        """A small range whose chunk is not cached: read alone and cached under its own key."""
+        key = (self._id, start, end)
+        found = self._cache.get(key)
+        if found is None:
+            found = self.store.get_range(self.key, start, end)
+            self._cache.put(key, found, len(found) + RANGE_OVERHEAD)
+        return found  # type: ignore[return-value]
+
     def _load(self, index: int) -> bytes:
         start = index * self._chunk
         piece = self.store.get_range(self.key, start, min(self._size, start + self._chunk))
         self._cache.put((self._id, index), piece, len(piece))
         return piece
 
+    def direct(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` straight from the store, past the cache."""
+        return self.store.get_range(self.key, start, min(end, self._size))
+
     def __call__(self, start: int, end: int) -> bytes:
         chunk = self._chunk
         index = start // chunk
         if 0 <= start < end <= self._size and (end - 1) // chunk == index:
-            piece = self._cache.get((self._id, index))  # the common case: one cached chunk
+            cache = self._cache
+            piece = cache.get((self._id, index))  # the common case: one cached chunk
             if piece is None:
+                if (end - start) * 16 <= chunk:
+                    return self._record(start, end)
                 piece = self._load(index)
             offset = start - index * chunk
             return piece[offset : offset + end - start]  # type: ignore[index]

@@ -4,10 +4,10 @@ A task opens the views of its partition's cut-down manifest once
 (:func:`inkpen.actors.read.checkpoint_views.load_views`: SST readers, journal readers, the unrolled
 segments and the replayed journal tail), then walks its key ranges with the read path every inkpen
 reader uses (:func:`inkpen.actors.read.path.live_range`: every source merged in key order, the
-newest
-version of each key, tombstones and expired objects skipped) and, when values are read, looks
-each value up in the journal by its SQN. Rows leave in key order, in Arrow record batches of
-``batch_rows``.
+newest version of each key, tombstones and expired objects skipped) and, when values are read,
+reads the values of a window of rows together
+(:func:`inkpen.actors.read.path.window_reader`: journal records in file order, each byte at most
+once). Rows leave in key order, in Arrow record batches of ``batch_rows``.
 
 So a partition yields exactly what ``Bookie.objects()`` yields for its ranges at the same
 checkpoint, with TTLs judged at the instant the read was pinned.
@@ -27,11 +27,18 @@ from typing import Any
 import pyarrow as pa
 
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
-from inkpen.actors.read.path import live_range
+from inkpen.actors.read.path import SCAN_WINDOW, live_range, window_reader
 from inkpen.actors.read.views import CacheView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
-from inkpen.formats.journal import Kind
-from inkpen.formats.keys import Tag, bucket_prefix, decode_key, object_key, object_parts, prefix_end
+from inkpen.formats.keys import (
+    LedgerValue,
+    Tag,
+    bucket_prefix,
+    decode_key,
+    object_key,
+    object_parts,
+    prefix_end,
+)
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.objectstore import open_store
@@ -118,36 +125,56 @@ def _rows(spec: ScanSpec, slice_: ScanSlice, views: ManifestViews) -> Iterator[t
     bucket_name = _name_decoder(spec.key_type, "bucket")
     key_name = _name_decoder(spec.key_type, "key")
     index_name = _name_decoder(spec.key_type, "index field or term")
-    entry_of = journal.entry
+    read_window = window_reader(journal)
     for lo, hi in slice_.ranges:
         terms_bucket: bytes | None = None
         terms: dict[bytes, list[dict[str, Any]]] = {}
-        for encoded, value in live_range(cache, ledger, lo, hi, spec.now_ms):
-            bucket, key = object_parts(encoded)
-            sqn, _, _, _, size, last_modified = value
-            if spec.values:
-                entry = entry_of(sqn, Kind.OBJECT, encoded)
-                if entry is None:
-                    raise CorruptionError(
-                        "journal",
-                        f"the ledger names SQN {sqn} for key {encoded!r} but no journal holds it",
-                    )
-                middle: Any = entry[3] or b""
-            else:
-                middle = size
-            row: tuple[Any, ...] = (
-                bucket_name(bucket),
-                key_name(key),
-                middle,
-                sqn,
-                last_modified * 1000,
-            )
-            if spec.indexes:
-                if bucket != terms_bucket:
-                    terms_bucket = bucket
-                    terms = _index_terms(cache, ledger, bucket, (lo, hi), spec.now_ms, index_name)
-                row = (*row, terms.get(key, []))
-            yield row
+        for window in _windows(live_range(cache, ledger, lo, hi, spec.now_ms)):
+            bodies: list[bytes | None] | None = None
+            if spec.values:  # the window's values, read in journal order
+                bodies = read_window([(encoded, value[0]) for encoded, value in window])
+            for at, (encoded, value) in enumerate(window):
+                bucket, key = object_parts(encoded)
+                sqn, _, _, _, size, last_modified = value
+                if bodies is not None:
+                    middle: Any = bodies[at]
+                    if middle is None:
+                        raise CorruptionError(
+                            "journal",
+                            f"the ledger names SQN {sqn} for key {encoded!r} but no journal "
+                            "holds it",
+                        )
+                else:
+                    middle = size
+                row: tuple[Any, ...] = (
+                    bucket_name(bucket),
+                    key_name(key),
+                    middle,
+                    sqn,
+                    last_modified * 1000,
+                )
+                if spec.indexes:
+                    if bucket != terms_bucket:
+                        terms_bucket = bucket
+                        terms = _index_terms(
+                            cache, ledger, bucket, (lo, hi), spec.now_ms, index_name
+                        )
+                    row = (*row, terms.get(key, []))
+                yield row
+
+
+def _windows(
+    entries: Iterator[tuple[bytes, LedgerValue]],
+) -> Iterator[list[tuple[bytes, LedgerValue]]]:
+    """``entries`` in lists of up to :data:`SCAN_WINDOW`."""
+    window: list[tuple[bytes, LedgerValue]] = []
+    for item in entries:
+        window.append(item)
+        if len(window) == SCAN_WINDOW:
+            yield window
+            window = []
+    if window:
+        yield window
 
 
 def scan_slice(spec: ScanSpec, slice_: ScanSlice, schema: pa.Schema) -> Iterator[pa.RecordBatch]:

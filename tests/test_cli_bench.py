@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from inkpen.cli import main
 from inkpen.cli.bench import flush_options
+from inkpen.cli.scale import RATIO_FIGURES
 from inkpen.objectstore.seaweed import SeaweedServer
 
 PEER_KEYS = {"system", "workload", "ops", "seconds", "ops_per_s", "store"}
@@ -84,3 +85,52 @@ def test_bench_on_s3_creates_its_bucket(seaweed: SeaweedServer) -> None:
     assert [line["workload"] for line in lines] == ["load", "get", "scan"]
     assert all(line["store"] == "s3" and line["ops"] == 500 for line in lines)
     seaweed.client.head_bucket(Bucket=bucket)
+
+
+def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios() -> None:
+    lines = run_bench(
+        "--scale", "--n", "1500,3000", "--concurrency", "16", "--gets", "300", "--store", "file"
+    )
+    parts = ["load", "close", "open", "get", "get16", "scan", "kill"]
+    assert [(line.get("n"), line["workload"]) for line in lines] == [
+        *((1500, part) for part in parts),
+        *((3000, part) for part in parts),
+        (None, "ratios"),
+    ]
+    by = {(line.get("n"), line["workload"]): line for line in lines}
+    for n in (1500, 3000):
+        load = by[n, "load"]
+        assert load["ops"] == n and sum(load["per_second"]) == n
+        assert 0 < load["p50_ms"] <= load["p99_ms"] <= load["max_ms"]
+        assert load["stalls"] >= 0 and load["median_per_s"] > 0
+        assert load["peak_rss_mb"] > 0 and load["puts"] > 0
+        close = by[n, "close"]
+        # at least every key and value is on the store, in a bounded number of objects
+        assert close["store_bytes"] >= n * (16 + 100) and close["store_ratio"] >= 1
+        assert 0 < close["store_objects"] < n
+        assert by[n, "open"]["open_s"] > 0
+        for part in ("get", "get16"):
+            line = by[n, part]
+            assert line["ops"] == 300 and 0 < line["p50_ms"] <= line["p99_ms"] <= line["max_ms"]
+            assert 0 <= line["bytes_read_per_op"] <= 16 * 1024
+        assert by[n, "get"]["bytes_read_per_op"] > 0  # the first gets are cold: from the store
+        assert by[n, "get16"]["threads"] == 16
+        scan = by[n, "scan"]
+        assert scan["ops"] == n and scan["ops_per_s"] > 0
+        assert 0 <= scan["bytes_read"] <= close["store_bytes"]  # each byte at most once
+        kill = by[n, "kill"]
+        assert kill["open_s"] > 0 and kill["acked"] >= 5000
+    ratios = by[None, "ratios"]
+    assert ratios["base_n"] == 1500
+    row = ratios["ratios"]["3000"]
+    assert set(row) == {f"{workload}.{figure}" for workload, figure in RATIO_FIGURES}
+    assert row["load.ops_per_s"] > 0
+    assert row["get.ops_per_s"] == pytest.approx(
+        by[3000, "get"]["ops_per_s"] / by[1500, "get"]["ops_per_s"], rel=0.01
+    )
+
+
+def test_several_counts_without_scale_are_refused() -> None:
+    result = CliRunner().invoke(main, ["bench", "--n", "100,200"])
+    assert result.exit_code != 0
+    assert "--scale" in result.output

@@ -181,7 +181,8 @@ class Reads:
                     sorted(
                         (term, key)
                         for (ib, i_field, term, key) in self.built.index
-                        if ib == b and i_field == f
+                        # entries of a deleted object answer no query
+                        if ib == b and i_field == f and (ib, key) in objects
                     ),
                 )
         everything = sorted((b, k, v) for (b, k), v in objects.items())

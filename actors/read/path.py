@@ -14,6 +14,7 @@ raises the :class:`NotFoundError` (a missing object is never reported as corrupt
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import re
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal, Protocol, cast
 
-from inkpen.actors.read.views import CacheView, LedgerView
+from inkpen.actors.read.views import CacheView, JournalView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import (
@@ -370,37 +371,187 @@ def fold_objects_by_key(
     *,
     reverse: bool = False,
 ) -> Iterator[tuple[bytes, bytes, bytes]]:
-    """Live objects in key order (descending with ``reverse``), each value read from the
-    journal by its SQN.
+    """Live objects in key order (descending with ``reverse``), values read from the journal a
+    window of rows at a time.
 
-    The loop is written out (liveness test, journal lookup, key split) because a full fold
-    runs it once per object.
+    The ledger gives a window of :data:`SCAN_WINDOW` live rows in key order; their values are
+    read by :func:`window_reader` (journal records sorted by position, read forward, each byte
+    at most once); then the window's rows leave in key order.
     """
     cache, ledger, journal = source.views()
     lo, hi = object_bounds(bucket, start, end)
-    value_of = values_of(journal)
-    kind = Kind.OBJECT
+    read_window = window_reader(journal)
     # Keys of one bucket with an empty subkey and no NUL anywhere are the bucket prefix, the
     # key, then two terminators: the key is a slice. Anything else is split in full.
     prefix = None if bucket is None else bucket_prefix(Tag.OBJECT, bucket)
     skip = 0 if prefix is None else len(prefix)
+    rows: list[tuple[bytes, int]] = []
     for key, value in ledger_range(cache, ledger, lo, hi, reverse=reverse):
         if value[1] != ACTIVE:
             continue
         expiry = value[2]
         if expiry is not None and expiry <= now_ms:
             continue
-        body = value_of(value[0], kind, key)
+        rows.append((key, value[0]))
+        if len(rows) < SCAN_WINDOW:
+            continue
+        yield from _window_objects(rows, read_window(rows), bucket, prefix, skip)
+        rows = []
+    if rows:
+        yield from _window_objects(rows, read_window(rows), bucket, prefix, skip)
+
+
+SCAN_WINDOW = 65_536
+"""Rows whose values a key-order scan reads together, sorted by their place in the journal."""
+
+
+def _window_objects(
+    rows: list[tuple[bytes, int]],
+    bodies: list[bytes | None],
+    bucket: bytes | None,
+    prefix: bytes | None,
+    skip: int,
+) -> Iterator[tuple[bytes, bytes, bytes]]:
+    for (key, sqn), body in zip(rows, bodies, strict=True):
         if body is None:
             raise CorruptionError(
                 "journal",
-                f"the ledger names SQN {value[0]} for key {key!r} but no journal holds it",
+                f"the ledger names SQN {sqn} for key {key!r} but no journal holds it",
             )
         found_key = key[skip:-4]
         if prefix is None or _NUL in found_key or key[-4:] != _TWO_TERMINATORS:
             yield (*object_parts(key), body)
         else:
             yield bucket, found_key, body  # type: ignore[misc]
+
+
+def window_reader(
+    journal: JournalLookup,
+) -> Callable[[list[tuple[bytes, int]]], list[bytes | None]]:
+    """``read(rows)``: the object bodies of ``rows`` (``(ledger key, SQN)``), in their order,
+    for one scan (call it window after window).
+
+    A journal view reads them with a :class:`WindowReads`; a snapshot's pair of views asks its
+    newer view, then its registered one for the rows the newer did not hold (as
+    :func:`values_of` does row by row); anything else goes row by row through :func:`values_of`.
+    """
+    if isinstance(journal, JournalView):
+        return WindowReads(journal)
+    current = getattr(journal, "current", None)
+    registered = getattr(journal, "registered", None)
+    if isinstance(current, JournalView) and isinstance(registered, JournalView):
+        newer, older = WindowReads(current), WindowReads(registered)
+
+        def paired(rows: list[tuple[bytes, int]]) -> list[bytes | None]:
+            bodies = newer(rows)
+            missing = [at for at, body in enumerate(bodies) if body is None]
+            if missing:
+                found = older([rows[at] for at in missing])
+                for at, body in zip(missing, found, strict=True):
+                    bodies[at] = body
+            return bodies
+
+        return paired
+    value_of = values_of(journal)
+    kind = Kind.OBJECT
+    return lambda rows: [value_of(sqn, kind, key) for key, sqn in rows]
+
+
+SCAN_KEEP_BYTES = 32 * 1024 * 1024
+"""Journal bytes one scan may keep for later windows (records it read between the ones it
+wanted)."""
+SCAN_GAP = 64 * 1024
+"""The largest run of unwanted records a scan reads through (and keeps) to join two reads."""
+SCAN_RUN = 4 * 1024 * 1024
+"""The largest single read of a scan."""
+
+
+class WindowReads:
+    """The value reads of one scan over one journal view, window by window.
+
+    Each row's record is located through its file's hash region (no read). A window's records
+    of one file are read in offset order; records that touch are read together, and while the
+    scan keeps fewer than :data:`SCAN_KEEP_BYTES`, so are records up to :data:`SCAN_GAP` apart,
+    the records between them being kept for the windows that want them later. A read never
+    reaches into kept bytes, so no journal byte is read twice. Entries of unrolled segments
+    come from memory; a record whose slot holds another key is looked up in full.
+    """
+
+    def __init__(self, journal: JournalView) -> None:
+        self.journal = journal
+        self.kept = 0
+        self.runs: dict[int, tuple[list[int], list[bytes]]] = {}
+        """Per file (its index in the view): the kept runs' starts, sorted, and their bytes."""
+
+    def __call__(self, rows: list[tuple[bytes, int]]) -> list[bytes | None]:
+        journal = self.journal
+        kind = Kind.OBJECT
+        bodies: list[bytes | None] = [None] * len(rows)
+        by_file: dict[int, list[tuple[int, int, int, bytes]]] = {}
+        for at, (key, sqn) in enumerate(rows):
+            found = journal.place(sqn)
+            if found is None:
+                continue
+            if type(found) is not int:
+                entry = found.entries.get(sqn)  # type: ignore[union-attr]
+                if entry is not None and entry.ledger_key == key and entry.kind == kind:
+                    bodies[at] = entry.value or b""
+                continue
+            where = journal.files[found].reader.locate(sqn, kind, key)  # type: ignore[index]
+            if where is not None:
+                record_key, offset, length = where
+                by_file.setdefault(found, []).append((offset, length, at, record_key))  # type: ignore[arg-type]
+        for file_index, wanted in by_file.items():
+            wanted.sort()
+            self._read_file(file_index, wanted, rows, bodies)
+        return bodies
+
+    def _read_file(
+        self,
+        file_index: int,
+        wanted: list[tuple[int, int, int, bytes]],
+        rows: list[tuple[bytes, int]],
+        bodies: list[bytes | None],
+    ) -> None:
+        reader = self.journal.files[file_index].reader
+        starts, kept = self.runs.setdefault(file_index, ([], []))
+        records_end = reader.header.hash_offset
+        i = 0
+        count = len(wanted)
+        while i < count:
+            offset, length, _, _ = wanted[i]
+            k = bisect.bisect_right(starts, offset) - 1
+            if k >= 0 and offset + length <= starts[k] + len(kept[k]):
+                j = i + 1  # a record read earlier, between two others
+                data, base = kept[k], starts[k]
+            else:
+                limit = starts[k + 1] if k + 1 < len(starts) else records_end
+                may_keep = self.kept < SCAN_KEEP_BYTES
+                end = offset + length
+                j = i + 1
+                while j < count:
+                    at, size = wanted[j][0], wanted[j][1]
+                    gap = at - end
+                    if gap < 0 or at + size > limit or at + size - offset > SCAN_RUN:
+                        break
+                    if gap and (not may_keep or gap > SCAN_GAP):
+                        break
+                    end = at + size
+                    j += 1
+                data, base = reader.read_records(offset, end), offset
+                if may_keep and end - offset > sum(w[1] for w in wanted[i:j]):
+                    starts.insert(k + 1, offset)
+                    kept.insert(k + 1, data)
+                    self.kept += len(data)
+            for at, size, row, record_key in wanted[i:j]:
+                rel = at - base
+                record = data if rel == 0 and size == len(data) else data[rel : rel + size]
+                body = reader.body_of(record, record_key, at)
+                if body is None:  # two keys that hash alike: the slower probe finds the right one
+                    key, sqn = rows[row]
+                    body = reader.value(sqn, Kind.OBJECT, key)
+                bodies[row] = body
+            i = j
 
 
 _NUL = b"\x00"

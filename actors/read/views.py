@@ -307,6 +307,17 @@ class JournalView:
                 return handle.reader.get(sqn, kind, ledger_key)
         return None
 
+    def place(self, sqn: int) -> SegmentTable | int | None:
+        """Where ``sqn`` lives: the unrolled segment holding it, the index in :attr:`files` of
+        the journal file whose SQN range holds it, or None."""
+        i = bisect.bisect_right(self._segment_mins, sqn) - 1
+        if i >= 0 and sqn <= self.segments[i].last_sqn:
+            return self.segments[i]
+        i = bisect.bisect_right(self._file_mins, sqn) - 1
+        if i >= 0 and sqn <= self.files[i].descriptor.max_sqn:
+            return i
+        return None
+
     def value(self, sqn: int, kind: Kind, ledger_key: bytes) -> bytes | None:
         """:meth:`entry`'s object body alone (``b""`` for an entry without one), or None."""
         i = bisect.bisect_right(self._segment_mins, sqn) - 1

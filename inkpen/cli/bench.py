@@ -11,6 +11,9 @@ process's peak resident memory (``peak_rss_mb``).
 The load runs on a new Bookie; the Bookie is then closed cleanly and opened again, so get and
 scan read from the store, not from the write path's memory.
 
+``--scale`` runs :mod:`inkpen.cli.scale` for each N of ``--n`` (default 100,000 and
+5,000,000): how cost grows with the data.
+
 ``--idle SECONDS`` measures something else: a Bookie that has written a little and then sits
 idle should make no store requests at all (only checkpoint refreshes, which a writer does not
 need); it prints the requests counted while idle.
@@ -34,6 +37,7 @@ import click
 import inkpen
 from inkpen.objectstore import CountingStore, ObjectStore, open_store
 
+from .scale import run_scale
 from .workloads import (
     BenchmarkFailed,
     Timing,
@@ -45,6 +49,8 @@ from .workloads import (
 )
 
 BUCKET = b"bench"
+DEFAULT_COUNT = 100_000
+SCALE_COUNTS = (100_000, 5_000_000)
 WORKLOADS = ("load", "get", "scan")
 IDLE_WRITES = 100
 DUMMY_AWS = {
@@ -68,6 +74,27 @@ def flush_options(flush_ms: int) -> dict[str, Any]:
     if flush_ms == 0:
         return {"flush_policy": "idle"}
     return {"flush_policy": "interval", "flush_interval": flush_ms / 1000.0}
+
+
+def parse_counts(text: str | None, scale: bool) -> list[int]:
+    """``--n``: one positive count, or with ``--scale`` a comma-separated list of them."""
+    if text is None:
+        return list(SCALE_COUNTS) if scale else [DEFAULT_COUNT]
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 for c in counts):
+        raise click.BadParameter(
+            f"{text!r} is not a positive number of objects (with --scale: a comma-separated "
+            "list of them, e.g. 100000,1000000)",
+            param_hint="--n",
+        )
+    if len(counts) > 1 and not scale:
+        raise click.BadParameter(
+            "several counts need --scale; give one count, or add --scale", param_hint="--n"
+        )
+    return counts
 
 
 def peak_rss_mb() -> float:
@@ -166,10 +193,17 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
 @click.option(
     "--n",
     "count",
-    type=click.IntRange(min=1),
-    default=100_000,
-    show_default=True,
-    help="Objects to load.",
+    default=None,
+    help="Objects to load (default 100000); with --scale a comma-separated list "
+    "(default 100000,5000000).",
+)
+@click.option(
+    "--scale",
+    is_flag=True,
+    default=False,
+    help="How cost grows with N: for each N of --n, load, close, reopen, gets from 1 and "
+    "16 threads, a scan and an open after a SIGKILL, with bytes read per get and per row, "
+    "store usage, peak RSS and ratios to the first N.",
 )
 @click.option(
     "--value-size",
@@ -219,7 +253,8 @@ def bench(
     root: str | None,
     endpoint: str,
     bucket: str,
-    count: int,
+    count: str | None,
+    scale: bool,
     value_size: int,
     concurrency: int,
     flush_ms: int,
@@ -233,7 +268,9 @@ def bench(
     Example:
       inkpen bench --n 20000
       inkpen bench --store s3 --endpoint http://127.0.0.1:8333 --workloads load
+      inkpen bench --scale --n 100000,1000000
     """
+    counts = parse_counts(count, scale)
     chosen = [w.strip() for w in workloads.split(",") if w.strip()]
     unknown = sorted(set(chosen) - set(WORKLOADS))
     if unknown or not chosen:
@@ -244,6 +281,21 @@ def bench(
         )
     options = flush_options(flush_ms)
     common = {"system": "inkpen", "store": store_kind}
+    if scale:
+        try:
+            run_scale(
+                lambda: bench_store(store_kind, root, endpoint, bucket),
+                counts,
+                options,
+                value_size,
+                concurrency,
+                gets,
+                {**common, "flush_ms": flush_ms},
+                BUCKET,
+            )
+        except BenchmarkFailed as exc:
+            raise click.ClickException(str(exc)) from exc
+        return
     with bench_store(store_kind, root, endpoint, bucket) as inner:
         store = CountingStore(inner)
         try:
@@ -254,7 +306,7 @@ def bench(
                     store,
                     options,
                     set(chosen),
-                    count,
+                    counts[0],
                     value_size,
                     concurrency,
                     gets,

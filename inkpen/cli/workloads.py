@@ -39,6 +39,8 @@ class Timing:
     seconds: float
     latencies: tuple[float, ...] = ()
     """Seconds per operation, sorted; empty for a workload timed as a whole (scan)."""
+    per_second: tuple[int, ...] = ()
+    """Operations finished in each whole second of the run (the load only)."""
 
     def figures(self) -> dict[str, float | int]:
         """``ops``, ``seconds``, ``ops_per_s`` and, with latencies, ``p50_ms`` / ``p99_ms``."""
@@ -72,6 +74,7 @@ def run_load(
     """Put every key from ``concurrency`` threads, each put waiting until it is durable."""
     queue = list(reversed(keys))
     latencies: list[float] = []
+    finished: list[float] = []
     errors: list[BaseException] = []
 
     def client() -> None:
@@ -88,7 +91,9 @@ def run_load(
                 errors.append(exc)
                 queue.clear()
                 return
-            latencies.append(clock() - started)
+            done = clock()
+            latencies.append(done - started)
+            finished.append(done)
 
     threads = [
         threading.Thread(target=client, name=f"bench-load-{i}", daemon=True)
@@ -102,11 +107,51 @@ def run_load(
     seconds = time.perf_counter() - started
     if errors:
         raise errors[0]
-    return Timing(len(keys), seconds, tuple(sorted(latencies)))
+    per_second = [0] * max(1, int(seconds) + 1)
+    for done in finished:
+        per_second[min(len(per_second) - 1, int(done - started))] += 1
+    return Timing(len(keys), seconds, tuple(sorted(latencies)), tuple(per_second))
 
 
 def run_gets(book: Bookie, bucket: bytes, sample: Sequence[bytes], value: bytes) -> Timing:
     """Get every key of ``sample`` from one thread; each must read back ``value``."""
+    seconds, latencies = _get_loop(book, bucket, sample, value)
+    latencies.sort()
+    return Timing(len(sample), seconds, tuple(latencies))
+
+
+def run_gets_threaded(
+    book: Bookie, bucket: bytes, sample: Sequence[bytes], value: bytes, threads: int
+) -> Timing:
+    """Get every key of ``sample`` from ``threads`` threads, each its share of the sample."""
+    results: list[tuple[float, list[float]]] = []
+    errors: list[BaseException] = []
+
+    def client(share: Sequence[bytes]) -> None:
+        try:
+            results.append(_get_loop(book, bucket, share, value))
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [
+        threading.Thread(target=client, args=(sample[i::threads],), name=f"bench-get-{i}")
+        for i in range(threads)
+    ]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    seconds = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    latencies = sorted(lat for _, share in results for lat in share)
+    return Timing(len(sample), seconds, tuple(latencies))
+
+
+def _get_loop(
+    book: Bookie, bucket: bytes, sample: Sequence[bytes], value: bytes
+) -> tuple[float, list[float]]:
     latencies: list[float] = []
     clock = time.perf_counter
     started = clock()
@@ -118,9 +163,7 @@ def run_gets(book: Bookie, bucket: bytes, sample: Sequence[bytes], value: bytes)
             raise BenchmarkFailed(
                 f"get {key!r} returned {_describe(got)}, not the {len(value)} bytes written"
             )
-    seconds = clock() - started
-    latencies.sort()
-    return Timing(len(sample), seconds, tuple(latencies))
+    return clock() - started, latencies
 
 
 def run_scan(book: Bookie, bucket: bytes, value: bytes, expected: int) -> Timing:

@@ -1,0 +1,340 @@
+"""``inkpen bench --scale``: how cost grows with N, measured for several N in one run.
+
+For each N (default 100,000 and 5,000,000) on a fresh database, the protocol's workloads plus
+what only shows at scale, each printed as one JSON line (``workload`` names the part):
+
+- ``load``: throughput per second of the run (``per_second``; ``stalls`` counts the seconds after
+  the first :data:`WARMUP_S` below 20% of the median second), put latency p50 / p99 / max, and
+  the peak resident memory of the writer process and of every process it started
+  (``peak_rss_mb``, ``worker_peak_rss_mb``; Linux's ``VmHWM``, reset at the start of each N);
+- ``close``: the time of the clean close, then the bytes and objects on the store
+  (``store_bytes``, ``store_objects``) against ``N x (key + value)`` (``store_ratio``);
+- ``open``: the time of an open after that clean close;
+- ``get`` (1 thread) and ``get16`` (16 threads, another sample): cold reads after the reopen,
+  with ``bytes_read_per_op`` and ``reads_per_op`` from the counting store;
+- ``scan``: one full pass in key order, with bytes and reads per row;
+- ``kill``: a child process opens the database, loads :data:`KILL_PUTS` more objects and is
+  killed with SIGKILL part way; ``open_s`` is the next open's time, and every put the child saw
+  acknowledged is checked to be there (``acked``).
+
+A final ``ratios`` line divides each figure at every N by the same figure at the first N (the
+ratios inside one run are what hold on a shared machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+import inkpen
+from inkpen.objectstore import CountingStore, ObjectStore
+
+from .workloads import (
+    BenchmarkFailed,
+    Timing,
+    bench_keys,
+    get_sample,
+    run_gets,
+    run_gets_threaded,
+    run_load,
+    run_scan,
+)
+
+WARMUP_S = 10
+STALL_FRACTION = 0.2
+GET_THREADS = 16
+GET16_SEED = 3
+KILL_PUTS = 20_000
+KILL_AFTER = 5_000
+"""The child is killed once it has seen this many of its puts acknowledged."""
+KILL_CLIENTS = 64
+KEY_BYTES = 16
+RATIO_FIGURES = (
+    ("load", "ops_per_s"),
+    ("load", "max_ms"),
+    ("load", "peak_rss_mb"),
+    ("close", "store_ratio"),
+    ("open", "open_s"),
+    ("get", "ops_per_s"),
+    ("get", "bytes_read_per_op"),
+    ("get16", "ops_per_s"),
+    ("scan", "ops_per_s"),
+    ("scan", "bytes_read_per_op"),
+    ("kill", "open_s"),
+)
+
+
+def _emit(record: dict[str, Any]) -> None:
+    click.echo(json.dumps(record), nl=True)
+
+
+def reset_peak_rss() -> None:
+    """Start this process's peak resident memory afresh (Linux; elsewhere nothing happens)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_of(pid: int | str = "self") -> float:
+    """Peak resident memory of process ``pid`` in MiB (``VmHWM``), or -1 if unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    if pid == "self":
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+    return -1.0
+
+
+def child_pids() -> list[int]:
+    """The processes this one started that are still running (Linux)."""
+    pids: list[int] = []
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.extend(int(p) for p in f.read().split())
+    except OSError:
+        return []
+    return pids
+
+
+def stalls(per_second: Sequence[int]) -> tuple[int, int]:
+    """(median ops per second, seconds after the warm-up below 20% of it); the last, partial
+    second is left out."""
+    whole = list(per_second[:-1]) or list(per_second)
+    median = int(statistics.median(whole)) if whole else 0
+    low = sum(1 for ops in whole[WARMUP_S:] if ops < STALL_FRACTION * median)
+    return median, low
+
+
+def store_usage(store: ObjectStore) -> tuple[int, int]:
+    """(bytes, objects) on the store."""
+    size = count = 0
+    for info in store.list(""):
+        size += info.size
+        count += 1
+    return size, count
+
+
+def run_scale(
+    open_store_for: Any,
+    counts: Sequence[int],
+    options: dict[str, Any],
+    value_size: int,
+    concurrency: int,
+    gets: int,
+    common: dict[str, Any],
+    bucket: bytes,
+) -> None:
+    """Every N of ``counts`` on a fresh store from ``open_store_for()`` (a context manager)."""
+    results: dict[int, dict[str, dict[str, Any]]] = {}
+    for n in counts:
+        with open_store_for() as inner:
+            results[n] = _one_scale(
+                CountingStore(inner), n, options, value_size, concurrency, gets, common, bucket
+            )
+    first = counts[0]
+    ratios: dict[str, dict[str, float | None]] = {}
+    for n in counts[1:]:
+        row: dict[str, float | None] = {}
+        for workload, figure in RATIO_FIGURES:
+            base = results[first][workload].get(figure)
+            here = results[n][workload].get(figure)
+            ok = isinstance(base, int | float) and isinstance(here, int | float) and base
+            row[f"{workload}.{figure}"] = round(here / base, 3) if ok else None  # type: ignore[operator]
+        ratios[str(n)] = row
+    _emit({**common, "workload": "ratios", "base_n": first, "ratios": ratios})
+
+
+def _one_scale(
+    store: CountingStore,
+    n: int,
+    options: dict[str, Any],
+    value_size: int,
+    concurrency: int,
+    gets: int,
+    common: dict[str, Any],
+    bucket: bytes,
+) -> dict[str, dict[str, Any]]:
+    keys = bench_keys(n)
+    value = os.urandom(value_size)
+    out: dict[str, dict[str, Any]] = {}
+
+    def report(workload: str, record: dict[str, Any]) -> None:
+        line = {**common, "n": n, "workload": workload, **record}
+        out[workload] = line
+        _emit(line)
+
+    def reads(timing: Timing, before: dict[str, int]) -> dict[str, Any]:
+        counted = _delta(store.snapshot(), before)
+        ops = max(1, timing.ops)
+        return {
+            **timing.figures(),
+            "max_ms": round(timing.latencies[-1] * 1e3, 3) if timing.latencies else None,
+            "bytes_read": counted["bytes_read"],
+            "reads": counted["gets"],
+            "bytes_read_per_op": round(counted["bytes_read"] / ops, 1),
+            "reads_per_op": round(counted["gets"] / ops, 3),
+        }
+
+    reset_peak_rss()
+    book = inkpen.open(store, **options)
+    before = store.snapshot()
+    workers: dict[int, float] = {}
+    sampling = threading.Event()
+
+    def sample_workers() -> None:  # a worker's VmHWM, read while it runs
+        while not sampling.wait(0.5):
+            for pid in child_pids():
+                workers[pid] = max(workers.get(pid, 0.0), peak_rss_of(pid))
+
+    sampler = threading.Thread(target=sample_workers, name="bench-rss", daemon=True)
+    sampler.start()
+    try:
+        timing = run_load(book, bucket, keys, value, concurrency)
+    finally:
+        sampling.set()
+        sampler.join()
+    median, low = stalls(timing.per_second)
+    counted = _delta(store.snapshot(), before)
+    report(
+        "load",
+        {
+            **timing.figures(),
+            "max_ms": round(timing.latencies[-1] * 1e3, 3),
+            "median_per_s": median,
+            "stalls": low,
+            "min_per_s_after_warmup": min(timing.per_second[WARMUP_S:-1], default=None),
+            "per_second": list(timing.per_second),
+            "peak_rss_mb": peak_rss_of(),
+            "worker_peak_rss_mb": sorted(workers.values(), reverse=True),
+            "puts": counted["puts"],
+            "bytes_written": counted["bytes_written"],
+        },
+    )
+    started = time.perf_counter()
+    book.close()
+    close_s = time.perf_counter() - started
+    size, objects = store_usage(store)
+    report(
+        "close",
+        {
+            "close_s": round(close_s, 3),
+            "store_bytes": size,
+            "store_objects": objects,
+            "store_ratio": round(size / (n * (KEY_BYTES + value_size)), 3),
+        },
+    )
+    started = time.perf_counter()
+    book = inkpen.open(store, **options)
+    report("open", {"open_s": round(time.perf_counter() - started, 3)})
+    try:
+        before = store.snapshot()
+        timing = run_gets(book, bucket, get_sample(keys, gets), value)
+        report("get", reads(timing, before))
+        before = store.snapshot()
+        sample = _other_sample(keys, gets)
+        timing = run_gets_threaded(book, bucket, sample, value, GET_THREADS)
+        report("get16", {**reads(timing, before), "threads": GET_THREADS})
+        before = store.snapshot()
+        timing = run_scan(book, bucket, value, n)
+        report("scan", reads(timing, before))
+    finally:
+        book.close()
+    report("kill", _kill_during_load(store, options, value_size, bucket))
+    return out
+
+
+def _other_sample(keys: Sequence[bytes], count: int) -> list[bytes]:
+    import random
+
+    return random.Random(GET16_SEED).sample(list(keys), min(count, len(keys)))
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {name: after[name] - before[name] for name in after}
+
+
+def _kill_during_load(
+    store: CountingStore, options: dict[str, Any], value_size: int, bucket: bytes
+) -> dict[str, Any]:
+    """Load more in a child process, SIGKILL it part way, time the next open, check the acked."""
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from inkpen.cli.scale import load_until_killed as run; "
+        "run(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].encode())",
+        store.url,
+        json.dumps(options),
+        str(value_size),
+        bucket.decode(),
+    ]
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}  # the current directory never shadows inkpen
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    acked: list[bytes] = []
+    assert child.stdout is not None
+    try:
+        for line in child.stdout:
+            if line.startswith("acked "):
+                acked.extend(k.encode() for k in line.split()[1:])
+                if len(acked) >= KILL_AFTER:
+                    break
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    if len(acked) < KILL_AFTER:
+        raise BenchmarkFailed(
+            f"the child loading before the SIGKILL stopped after {len(acked)} acknowledged "
+            f"puts (exit status {child.returncode})"
+        )
+    started = time.perf_counter()
+    book = inkpen.open(store, **options)
+    open_s = time.perf_counter() - started
+    try:
+        missing = [k for k in acked if book.get(bucket, k) is None]
+    finally:
+        book.close()
+    if missing:
+        raise BenchmarkFailed(f"{len(missing)} acknowledged puts were lost, e.g. {missing[0]!r}")
+    return {"open_s": round(open_s, 3), "acked": len(acked)}
+
+
+def load_until_killed(url: str, options_json: str, value_size: int, bucket: bytes) -> None:
+    """The loading child of the kill test: prints ``acked <key> ...`` as its puts are durable."""
+    value = os.urandom(value_size)
+    book = inkpen.open(url, **json.loads(options_json))
+    lock = threading.Lock()
+    keys = [b"killed%010d" % i for i in range(KILL_PUTS)]
+
+    def client(share: Sequence[bytes]) -> None:
+        for key in share:
+            book.put(bucket, key, value)
+            with lock:
+                sys.stdout.write(f"acked {key.decode()}\n")
+                sys.stdout.flush()
+
+    threads = [
+        threading.Thread(target=client, args=(keys[i::KILL_CLIENTS],), daemon=True)
+        for i in range(KILL_CLIENTS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    book.close()

@@ -1,0 +1,94 @@
+"""Reads read what they need: a cold get of a small value and a key-order scan, counted in bytes
+read from the store (a :class:`CountingStore` under the Bookie), with every value checked against
+what was written."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+
+import pytest
+
+import inkpen
+from inkpen.objectstore import CountingStore, ObjectStore, open_store
+
+OBJECTS = 6000
+VALUE_BYTES = 100
+WRITERS = 32
+COLD_GET_LIMIT = 16 * 1024
+
+
+def load(url: str, **options: object) -> dict[bytes, bytes]:
+    """OBJECTS puts of VALUE_BYTES-byte values from WRITERS threads, shuffled keys; the model."""
+    keys = [b"key%08d" % i for i in range(OBJECTS)]
+    random.Random(5).shuffle(keys)
+    model = {key: random.Random(key).randbytes(VALUE_BYTES) for key in keys}
+    errors: list[BaseException] = []
+    with inkpen.open(url, flush_policy="idle", **options) as book:
+
+        def write(share: list[bytes]) -> None:
+            try:
+                for key in share:
+                    book.put("b", key, model[key])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(keys[i::WRITERS],)) for i in range(WRITERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not errors
+    return model
+
+
+def stored_bytes(store: ObjectStore, prefix: str) -> int:
+    return sum(info.size for info in store.list(prefix))
+
+
+@pytest.fixture
+def local_url(make_store_url: Callable[[str], str]) -> str:
+    return make_store_url("local")
+
+
+def test_a_cold_get_of_a_small_value_reads_at_most_16_kib(local_url: str) -> None:
+    model = load(local_url)
+    store = CountingStore(open_store(local_url))
+    try:
+        assert stored_bytes(store, "journal/compacted/") > 4 * 256 * 1024  # several chunks
+        with inkpen.open(store) as book:
+            sample = random.Random(6).sample(sorted(model), 300)
+            per_get = []
+            for key in sample:
+                before = store.snapshot()["bytes_read"]
+                assert book.get("b", key) == model[key]
+                per_get.append(store.snapshot()["bytes_read"] - before)
+    finally:
+        store.close()
+    assert max(per_get) <= COLD_GET_LIMIT, sorted(per_get)[-5:]
+    assert sum(per_get) > 0  # the gets did read from the store: they were cold
+
+
+def test_a_key_order_scan_reads_each_journal_byte_at_most_once(local_url: str) -> None:
+    options = {"journal_cache_bytes": 512 * 1024, "journal_chunk_bytes": 256 * 1024}
+    model = load(local_url, **options)
+    store = CountingStore(open_store(local_url))
+    try:
+        journal_bytes = stored_bytes(store, "journal/")
+        ledger_bytes = stored_bytes(store, "ledger/")
+        with inkpen.open(store, **options) as book:
+            before = store.snapshot()["bytes_read"]
+            with book.objects("b") as rows:
+                got = {key: value for _, key, value in rows}
+            scanned = store.snapshot()["bytes_read"] - before
+            with book.objects("b", start=b"key00001000", end=b"key00001999") as rows:
+                part = [(key, value) for _, key, value in rows]
+    finally:
+        store.close()
+    assert got == model
+    assert list(got) == sorted(model)
+    assert part == [
+        (key, model[key]) for key in sorted(model) if b"key00001000" <= key <= b"key00001999"
+    ]
+    assert scanned <= journal_bytes + ledger_bytes, (scanned, journal_bytes, ledger_bytes)
