@@ -35,6 +35,7 @@ clerk after delete_pending, or GC).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -130,6 +131,9 @@ class TableStore:
             Options().journal_chunk_bytes if journal_chunk_bytes is None else journal_chunk_bytes
         )
         self._on_write = on_write
+        self._halted: InkpenError | None = None
+        self._writing = 0
+        self._writes = threading.Condition()
 
     @classmethod
     def for_options(
@@ -166,9 +170,27 @@ class TableStore:
 
     def put(self, name: str, data: bytes) -> None:
         """Store a new file's bytes as ``name``, create-if-absent; ``on_write`` is told first."""
-        if self._on_write is not None:
-            self._on_write(name)
-        self.store.put_if_absent(name, data)
+        with self._writes:
+            if self._halted is not None:
+                raise self._halted
+            self._writing += 1
+        try:
+            if self._on_write is not None:
+                self._on_write(name)
+            self.store.put_if_absent(name, data)
+        finally:
+            with self._writes:
+                self._writing -= 1
+                self._writes.notify_all()
+
+    def halt(self, error: InkpenError, *, timeout: float) -> bool:
+        """Refuse every later file write with ``error`` and wait (up to ``timeout`` seconds) for
+        the writes under way to end: after this, nothing new appears through this table store
+        (an abandoned writer leaves the store as a crash would). Answers whether they ended."""
+        with self._writes:
+            if self._halted is None:
+                self._halted = error
+            return self._writes.wait_for(lambda: self._writing == 0, timeout)
 
     def write_sst(self, data: bytes, info: SstInfo, *, name: str | None = None) -> SstDescriptor:
         """Store an SST built as ``data`` (described by ``info``) under ``name`` (a fresh one by

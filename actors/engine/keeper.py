@@ -86,6 +86,7 @@ class ManifestKeeper:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._fenced: FencedError | None = None
+        self._halted: InkpenError | None = None
         self._cache: dict[int, Manifest] = {latest.id: latest.manifest}
         self.on_fenced: Callable[[FencedError], None] | None = None
         self.commits = 0
@@ -126,10 +127,14 @@ class ManifestKeeper:
         """As :meth:`commit`, for a change that must know the id it is written at."""
         if self._fenced is not None:
             raise self._fenced
+        if self._halted is not None:
+            raise self._halted
         self._check_present(new_files, reason)
         with self._lock:
             if self._fenced is not None:
                 raise self._fenced
+            if self._halted is not None:
+                raise self._halted
             started = time.monotonic()
             as_of = time.time()
 
@@ -245,6 +250,13 @@ class ManifestKeeper:
             reason="close",
         )
         self.writer_checkpoint = None
+
+    def halt(self, error: InkpenError) -> None:
+        """Refuse every later commit with ``error``; a commit under way ends first (this takes
+        the commit lock). An abandoned writer commits nothing after this, as after a crash."""
+        with self._lock:
+            if self._halted is None:
+                self._halted = error
 
     def fence(self, error: FencedError) -> None:
         """Record that a newer writer owns the database (seen by any actor); idempotent."""

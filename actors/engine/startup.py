@@ -275,6 +275,9 @@ class Engine:
         started = time.monotonic()
         closed = UsageError("this Bookie is closed")
         self.ctx.throttle.halt(closed)  # puts held back by backpressure end now
+        if not persist:  # a crash at this moment: no commit and no file write after it
+            self.ctx.keeper.halt(closed)
+            self.ctx.tables.halt(closed, timeout=CLOSE_WAIT)
         stop(self.collector)
         try:
             if persist:
