@@ -51,7 +51,7 @@ from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.messages import ApplyBatch, CompactJournal, LedgerRoom
 from inkpen.actors.read.path import lookup
 from inkpen.actors.read.views import CacheView, MemTable
-from inkpen.errors import InkpenError
+from inkpen.errors import InkpenError, UsageError
 from inkpen.logs import get_logger
 
 log = get_logger("inkpen.bookie")
@@ -137,7 +137,7 @@ class Bookie(InkpenActor):
 
     def _schedule_compaction(self) -> None:
         interval = self.ctx.options.compaction_interval
-        if interval is not None:
+        if interval is not None and self.ctx.options.compaction == "internal":
             self.ctx.scheduler.after(interval, self.actor_ref, _CompactionDue())
 
     @handles(_CompactionDue)
@@ -248,6 +248,14 @@ class Bookie(InkpenActor):
         fenced = self.ctx.keeper.fenced
         if fenced is not None:
             message.result.set_exception(fenced)
+            return
+        if self.ctx.options.compaction == "external":
+            message.result.set_exception(
+                UsageError(
+                    "this Bookie was opened with compaction='external': journal compaction is "
+                    "the compactor's (inkpen.open_compactor, or `inkpen compactor URL`)"
+                )
+            )
             return
         parts = self._take(_TakeSnapshot(long_running=True, ledger_only=True))
         snapshot = LedgerSnapshot(parts, self.actor_ref)
