@@ -1,0 +1,376 @@
+"""The compactor: ledger merges and GC in a process of their own, fenced by the compactor epoch.
+
+A writer opened with ``compaction="external"`` writes L0 files and rolls segments but runs no
+merge and no GC pass; a :class:`Compactor` (``inkpen.open_compactor(url)``, ``inkpen compactor
+URL``) does, in any process. The protocol (DESIGN.md section 7, "External compaction"):
+
+1. **Claim.** One CAS update raises ``compactor_epoch`` to E (stored + 1). A compactor whose
+   epoch is no longer the manifest's is fenced: every commit it makes checks E inside its CAS
+   change (:func:`~inkpen.manifest.merging.check_compactor`) and raises
+   :class:`~inkpen.errors.FencedError` without writing, so a superseded compactor changes
+   nothing any manifest names (what it stored is an orphan that GC removes).
+2. **Merge.** From the latest manifest the merge policy (the ``merge_policy`` option, as in the
+   writer) chooses one job; the inputs are read, merged and written as new SSTs, and one CAS
+   commits :func:`~inkpen.manifest.merging.replace_ssts` against whatever manifest is latest
+   then: the writer's L0 files added meanwhile stay. An input the latest no longer names (it
+   cannot happen while this compactor holds the epoch) drops the job
+   (:class:`~inkpen.manifest.merging.ManifestConflict`). ``run_once`` repeats until the policy
+   answers no job (L0 empty, every level within its target) or :data:`MAX_JOBS` jobs ran.
+3. **Collect.** A GC pass (:func:`inkpen.manifest.gc.run_gc`) as a process that is not the
+   writer: ``min_age`` is at least :data:`~inkpen.manifest.gc.MIN_AGE_WITHOUT_WRITER` (the
+   writer's files in flight are unknown here) and every file a manifest from the writer
+   checkpoint up names is kept, so the files the writer's views and snapshots still read
+   survive until the writer has adopted the new levels and moved its checkpoint. The compactor
+   deletes nothing else: the SSTs its merges replace are deleted by that GC once no active
+   manifest names them, or by the writer's delete_pending clerks.
+
+The compactor holds no actors: one thread runs ``run_once``; ``run`` loops on a schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from inkpen.actors.engine import compute
+from inkpen.actors.ledger.levels import Levels
+from inkpen.actors.ledger.merge_policy import MergeJob, MergePolicy, policy_for
+from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
+from inkpen.logs import get_logger
+from inkpen.manifest.clones import StoreResolver
+from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, GcReport, run_gc
+from inkpen.manifest.merging import ManifestConflict, check_compactor, replace_ssts
+from inkpen.manifest.model import Manifest, SstDescriptor, VersionedManifest
+from inkpen.manifest.store import ManifestStore, require_live
+from inkpen.manifest.table_store import TableStore
+from inkpen.objectstore import ObjectStore
+from inkpen.options import Options
+
+log = get_logger("inkpen.compactor")
+
+MAX_JOBS = 256
+"""Merge jobs one ``run_once`` runs at most (a writer adding L0 files as fast as they merge
+would otherwise keep it from its GC pass for ever)."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactorReport:
+    """What one :meth:`Compactor.run_once` did."""
+
+    epoch: int
+    merges: int = 0
+    moves: int = 0
+    conflicts: int = 0
+    written: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    l0_files: int = 0
+    """L0 files in the latest manifest when the merges stopped."""
+    level_files: tuple[int, ...] = ()
+    """Files per level below L0 then."""
+    gc: GcReport | None = None
+    manifest_id: int = 0
+    seconds: float = 0.0
+    errors: tuple[str, ...] = field(default=())
+
+    def summary(self) -> str:
+        deleted = len(self.gc.deleted) if self.gc is not None else 0
+        return (
+            f"compactor epoch {self.epoch}: {self.merges} merges, {self.moves} moves, "
+            f"{len(self.written)} SSTs written, {len(self.replaced)} replaced; L0 now "
+            f"{self.l0_files} files, levels {list(self.level_files)}; GC deleted {deleted} "
+            f"objects; manifest {self.manifest_id}; {self.seconds:.2f} s"
+        )
+
+
+class Compactor:
+    """The compactor role of one database; made by :func:`open_compactor`.
+
+    Not thread-safe: one thread calls :meth:`run_once` or :meth:`run` (and :meth:`close`, or
+    sets the ``stop_event`` given to :meth:`run` from another thread).
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        options: Options,
+        *,
+        owns_store: bool,
+        interval: float,
+    ) -> None:
+        self._store = store
+        self._owns_store = owns_store
+        self.options = options
+        self.interval = interval
+        self.manifests = ManifestStore(store)
+        require_live(self.manifests.open_database(create_if_missing=False), store.url)
+        self._in_flight: set[str] = set()
+        self._lock = threading.Lock()
+        self.tables = TableStore.for_options(StoreResolver(store), options, on_write=self._stored)
+        self.policy: MergePolicy = policy_for(options)
+        self._turn = 0
+        self._closed = False
+        claimed = self.manifests.update(
+            _bump_compactor_epoch, timeout=options.manifest_update_timeout
+        )
+        self.epoch = claimed.manifest.compactor_epoch
+        log.info("compactor.claimed", url=store.url, epoch=self.epoch, manifest=claimed.id)
+
+    @property
+    def url(self) -> str:
+        return self._store.url
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _stored(self, name: str) -> None:
+        with self._lock:
+            self._in_flight.add(name)
+
+    def _in_flight_names(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._in_flight)
+
+    # -- one round ----------------------------------------------------------------------------
+
+    def run_once(self, *, progress: Progress | None = None) -> CompactorReport:
+        """Merge until the policy asks for nothing (at most :data:`MAX_JOBS` jobs), then run a
+        GC pass; answers the report. Raises :class:`FencedError` once a newer compactor claimed
+        the database (nothing of this round's unfinished work becomes visible)."""
+        if self._closed:
+            raise UsageError("this Compactor is closed; call inkpen.open_compactor again")
+        say = progress or (lambda _: None)
+        started = time.monotonic()
+        merges = moves = conflicts = 0
+        written: list[str] = []
+        replaced: list[str] = []
+        latest = self._latest()
+        for _ in range(MAX_JOBS):
+            job = self.policy.choose(Levels(latest.manifest.ledger.levels), turn=self._turn)
+            self._turn += 1
+            if job is None:
+                break
+            say(_describe(job))
+            try:
+                outputs = self._run_job(job)
+                latest = self._commit(job, outputs)
+            except ManifestConflict as exc:
+                conflicts += 1
+                log.warning("compactor.merge_conflict", error=str(exc))
+                latest = self._latest()
+                continue
+            if job.move:
+                moves += 1
+            else:
+                merges += 1
+                written.extend(d.name for d in outputs)
+                replaced.extend(d.name for d in job.inputs)
+        gc = self._collect(say)
+        latest = self._latest()
+        levels = latest.manifest.ledger.levels
+        report = CompactorReport(
+            epoch=self.epoch,
+            merges=merges,
+            moves=moves,
+            conflicts=conflicts,
+            written=tuple(written),
+            replaced=tuple(replaced),
+            l0_files=len(levels[0]) if levels else 0,
+            level_files=tuple(len(level) for level in levels[1:]),
+            gc=gc,
+            manifest_id=latest.id,
+            seconds=time.monotonic() - started,
+        )
+        log.info(
+            "compactor.round",
+            epoch=self.epoch,
+            merges=merges,
+            moves=moves,
+            conflicts=conflicts,
+            l0_files=report.l0_files,
+            deleted=len(gc.deleted) if gc is not None else 0,
+            manifest=latest.id,
+            ms=round(report.seconds * 1000, 2),
+        )
+        return report
+
+    def _latest(self) -> VersionedManifest:
+        latest = self.manifests.latest()
+        if latest is None:
+            raise NotFoundError(f"no inkpen database at {self.url}")
+        require_live(latest, self.url)
+        check_compactor(latest.manifest, self.epoch)
+        return latest
+
+    def _run_job(self, job: MergeJob[SstDescriptor]) -> tuple[SstDescriptor, ...]:
+        """The job's new files (none for a move), stored and in flight until the commit."""
+        if job.move:
+            return ()
+        options = self.options
+        targets = sorted(job.targets, key=lambda d: d.first_key)
+        built = compute.run(
+            options.compute_workers,
+            compute.merge_ssts,
+            [self._input(d) for d in job.sources],
+            [self._input(d) for d in targets],
+            job.basement,
+            int(options.clock() * 1000),
+            options.sst_target_bytes,
+            options.sst_block_bytes,
+            options.bloom_bits_per_key,
+        )
+        return tuple(self.tables.write_sst(data, info) for data, info in built)
+
+    def _input(self, descriptor: SstDescriptor) -> compute.SstInput:
+        return descriptor.name, self.tables.read(descriptor), descriptor.sqn_base
+
+    def _commit(
+        self, job: MergeJob[SstDescriptor], outputs: tuple[SstDescriptor, ...]
+    ) -> VersionedManifest:
+        """One CAS: the job's inputs out, its outputs in, against the latest manifest."""
+        removed = [d.name for d in job.inputs]
+        added = job.outputs(outputs)
+
+        def change(current: VersionedManifest) -> Manifest:
+            check_compactor(current.manifest, self.epoch)
+            return replace_ssts(current.manifest, removed, job.target_level, added)
+
+        try:
+            versioned = self.manifests.update(change, timeout=self.options.manifest_update_timeout)
+        except (ManifestConflict, FencedError, StoreError):
+            self._drop(outputs)
+            raise
+        finally:
+            with self._lock:
+                self._in_flight.difference_update(d.name for d in outputs)
+        log.info(
+            "compactor.merge",
+            source_level=job.source_level,
+            target_level=job.target_level,
+            inputs=len(removed),
+            written=len(outputs),
+            move=job.move,
+            basement=job.basement,
+            manifest=versioned.id,
+        )
+        return versioned
+
+    def _drop(self, outputs: tuple[SstDescriptor, ...]) -> None:
+        """Delete files no manifest names (a commit that did not land); GC removes any left."""
+        for descriptor in outputs:
+            try:
+                self.tables.delete(descriptor.name)
+            except InkpenError as exc:
+                log.warning("compactor.drop_failed", name=descriptor.name, error=str(exc))
+
+    def _collect(self, say: Progress) -> GcReport | None:
+        self._latest()  # fenced: no pass
+        min_age = max(self.options.gc_min_age, MIN_AGE_WITHOUT_WRITER)
+        say(f"gc (min_age {min_age:g} s)")
+        try:
+            return run_gc(
+                self._store,
+                options=GcOptions(min_age=min_age),
+                keep=self._in_flight_names,
+            )
+        except FencedError:
+            raise
+        except InkpenError as exc:
+            log.warning("compactor.gc_failed", error=str(exc))
+            return None
+
+    # -- the schedule -------------------------------------------------------------------------
+
+    def run(
+        self,
+        stop_event: threading.Event | None = None,
+        *,
+        progress: Progress | None = None,
+        on_report: Callable[[CompactorReport], None] | None = None,
+    ) -> None:
+        """Run :meth:`run_once` every ``interval`` seconds until ``stop_event`` is set (or for
+        ever). A round that fails other than by the fence is logged and tried again at the next
+        tick; the fence ends the loop with :class:`FencedError`."""
+        stop = stop_event or threading.Event()
+        while not stop.is_set():
+            try:
+                report = self.run_once(progress=progress)
+            except FencedError:
+                raise
+            except InkpenError as exc:
+                log.warning("compactor.round_failed", error=str(exc))
+            else:
+                if on_report is not None:
+                    on_report(report)
+            stop.wait(self.interval)
+
+    def close(self) -> None:
+        """Stop being the compactor (the epoch stays: a new compactor claims the next one)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_store:
+            self._store.close()
+
+    def __enter__(self) -> Compactor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Compactor({self.url!r}, epoch={self.epoch})"
+
+
+def _bump_compactor_epoch(current: VersionedManifest) -> Manifest:
+    manifest = current.manifest
+    return dataclasses.replace(manifest, compactor_epoch=manifest.compactor_epoch + 1)
+
+
+def _describe(job: MergeJob[Any]) -> str:
+    kind = "move" if job.move else "merge"
+    return (
+        f"{kind} L{job.source_level} -> L{job.target_level}: {len(job.sources)} source, "
+        f"{len(job.targets)} target files"
+    )
+
+
+def open_compactor(
+    url: str | ObjectStore,
+    options: Options | None = None,
+    /,
+    *,
+    interval: float = 30.0,
+    **overrides: Any,
+) -> Compactor:
+    """Claim the compactor role of the database at ``url`` (bumping ``compactor_epoch``, which
+    fences any earlier compactor) and answer the :class:`Compactor`.
+
+    ``options`` and keyword overrides are :class:`~inkpen.Options` (the merge policy and its
+    sizes, SST sizes, ``gc_min_age``, ``compute_workers`` — 0 by default here: the compactor is
+    a process of its own). ``interval``: seconds between rounds of :meth:`Compactor.run`.
+    Pair it with a writer opened with ``compaction="external"``."""
+    overrides.setdefault("compute_workers", 0)
+    opts = Options.build(options, **overrides)
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+        raise UsageError(f"interval must be a positive number of seconds, got {interval!r}")
+    if isinstance(url, str):
+        from inkpen.objectstore import open_store
+
+        store, owns = open_store(url), True
+    elif isinstance(url, ObjectStore):
+        store, owns = url, False
+    else:
+        raise UsageError(f"url must be a store URL or an ObjectStore, got {type(url).__name__}")
+    try:
+        return Compactor(store, opts, owns_store=owns, interval=float(interval))
+    except BaseException:
+        if owns:
+            store.close()
+        raise

@@ -1,0 +1,165 @@
+"""External compaction in one process (threads): a writer opened with compaction="external"
+merges nothing itself, holds its puts once L0 is full, and adopts what a Compactor commits;
+compactors fence each other by the compactor epoch."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+import inkpen
+from inkpen.manifest.store import ManifestStore
+from inkpen.objectstore import open_store
+from support.engine import TINY, missing_objects
+
+EXTERNAL = {**TINY, "compaction": "external"}
+DEADLINE = 60.0
+
+
+def _wait_for(condition: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    end = time.monotonic() + deadline
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.01)
+
+
+def _levels(url: str) -> tuple[tuple[str, ...], ...]:
+    store = open_store(url)
+    try:
+        latest = ManifestStore(store).latest()
+        assert latest is not None
+        return tuple(tuple(d.name for d in level) for level in latest.manifest.ledger.levels)
+    finally:
+        store.close()
+
+
+def test_external_writer_holds_puts_until_a_compactor_merges(store_url: str) -> None:
+    book = inkpen.open(store_url, **EXTERNAL)
+    model: dict[bytes, bytes] = {}
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def put_many() -> None:
+        try:
+            for i in range(600):
+                key, value = f"k{i:05d}".encode(), f"v{i}".encode() * 3
+                book.put("b", key, value)
+                model[key] = value
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    try:
+        putter = threading.Thread(target=put_many, daemon=True)
+        putter.start()
+        _wait_for(lambda: book.stats().get("waiting_for_compactor") is True, "a full L0")
+        assert not done.is_set(), "600 puts went through with no compactor: nothing held them"
+        stats = book.stats()
+        assert stats["compaction"] == "external"
+        assert stats["l0_files"] == EXTERNAL["max_l0_files"]
+        assert stats["merges"] == 0
+        assert len(_levels(store_url)) == 1, "the writer merged by itself"
+        with pytest.raises(inkpen.UsageError, match="external"):
+            book.compact_journal()
+        with pytest.raises(inkpen.UsageError, match="external"):
+            book.run_gc()
+        with inkpen.open_compactor(store_url, **TINY) as compactor:
+            while not done.wait(0.05):
+                compactor.run_once()
+            report = compactor.run_once()
+        assert not errors, errors
+        assert report.l0_files == 0
+        for key, value in model.items():
+            assert book.get("b", key) == value
+        assert len(model) == 600
+    finally:
+        book.close()
+    with inkpen.open(store_url, **TINY) as again:
+        for key, value in model.items():
+            assert again.get("b", key) == value
+
+
+def test_a_newer_compactor_fences_the_older_which_changes_nothing(store_url: str) -> None:
+    with inkpen.open(store_url, **EXTERNAL) as book:
+        for i in range(60):
+            book.put("b", f"k{i:03d}".encode(), b"x" * 20)
+        book.flush()
+        old = inkpen.open_compactor(store_url, **TINY)
+        new = inkpen.open_compactor(store_url, **TINY)
+        assert new.epoch == old.epoch + 1
+        store = open_store(store_url)
+        try:
+            before = ManifestStore(store).latest()
+            assert before is not None
+            with pytest.raises(inkpen.FencedError, match="compactor epoch"):
+                old.run_once()
+            after = ManifestStore(store).latest()
+            assert after is not None and after.id == before.id
+            assert new.run_once().l0_files == 0
+            assert missing_objects(store) == []
+        finally:
+            store.close()
+            old.close()
+            new.close()
+        for i in range(60):
+            assert book.get("b", f"k{i:03d}".encode()) == b"x" * 20
+        _wait_for(lambda: book.stats()["l0_files"] == 0, "the writer to adopt the merge")
+
+
+def test_writer_and_compactor_threads_keep_every_acknowledged_write(store_url: str) -> None:
+    rng = random.Random(18)
+    model: dict[bytes, bytes | None] = {}
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def compact() -> None:
+        try:
+            compactor.run(stop)
+        except BaseException as exc:  # pragma: no cover - reported below
+            failures.append(exc)
+
+    with inkpen.open(store_url, **EXTERNAL) as book:
+        compactor = inkpen.open_compactor(store_url, **TINY, interval=0.05)
+        runner = threading.Thread(target=compact, daemon=True)
+        runner.start()
+        try:
+            for step in range(1500):
+                key = f"k{rng.randrange(300):04d}".encode()
+                if rng.random() < 0.15:
+                    book.delete("b", key)
+                    model[key] = None
+                else:
+                    value = f"{step}".encode() * rng.randrange(1, 8)
+                    book.put("b", key, value)
+                    model[key] = value
+                if step % 300 == 299:
+                    for k, v in model.items():
+                        assert book.get("b", k) == v, k
+            stats = book.stats()
+            assert stats["l0_files"] <= EXTERNAL["max_l0_files"]
+        finally:
+            stop.set()
+            runner.join(DEADLINE)
+        assert not failures, failures
+        assert sum(_count(level) for level in _levels(store_url)[1:]) > 0, "nothing was merged"
+    with inkpen.open(store_url, **TINY) as again:
+        for k, v in model.items():
+            assert again.get("b", k) == v, k
+    compactor.close()
+
+
+def _count(level: tuple[str, ...]) -> int:
+    return len(level)
+
+
+def test_bad_compaction_option_is_refused(store_url: str) -> None:
+    with pytest.raises(inkpen.UsageError, match="compaction"):
+        inkpen.open(store_url, compaction="sideways")
+    with pytest.raises(inkpen.UsageError, match="interval"):
+        inkpen.open_compactor(store_url, interval=0)
