@@ -4,6 +4,7 @@ compactors fence each other by the compactor epoch."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 import inkpen
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
+from support.cli import fails, ok
 from support.engine import TINY, missing_objects
 
 EXTERNAL = {**TINY, "compaction": "external"}
@@ -163,3 +165,24 @@ def test_bad_compaction_option_is_refused(store_url: str) -> None:
         inkpen.open(store_url, compaction="sideways")
     with pytest.raises(inkpen.UsageError, match="interval"):
         inkpen.open_compactor(store_url, interval=0)
+
+
+def test_cli_compactor_once_merges_and_reports(make_store_url: Callable[[str], str]) -> None:
+    url = make_store_url("local")
+    with inkpen.open(url, **EXTERNAL) as book:
+        for i in range(60):  # below what backpressure holds with no compactor
+            book.put("b", f"k{i:04d}".encode(), b"y" * 30)
+        book.flush()
+        assert len(_levels(url)[0]) >= 2
+        ran = ok("compactor", url, "--once", "--json")
+        document = json.loads(ran.out)
+        assert document["l0_files"] == 0
+        assert document["merges"] >= 1
+        assert document["epoch"] == 1
+        assert _levels(url)[0] == ()
+        text = ok("compactor", url, "--once")
+        assert "compactor epoch 2 claimed" in text.out
+        assert "0 merges" in text.out
+        for i in range(60):
+            assert book.get("b", f"k{i:04d}".encode()) == b"y" * 30
+    fails(2, "compactor", url, "--once", "--interval", "soon")
