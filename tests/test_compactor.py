@@ -13,8 +13,10 @@ from collections.abc import Callable
 import pytest
 
 import inkpen
+from inkpen.actors.ledger import external
+from inkpen.manifest.gc import GcOptions, run_gc
 from inkpen.manifest.store import ManifestStore
-from inkpen.objectstore import open_store
+from inkpen.objectstore import ObjectStore, open_store
 from support.cli import fails, ok
 from support.engine import TINY, missing_objects
 
@@ -186,3 +188,80 @@ def test_cli_compactor_once_merges_and_reports(make_store_url: Callable[[str], s
         for i in range(60):
             assert book.get("b", f"k{i:04d}".encode()) == b"y" * 30
     fails(2, "compactor", url, "--once", "--interval", "soon")
+
+
+def test_writer_l0_commit_keeps_a_merge_it_has_not_adopted(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer never looks for the compactor's commit: its next L0 commit must still keep it.
+    monkeypatch.setattr(external, "WATCH_INTERVAL", 3600.0)
+    monkeypatch.setattr(external, "WATCH_INTERVAL_HELD", 3600.0)
+    with inkpen.open(store_url, **EXTERNAL) as book:
+        for i in range(40):
+            book.put("b", f"a{i:03d}".encode(), b"1")
+        book.flush()
+        with inkpen.open_compactor(store_url, **TINY) as compactor:
+            report = compactor.run_once()
+        assert report.merges >= 1
+        merged = _levels(store_url)[1:]
+        assert merged and merged[0]
+        assert book.stats()["l0_files"] > 0, "the writer adopted the merge before its commit"
+        for i in range(30):
+            book.put("b", f"z{i:03d}".encode(), b"2")
+        book.flush()
+        after = _levels(store_url)
+        assert after[1:] == merged, "the writer's L0 commit undid the compactor's merge"
+        assert set(after[0]).isdisjoint(report.replaced)
+        for i in range(40):
+            assert book.get("b", f"a{i:03d}".encode()) == b"1"
+        for i in range(30):
+            assert book.get("b", f"z{i:03d}".encode()) == b"2"
+
+
+def test_a_snapshot_keeps_reading_files_a_compactor_replaced(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The snapshot is taken when the writer's manifest already holds the compactor's merge but
+    # its ledger view does not yet: the files the view reads must stay pinned for other
+    # processes' GC (the writer checkpoint), and the writer's own deletes wait for the snapshot.
+    monkeypatch.setattr(external, "WATCH_INTERVAL", 3600.0)
+    monkeypatch.setattr(external, "WATCH_INTERVAL_HELD", 3600.0)
+    with inkpen.open(store_url, **EXTERNAL) as book:
+        for i in range(50):
+            book.put("b", f"k{i:03d}".encode(), b"old")
+        book.flush()
+        with inkpen.open_compactor(store_url, **TINY) as compactor:
+            report = compactor.run_once()
+        assert report.replaced
+        book.checkpoint(lifetime=1.0)  # a journal commit: the writer's manifest moves past it
+        snap = book.snapshot()
+        assert book.stats()["l0_files"] > 0, "the view adopted the merge too early"
+        for round_ in range(2):  # two L0 commits: the second moves the writer checkpoint on
+            for i in range(50):
+                book.put("b", f"k{i:03d}".encode(), f"new{round_}".encode())
+            book.flush()
+        store = open_store(store_url)
+        try:
+            run_gc(store, options=GcOptions(min_age=0.0, offline=True))
+            assert all(_exists(store, name) for name in report.replaced), (
+                "GC deleted files an open snapshot reads"
+            )
+            for i in range(50):
+                assert snap.get("b", f"k{i:03d}".encode()) == b"old"
+            snap.close()
+            _wait_for(
+                lambda: not any(_exists(store, name) for name in report.replaced),
+                "the replaced files to be deleted once the snapshot closed",
+            )
+        finally:
+            store.close()
+        for i in range(50):
+            assert book.get("b", f"k{i:03d}".encode()) == b"new1"
+
+
+def _exists(store: ObjectStore, name: str) -> bool:
+    try:
+        store.head(name)
+    except inkpen.NotFoundError:
+        return False
+    return True
