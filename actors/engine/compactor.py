@@ -16,7 +16,14 @@ URL``) does, in any process. The protocol (DESIGN.md section 7, "External compac
    cannot happen while this compactor holds the epoch) drops the job
    (:class:`~inkpen.manifest.merging.ManifestConflict`). ``run_once`` repeats until the policy
    answers no job (L0 empty, every level within its target) or :data:`MAX_JOBS` jobs ran.
-3. **Collect.** A GC pass (:func:`inkpen.manifest.gc.run_gc`) as a process that is not the
+3. **Compact the journal.** Each journal file is scored as the writer's clerk scores it
+   (``compaction_sample_size`` sampled records, the retention rules of
+   :mod:`inkpen.actors.journal.retention`) against the ledger *as its SSTs hold it* at the
+   manifest's ``persisted_sqn`` (entries above it are kept as they are: the writer's memory may
+   hold newer values); the best run is rewritten and committed with
+   :func:`~inkpen.manifest.merging.replace_journal_files`. The writer's rolls add files beside
+   it (a delta too).
+4. **Collect.** A GC pass (:func:`inkpen.manifest.gc.run_gc`) as a process that is not the
    writer: ``min_age`` is at least :data:`~inkpen.manifest.gc.MIN_AGE_WITHOUT_WRITER` (the
    writer's files in flight are unknown here) and every file a manifest from the writer
    checkpoint up names is kept, so the files the writer's views and snapshots still read
@@ -30,21 +37,32 @@ The compactor holds no actors: one thread runs ``run_once``; ``run`` loops on a 
 from __future__ import annotations
 
 import dataclasses
+import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from inkpen.actors.engine import compute
+from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.journal.retention import best_run, entry_weight, judge, retained_weight
 from inkpen.actors.ledger.levels import Levels
 from inkpen.actors.ledger.merge_policy import MergeJob, MergePolicy, policy_for
+from inkpen.actors.read.views import LedgerView, SstHandle
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
+from inkpen.formats.journal import JournalEntry, JournalReader
+from inkpen.formats.keys import Tag
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, GcReport, run_gc
-from inkpen.manifest.merging import ManifestConflict, check_compactor, replace_ssts
-from inkpen.manifest.model import Manifest, SstDescriptor, VersionedManifest
+from inkpen.manifest.merging import (
+    ManifestConflict,
+    check_compactor,
+    replace_journal_files,
+    replace_ssts,
+)
+from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor, VersionedManifest
 from inkpen.manifest.store import ManifestStore, require_live
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore
@@ -73,6 +91,8 @@ class CompactorReport:
     """L0 files in the latest manifest when the merges stopped."""
     level_files: tuple[int, ...] = ()
     """Files per level below L0 then."""
+    journal: CompactionReport | None = None
+    """The journal compaction of the round (None: it failed, or no journal file yet)."""
     gc: GcReport | None = None
     manifest_id: int = 0
     seconds: float = 0.0
@@ -80,11 +100,13 @@ class CompactorReport:
 
     def summary(self) -> str:
         deleted = len(self.gc.deleted) if self.gc is not None else 0
+        compacted = len(self.journal.compacted) if self.journal is not None else 0
         return (
             f"compactor epoch {self.epoch}: {self.merges} merges, {self.moves} moves, "
             f"{len(self.written)} SSTs written, {len(self.replaced)} replaced; L0 now "
-            f"{self.l0_files} files, levels {list(self.level_files)}; GC deleted {deleted} "
-            f"objects; manifest {self.manifest_id}; {self.seconds:.2f} s"
+            f"{self.l0_files} files, levels {list(self.level_files)}; {compacted} journal "
+            f"files compacted; GC deleted {deleted} objects; manifest {self.manifest_id}; "
+            f"{self.seconds:.2f} s"
         )
 
 
@@ -171,6 +193,7 @@ class Compactor:
                 merges += 1
                 written.extend(d.name for d in outputs)
                 replaced.extend(d.name for d in job.inputs)
+        journal = self._compact_journal(say)
         gc = self._collect(say)
         latest = self._latest()
         levels = latest.manifest.ledger.levels
@@ -183,6 +206,7 @@ class Compactor:
             replaced=tuple(replaced),
             l0_files=len(levels[0]) if levels else 0,
             level_files=tuple(len(level) for level in levels[1:]),
+            journal=journal,
             gc=gc,
             manifest_id=latest.id,
             seconds=time.monotonic() - started,
@@ -261,13 +285,168 @@ class Compactor:
         )
         return versioned
 
-    def _drop(self, outputs: tuple[SstDescriptor, ...]) -> None:
+    def _drop(self, outputs: tuple[SstDescriptor, ...] | tuple[JournalFileDescriptor, ...]) -> None:
         """Delete files no manifest names (a commit that did not land); GC removes any left."""
         for descriptor in outputs:
             try:
                 self.tables.delete(descriptor.name)
             except InkpenError as exc:
                 log.warning("compactor.drop_failed", name=descriptor.name, error=str(exc))
+
+    # -- the journal ---------------------------------------------------------------------------
+
+    def _compact_journal(self, say: Progress) -> CompactionReport | None:
+        """Score the journal files against the SSTs' ledger; rewrite and commit the best run."""
+        latest = self._latest()
+        manifest = latest.manifest
+        max_sqn = manifest.ledger.persisted_sqn
+        files = [d for d in manifest.journal.files if d.min_sqn <= max_sqn]
+        if not files:
+            return None
+        say(f"scoring {len(files)} journal files")
+        try:
+            ledger = self._ledger_view(latest)
+            readers = {d.name: self.tables.open_journal(d) for d in files}
+            report, chosen, written = self._rewrite(files, readers, ledger, max_sqn)
+        except InkpenError as exc:
+            log.warning("compactor.journal_failed", error=str(exc))
+            return None
+        if not chosen:
+            return report
+        removed = [d.name for d in chosen]
+
+        def change(current: VersionedManifest) -> Manifest:
+            check_compactor(current.manifest, self.epoch)
+            return replace_journal_files(current.manifest, removed, written)
+
+        try:
+            versioned = self.manifests.update(change, timeout=self.options.manifest_update_timeout)
+        except ManifestConflict as exc:
+            log.warning("compactor.journal_conflict", error=str(exc))
+            self._drop(written)
+            return None
+        except (FencedError, StoreError):
+            self._drop(written)
+            raise
+        finally:
+            with self._lock:
+                self._in_flight.difference_update(d.name for d in written)
+        log.info(
+            "compactor.journal_compaction",
+            replaced=removed,
+            written=[d.name for d in written],
+            manifest=versioned.id,
+        )
+        return dataclasses.replace(report, manifest_id=versioned.id)
+
+    def _ledger_view(self, latest: VersionedManifest) -> LedgerView:
+        """The ledger as the manifest's SSTs hold it (no memory: the writer's is unknown)."""
+        levels = Levels(
+            tuple(
+                tuple(SstHandle(d, self.tables.open_sst(d)) for d in level)
+                for level in latest.manifest.ledger.levels
+            )
+        )
+        return LedgerView(
+            manifest_id=latest.id,
+            files=levels,
+            persisted_sqn=latest.manifest.ledger.persisted_sqn,
+        )
+
+    def _rewrite(
+        self,
+        files: list[JournalFileDescriptor],
+        readers: dict[str, JournalReader],
+        ledger: LedgerView,
+        max_sqn: int,
+    ) -> tuple[CompactionReport, list[JournalFileDescriptor], tuple[JournalFileDescriptor, ...]]:
+        options = self.options
+        now_ms = int(options.clock() * 1000)
+        rng = random.Random()
+        scores: dict[str, float] = {}
+        for descriptor in files:
+            reader = readers[descriptor.name]
+            locations = reader.locations()
+            sample = sorted(
+                rng.sample(locations, min(options.compaction_sample_size, len(locations)))
+            )
+            kept = total = 0
+            for offset, length in sample:
+                entry = reader.read_at(offset, length)
+                k, t = retained_weight(
+                    entry,
+                    ledger.get,
+                    max_sqn=max_sqn,
+                    now_ms=now_ms,
+                    strategy=self._strategy(entry),
+                )
+                kept += k
+                total += t
+            scores[descriptor.name] = 100.0 * kept / total if total else 100.0
+        run = best_run(
+            [scores[d.name] for d in files],
+            single=options.single_file_compaction_pct,
+            max_run=options.max_run_compaction_pct,
+            max_length=options.max_run_length,
+        )
+        if run is None:
+            return CompactionReport(scores=scores), [], ()
+        chosen = files[run[0] : run[0] + run[1]]
+        counts = {"kept": 0, "reduced": 0, "dropped": 0}
+
+        def survivors() -> Iterator[JournalEntry]:
+            for descriptor in chosen:
+                for entry in readers[descriptor.name].iter_entries():
+                    kept_entry = judge(
+                        entry,
+                        ledger.get,
+                        max_sqn=max_sqn,
+                        now_ms=now_ms,
+                        strategy=self._strategy(entry),
+                    )
+                    if kept_entry is None:
+                        counts["dropped"] += 1
+                        continue
+                    counts["kept" if kept_entry is entry else "reduced"] += 1
+                    yield kept_entry
+
+        written = self._write_journal(survivors())
+        report = CompactionReport(
+            scores=scores,
+            compacted=tuple(d.name for d in chosen),
+            written=tuple(d.name for d in written),
+            bytes_before=sum(d.size for d in chosen),
+            bytes_after=sum(d.size for d in written),
+            entries_kept=counts["kept"],
+            entries_reduced=counts["reduced"],
+            entries_dropped=counts["dropped"],
+        )
+        return report, chosen, written
+
+    def _write_journal(self, entries: Iterator[JournalEntry]) -> tuple[JournalFileDescriptor, ...]:
+        """Entries (SQN order) as journal files of about ``journal_file_target_bytes``."""
+        epoch = self._latest().manifest.writer_epoch
+        target = self.options.journal_file_target_bytes
+        written: list[JournalFileDescriptor] = []
+        chunk: list[JournalEntry] = []
+        size = 0
+        try:
+            for entry in entries:
+                chunk.append(entry)
+                size += entry_weight(entry)
+                if size >= target:
+                    written.append(self.tables.write_journal(chunk, writer_epoch=epoch))
+                    chunk, size = [], 0
+            if chunk:
+                written.append(self.tables.write_journal(chunk, writer_epoch=epoch))
+        except BaseException:
+            self._drop(tuple(written))
+            raise
+        return tuple(written)
+
+    def _strategy(self, entry: JournalEntry) -> Any:
+        tag = "h" if entry.ledger_key[:1] == bytes([Tag.HEAD]) else "o"
+        return self.options.strategy_for(tag)
 
     def _collect(self, say: Progress) -> GcReport | None:
         self._latest()  # fenced: no pass
