@@ -41,7 +41,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from inkpen.actors.engine import compute
@@ -96,7 +96,6 @@ class CompactorReport:
     gc: GcReport | None = None
     manifest_id: int = 0
     seconds: float = 0.0
-    errors: tuple[str, ...] = field(default=())
 
     def summary(self) -> str:
         deleted = len(self.gc.deleted) if self.gc is not None else 0
@@ -137,6 +136,8 @@ class Compactor:
         self.policy: MergePolicy = policy_for(options)
         self._turn = 0
         self._closed = False
+        self._scored: tuple[frozenset[str], int] | None = None
+        """The journal files and persisted SQN a round last scored and found nothing to do."""
         claimed = self.manifests.update(
             _bump_compactor_epoch, timeout=options.manifest_update_timeout
         )
@@ -303,6 +304,9 @@ class Compactor:
         files = [d for d in manifest.journal.files if d.min_sqn <= max_sqn]
         if not files:
             return None
+        seen = (frozenset(d.name for d in files), max_sqn)
+        if seen == self._scored:  # nothing changed since a round found nothing to do
+            return CompactionReport()
         say(f"scoring {len(files)} journal files")
         try:
             ledger = self._ledger_view(latest)
@@ -312,6 +316,7 @@ class Compactor:
             log.warning("compactor.journal_failed", error=str(exc))
             return None
         if not chosen:
+            self._scored = seen
             return report
         removed = [d.name for d in chosen]
 

@@ -51,5 +51,6 @@ def adopt(
         handles.update((h.name, h) for h in open_missing(missing))
     levels = Levels(tuple(tuple(handles[d.name] for d in level) for level in wanted))
     named = {d.name for level in wanted for d in level}
-    dropped = [h for h in (*current.all_files(), *known) if h.name not in named]
+    held = {h.name: h for h in (*current.all_files(), *known)}
+    dropped = [h for name, h in held.items() if name not in named]
     return levels, dropped
