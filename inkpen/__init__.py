@@ -6,11 +6,14 @@ delete, index queries, folds, snapshots, checkpoints, hot backups, journal compa
 ``inkpen.aio`` has both for asyncio code (``await book.put(...)``). ``inkpen.backup``,
 ``inkpen.restore``, ``inkpen.destroy`` and ``inkpen.list_databases`` work on whole databases
 without a Bookie.
+``inkpen.open_compactor(url)`` gives a :class:`Compactor`: merges and GC in a process of their
+own, beside a writer opened with ``compaction="external"``.
 See README.md and DESIGN.md.
 """
 
 from __future__ import annotations
 
+from inkpen.actors.engine.compactor import Compactor, CompactorReport, open_compactor
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.read.feed import Change
@@ -48,6 +51,8 @@ __all__ = [
     "Change",
     "CheckpointLapsedError",
     "CompactionReport",
+    "Compactor",
+    "CompactorReport",
     "ConflictError",
     "CopyReport",
     "CorruptionError",
@@ -71,6 +76,7 @@ __all__ = [
     "destroy",
     "list_databases",
     "open",
+    "open_compactor",
     "open_reader",
     "restore",
 ]

@@ -25,6 +25,7 @@ HEAD_ONLY_MODES = ("with_lookup", "no_lookup")
 HEAD_ONLY_TRIM_INTERVAL = 60.0
 """Seconds between automatic journal trims of a head-only store without compaction_interval."""
 ReloadStrategy = Literal["retain", "recovr"]
+Compaction = Literal["internal", "external"]
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -66,6 +67,10 @@ class Options:
         ``merge_policy``: a :class:`~inkpen.actors.ledger.merge_policy.MergePolicy` choosing the
         ledger's merges; None (the default) is Leveled's policy with the two sizes above (a
         policy given here brings its own sizes).
+        ``compaction``: ``"internal"`` (the default) runs ledger merges, journal compaction and
+        GC in this process; ``"external"`` runs none of them: a compactor process
+        (``inkpen.open_compactor``, ``inkpen compactor URL``) does, and until one keeps up the
+        writer's backpressure holds its puts once ``max_l0_files`` L0 files wait.
 
     Journal (the Inker and its clerk)
         ``roll_bytes`` / ``roll_segments``: unrolled segments are rolled into one journal file
@@ -134,6 +139,7 @@ class Options:
     level_fanout: int = 8
     merge_policy: MergePolicy | None = None
     merge_poll_interval: float = 0.2
+    compaction: Compaction = "internal"
 
     roll_bytes: int = 32 * MiB
     roll_segments: int = 1024
@@ -176,6 +182,7 @@ class Options:
         _check_choice("flush_policy", self.flush_policy, ("idle", "interval"))
         if self.head_only is not None:
             _check_choice("head_only", self.head_only, HEAD_ONLY_MODES)
+        _check_choice("compaction", self.compaction, ("internal", "external"))
         for name in ("roll_on_close", "allow_missing_segments"):
             check_flag(f"option {name}", getattr(self, name))
         for name in ("flush_interval", "merge_poll_interval"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from click.testing import CliRunner
 from inkpen.cli import main
 from inkpen.cli.bench import flush_options
 from inkpen.cli.scale import RATIO_FIGURES
+from inkpen.manifest.store import ManifestStore
+from inkpen.objectstore import open_store
 from inkpen.objectstore.seaweed import SeaweedServer
 
 PEER_KEYS = {"system", "workload", "ops", "seconds", "ops_per_s", "store"}
@@ -134,3 +137,20 @@ def test_several_counts_without_scale_are_refused() -> None:
     result = CliRunner().invoke(main, ["bench", "--n", "100,200"])
     assert result.exit_code != 0
     assert "--scale" in result.output
+
+
+def test_bench_load_with_a_compactor_beside_it(tmp_path: Path) -> None:
+    (load,) = run_bench(
+        "--n", "3000", "--workloads", "load", "--compaction", "external", "--root", str(tmp_path)
+    )
+    assert load["compaction"] == "external"
+    assert load["ops"] == 3000
+    assert 0 < load["p99_ms"] <= load["max_ms"]
+    (database,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    store = open_store(str(database))
+    try:
+        latest = ManifestStore(store).latest()
+        assert latest is not None
+        assert latest.manifest.compactor_epoch >= 1, "no compactor claimed the database"
+    finally:
+        store.close()

@@ -51,7 +51,7 @@ from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.messages import ApplyBatch, CompactJournal, LedgerRoom
 from inkpen.actors.read.path import lookup
 from inkpen.actors.read.views import CacheView, MemTable
-from inkpen.errors import InkpenError
+from inkpen.errors import InkpenError, UsageError
 from inkpen.logs import get_logger
 from inkpen.options import HEAD_ONLY_TRIM_INTERVAL
 
@@ -141,7 +141,7 @@ class Bookie(InkpenActor):
         interval = options.compaction_interval
         if interval is None and options.head_only is not None:
             interval = HEAD_ONLY_TRIM_INTERVAL  # a head-only store trims its journal on its own
-        if interval is not None:
+        if interval is not None and options.compaction == "internal":
             self.ctx.scheduler.after(interval, self.actor_ref, _CompactionDue())
 
     @handles(_CompactionDue)
@@ -252,6 +252,14 @@ class Bookie(InkpenActor):
         fenced = self.ctx.keeper.fenced
         if fenced is not None:
             message.result.set_exception(fenced)
+            return
+        if self.ctx.options.compaction == "external":
+            message.result.set_exception(
+                UsageError(
+                    "this Bookie was opened with compaction='external': journal compaction is "
+                    "the compactor's (inkpen.open_compactor, or `inkpen compactor URL`)"
+                )
+            )
             return
         parts = self._take(_TakeSnapshot(long_running=True, ledger_only=True))
         snapshot = LedgerSnapshot(parts, self.actor_ref)

@@ -24,7 +24,7 @@ import pykka
 
 from inkpen.actors.base import ActorGone, InkpenActor, handles, send
 from inkpen.actors.engine.context import EngineContext
-from inkpen.errors import FencedError
+from inkpen.errors import FencedError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.gc import GcOptions, GcReport, run_gc
 
@@ -55,6 +55,8 @@ class GarbageCollector(InkpenActor):
         self.runs = 0
 
     def on_start(self) -> None:
+        if self.ctx.options.compaction == "external":
+            return  # a compactor process collects; its GC keeps what this writer pins
         self.ctx.scheduler.after(0.0, self.actor_ref, _Tick())
 
     @handles(_Tick)
@@ -69,6 +71,9 @@ class GarbageCollector(InkpenActor):
 
     @handles(_RunGc)
     def _run(self, message: _RunGc) -> None:
+        if self.ctx.options.compaction == "external":
+            message.result.set_exception(_external("GC"))
+            return
         try:
             min_age = self.ctx.options.gc_min_age if message.min_age is None else message.min_age
             message.result.set_result(self._collect(min_age, dry_run=message.dry_run))
@@ -95,6 +100,14 @@ class GarbageCollector(InkpenActor):
             self._seen_commits = commits
         self.runs += 1
         return report
+
+
+def _external(what: str) -> UsageError:
+    return UsageError(
+        f"this Bookie was opened with compaction='external': {what} is the compactor's "
+        "(inkpen.open_compactor, or `inkpen compactor URL`); a writer's own pass here could "
+        "delete the files a compactor has in flight"
+    )
 
 
 def request_gc(

@@ -165,7 +165,12 @@ class FileOwner(InkpenActor):
         # The latest manifest, not the view's: the owner's half of it is exactly the view (the
         # owner publishes after each of its commits), and unlike an older one it cannot have
         # been collected already, so the writer checkpoint may safely pin it.
-        self.registry.register(snapshot_id, self.ctx.keeper.latest.id, timeout)
+        self.registry.register(snapshot_id, self._snapshot_floor(), timeout)
+
+    def _snapshot_floor(self) -> int:
+        """The manifest a snapshot registered now reads (the latest; an owner whose view can
+        lag the latest manifest answers the one its view holds)."""
+        return self.ctx.keeper.latest.id
 
     @handles(ConfirmDelete)
     def _confirm_delete(self, message: ConfirmDelete) -> None:

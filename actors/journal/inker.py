@@ -46,6 +46,8 @@ from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.engine.throttle import NONE, SLOW, STOP
 from inkpen.actors.files.clerk import set_for_delete
+from inkpen.actors.files.start import open_files
+from inkpen.actors.journal import external
 from inkpen.actors.journal import replay as journal_replay
 from inkpen.actors.journal.clerk import (
     CompactionDone,
@@ -157,6 +159,11 @@ class _TakeCheckpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class _Watch:
+    """From the timer (external compaction): adopt a compactor's journal files."""
+
+
+@dataclass(frozen=True, slots=True)
 class _RetryRoll:
     """From the timer: try the roll that failed again."""
 
@@ -199,6 +206,9 @@ class Inker(FileOwner):
         self.intake = intake
         self.conditions = ConditionChecker(ctx.board)
         intake.connect(lambda b: ref.tell(_BatchOpened(b)), lambda b: ref.tell(_BatchFull(b)))
+        self.external = ctx.options.compaction == "external"
+        self.adopted = ctx.keeper.latest.id
+        """External compaction: the manifest whose journal files the published view holds."""
         self._publish()
 
     # -- wiring ---------------------------------------------------------------------------
@@ -216,6 +226,9 @@ class Inker(FileOwner):
         self.bookie = message.bookie
         self.penciller = message.penciller
         self.clerk = message.clerk
+        if self.external:
+            self.ctx.keeper.set_floor("inker.view", self.adopted)
+            self.ctx.scheduler.after(external.WATCH_INTERVAL, self.actor_ref, _Watch())
 
     def _publish(self) -> None:
         self.ctx.board.journal = JournalView.of(
@@ -469,10 +482,12 @@ class Inker(FileOwner):
                 ),
             )
 
-        def install(_: VersionedManifest) -> None:
+        def install(versioned: VersionedManifest) -> None:
             for handle in message.handles:
                 self.files[handle.name] = handle
             self.segments = [s for s in self.segments if s.segment_id > last]
+            if self.external:
+                self._adopt(versioned)
             self._publish()
             log.debug(
                 "journal.roll",
@@ -503,6 +518,44 @@ class Inker(FileOwner):
     @handles(_RetryRoll)
     def _retry_roll(self, _: _RetryRoll) -> None:
         self._after_write()
+
+    # -- external compaction ------------------------------------------------------------------
+
+    @handles(_Watch)
+    def _watch(self, _: _Watch) -> None:
+        if self.ctx.keeper.fenced is not None or self._stopped is not None:
+            return
+        latest = self.ctx.keeper.latest  # refreshed by the Penciller's watch
+        if latest.id > self.adopted:
+            self._adopt(latest)
+            self._publish()
+        self.ctx.scheduler.after(external.WATCH_INTERVAL, self.actor_ref, _Watch())
+
+    def _adopt(self, versioned: VersionedManifest) -> None:
+        """Take the journal files of ``versioned`` (a compactor's compactions); set those they
+        replaced to delete_pending at its id; the view floor pins them for other processes."""
+        try:
+            files, dropped = external.adopt(
+                self.files,
+                versioned.manifest.journal.files,
+                lambda missing: open_files(self.ctx, self.actor_ref, missing),
+            )
+        except Exception as exc:  # the view keeps its files; the next look tries again
+            log.warning("journal.adopt_failed", error=str(exc))
+            return
+        self.files = files
+        for handle in dropped:
+            if handle.clerk is not None:
+                self.pending_deletes[handle.name] = versioned.id
+                set_for_delete(handle.clerk, versioned.id)
+        if dropped:
+            log.info("journal.adopted", manifest=versioned.id, dropped=len(dropped))
+        self.adopted = max(self.adopted, versioned.id)
+        self.ctx.keeper.set_floor("inker.view", self.adopted)
+
+    def _snapshot_floor(self) -> int:
+        latest = self.ctx.keeper.latest.id
+        return min(latest, self.adopted) if self.external else latest
 
     # -- compaction -------------------------------------------------------------------------
 

@@ -50,7 +50,8 @@ from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.files.clerk import set_for_delete
 from inkpen.actors.files.sst_clerk import L0Failed, L0Written, SstClerk, build_l0
-from inkpen.actors.files.start import start_clerk
+from inkpen.actors.files.start import open_files, start_clerk
+from inkpen.actors.ledger import external
 from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, offer_work
 from inkpen.actors.ledger.levels import LevelError, Levels
 from inkpen.actors.ledger.merge_policy import MergePolicy, policy_for
@@ -58,6 +59,7 @@ from inkpen.actors.messages import LedgerRoom
 from inkpen.actors.read.views import LedgerView, MemTable, SstHandle
 from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
 from inkpen.logs import get_logger
+from inkpen.manifest.merging import add_l0
 from inkpen.manifest.model import Manifest, SstDescriptor, VersionedManifest
 from inkpen.manifest.paths import new_file_id, sst_key
 
@@ -129,6 +131,11 @@ class _RetryMerge:
 
 
 @dataclass(frozen=True, slots=True)
+class _Watch:
+    """From the timer (external compaction): look for a compactor's commits."""
+
+
+@dataclass(frozen=True, slots=True)
 class _PencillerStats:
     """Ask: counters for ``Bookie.stats()``."""
 
@@ -159,6 +166,10 @@ class Penciller(FileOwner):
         self.l0_writes = 0
         self.merges = 0
         self.moves = 0
+        self.external = ctx.options.compaction == "external"
+        """Merges are a compactor process's: adopt its levels (:mod:`.external`), run none."""
+        self.adopted = ctx.keeper.latest.id
+        """External compaction: the manifest whose levels the published view holds."""
         self._publish()
 
     @property
@@ -176,6 +187,9 @@ class Penciller(FileOwner):
     def _attach(self, message: _AttachPenciller) -> None:
         self.bookie = message.bookie
         self.clerk = message.clerk
+        if self.external:
+            self.ctx.keeper.set_floor("penciller.view", self.adopted)
+            self.ctx.scheduler.after(external.WATCH_INTERVAL, self.actor_ref, _Watch())
         self._maybe_merge()
 
     def _publish(self) -> None:
@@ -250,6 +264,8 @@ class Penciller(FileOwner):
         after = self.levels.with_l0(message.handle)
 
         def change(m: Manifest) -> Manifest:
+            if self.external:  # the compactor's changes stay: add to the latest manifest's L0
+                return add_l0(m, descriptor, persisted)
             return dataclasses.replace(
                 m,
                 ledger=dataclasses.replace(
@@ -259,11 +275,16 @@ class Penciller(FileOwner):
                 ),
             )
 
-        def install(_: VersionedManifest) -> None:
+        def install(versioned: VersionedManifest) -> None:
             written = {id(t) for t in message.tables}
             self.mem = [t for t in self.mem if id(t) not in written]
             self.writing = None
             self.levels = after
+            if self.external:
+                try:
+                    self._adopt(versioned, known=(message.handle,))
+                except Exception as exc:  # the view keeps its older files; the watch retries
+                    log.warning("ledger.adopt_failed", error=str(exc))
             self.persisted_sqn = persisted
             self.l0_writes += 1
             self._publish()
@@ -326,7 +347,7 @@ class Penciller(FileOwner):
     # -- merges -----------------------------------------------------------------------------
 
     def _maybe_merge(self) -> None:
-        if self.merging or self.clerk is None or self.stopped:
+        if self.external or self.merging or self.clerk is None or self.stopped:
             return
         self.merging = True
         self._offered = self.ctx.board.ledger
@@ -391,7 +412,7 @@ class Penciller(FileOwner):
             return True
         if self.merging:
             return False
-        job = self.policy.choose(self.levels, turn=0)
+        job = None if self.external else self.policy.choose(self.levels, turn=0)
         if job is None and self.writing is None and not self._flush_due():
             return True
         self._maybe_flush()  # a failed L0 write waiting for its retry goes now
@@ -468,7 +489,58 @@ class Penciller(FileOwner):
         self._maybe_flush()
         self._maybe_merge()
 
+    # -- external compaction ----------------------------------------------------------------
+
+    @handles(_Watch)
+    def _watch(self, _: _Watch) -> None:
+        if self.stopped:
+            return
+        try:
+            latest = self.ctx.keeper.refresh()
+            if latest.id > self.adopted:
+                self._adopt(latest)
+        except FencedError:
+            return  # the keeper holds the fence: stopped
+        except Exception as exc:
+            log.warning("ledger.adopt_failed", error=str(exc))
+        held = len(self.levels.l0) >= self.ctx.options.max_l0_files
+        interval = external.WATCH_INTERVAL_HELD if held else external.WATCH_INTERVAL
+        self.ctx.scheduler.after(interval, self.actor_ref, _Watch())
+
+    def _adopt(self, versioned: VersionedManifest, known: tuple[SstHandle, ...] = ()) -> None:
+        """Take the levels of ``versioned`` (a compactor's merges); set what they replaced to
+        delete_pending at its id. The view floor keeps the writer checkpoint at or below the
+        manifest the published view holds, so other processes' GC keeps its files."""
+        wanted = versioned.manifest.ledger.levels
+        if not external.same_files(self.levels, wanted):
+            levels, dropped = external.adopt(
+                self.levels,
+                wanted,
+                lambda missing: open_files(self.ctx, self.actor_ref, missing),
+                known,
+            )
+            self.levels = levels
+            for handle in dropped:
+                if handle.clerk is not None:
+                    self.pending_deletes[handle.name] = versioned.id
+                    set_for_delete(handle.clerk, versioned.id)
+            log.info(
+                "ledger.adopted",
+                manifest=versioned.id,
+                l0_files=len(levels.l0),
+                dropped=len(dropped),
+            )
+        self.adopted = max(self.adopted, versioned.id)
+        self.ctx.keeper.set_floor("penciller.view", self.adopted)
+        self._publish()
+        self._room()
+        self._maybe_flush()
+
     # -- snapshots and deletes --------------------------------------------------------------
+
+    def _snapshot_floor(self) -> int:
+        latest = self.ctx.keeper.latest.id
+        return min(latest, self.adopted) if self.external else latest
 
     @handles(_RegisterLedger)
     def _register(self, message: _RegisterLedger) -> LedgerView:
@@ -498,6 +570,9 @@ class Penciller(FileOwner):
             "moves": self.moves,
             "ledger_snapshots": len(self.registry),
             "ledger_pending_deletes": len(self.pending_deletes),
+            "compaction": "external" if self.external else "internal",
+            "waiting_for_compactor": self.external
+            and len(self.levels.l0) >= self.ctx.options.max_l0_files,
         }
 
     @handles(_ShutdownPenciller)

@@ -22,6 +22,7 @@ from .bench import bench
 from .checkpoints import checkpoint_group
 from .clone import clone
 from .compact import compact
+from .compactor import compactor
 from .data import delete, get, ls, put
 from .destroy import destroy
 from .diff import diff
@@ -69,6 +70,7 @@ for command in (
     put,
     delete,
     compact,
+    compactor,
     gc,
     backup,
     restore,

@@ -26,7 +26,11 @@ import json
 import os
 import resource
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -242,6 +246,14 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
     help="Comma-separated workloads to report: load, get, scan.",
 )
 @click.option(
+    "--compaction",
+    type=click.Choice(["internal", "external"]),
+    default="internal",
+    show_default=True,
+    help="external: the load's writer merges nothing itself and an `inkpen compactor` "
+    "process runs beside it for the load.",
+)
+@click.option(
     "--idle",
     type=click.FloatRange(min=0.0),
     default=None,
@@ -260,6 +272,7 @@ def bench(
     flush_ms: int,
     gets: int,
     workloads: str,
+    compaction: str,
     idle: float | None,
 ) -> None:
     """Benchmark inkpen: load, get and scan, one JSON line per workload.
@@ -311,6 +324,8 @@ def bench(
                     concurrency,
                     gets,
                     {**common, "flush_ms": flush_ms},
+                    compaction=compaction,
+                    url=inner.url,
                 )
         except BenchmarkFailed as exc:
             raise click.ClickException(str(exc)) from exc
@@ -325,6 +340,9 @@ def _run_workloads(
     concurrency: int,
     gets: int,
     common: dict[str, Any],
+    *,
+    compaction: str = "internal",
+    url: str = "",
 ) -> None:
     keys = bench_keys(count)
     value = os.urandom(value_size)
@@ -342,9 +360,10 @@ def _run_workloads(
             }
         )
 
-    with inkpen.open(store, **options) as book:
-        before = store.snapshot()
-        timing = run_load(book, BUCKET, keys, value, concurrency)
+    with inkpen.open(store, **options, compaction=compaction) as book:
+        with _compactor_beside(url if compaction == "external" else None):
+            before = store.snapshot()
+            timing = run_load(book, BUCKET, keys, value, concurrency)
         if "load" in chosen:
             report(
                 "load",
@@ -353,6 +372,7 @@ def _run_workloads(
                 concurrency=concurrency,
                 value_size=value_size,
                 flush_ms=common["flush_ms"],
+                compaction=compaction,
             )
     with inkpen.open(store, **options) as book:
         if "get" in chosen:
@@ -363,6 +383,32 @@ def _run_workloads(
             before = store.snapshot()
             timing = run_scan(book, BUCKET, value, count)
             report("scan", timing, before)
+
+
+@contextlib.contextmanager
+def _compactor_beside(url: str | None) -> Iterator[None]:
+    """An ``inkpen compactor URL`` process for the block's duration (None: none), entered once
+    it has claimed the compactor role; it is asked to stop with SIGTERM (it ends after its
+    current round)."""
+    if url is None:
+        yield
+        return
+    command = [sys.executable, "-m", "inkpen.cli", "compactor", url, "--interval", "0.2s"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    try:
+        claimed = process.stdout.readline()  # "compactor epoch N claimed for URL"
+        if "claimed" not in claimed:
+            raise BenchmarkFailed(f"the compactor beside the load did not start: {claimed!r}")
+        threading.Thread(target=process.stdout.read, daemon=True).start()  # keep it unblocked
+        yield
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _run_idle(

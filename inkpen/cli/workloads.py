@@ -43,7 +43,8 @@ class Timing:
     """Operations finished in each whole second of the run (the load only)."""
 
     def figures(self) -> dict[str, float | int]:
-        """``ops``, ``seconds``, ``ops_per_s`` and, with latencies, ``p50_ms`` / ``p99_ms``."""
+        """``ops``, ``seconds``, ``ops_per_s`` and, with latencies, ``p50_ms`` / ``p99_ms`` /
+        ``max_ms``."""
         out: dict[str, float | int] = {
             "ops": self.ops,
             "seconds": round(self.seconds, 3),
@@ -53,6 +54,7 @@ class Timing:
         if lat:
             out["p50_ms"] = round(lat[len(lat) // 2] * 1e3, 3)
             out["p99_ms"] = round(lat[int(len(lat) * 0.99)] * 1e3, 3)
+            out["max_ms"] = round(lat[-1] * 1e3, 3)
         return out
 
 

@@ -1,0 +1,108 @@
+"""Merging the writer's and the compactor's changes into one manifest: pure functions.
+
+Two roles advance a database's manifest (SlateDB's design): the **writer** adds L0 files and
+journal state (rolls, checkpoints), and the **compactor** (another process, fenced by
+``compactor_epoch``) replaces files (ledger merges, journal compactions). Every commit of either
+is a CAS (:meth:`~inkpen.manifest.store.ManifestStore.update`) whose change is one of the
+functions below applied to whatever manifest is latest at that attempt, so a lost race re-reads
+and applies the same *delta* again instead of writing back a stale copy of the other role's
+half:
+
+- :func:`add_l0` (the writer): the new file becomes the newest of the latest manifest's L0,
+  every deeper level is kept as it stands there;
+- :func:`replace_ssts` (the compactor): the job's inputs leave whatever level holds them now and
+  its outputs enter the target level; an input the latest manifest no longer names raises
+  :class:`ManifestConflict` (nothing is written; the compactor drops its outputs and chooses
+  again);
+- :func:`replace_journal_files` (the compactor): the same for journal files;
+- :func:`check_compactor` (the compactor): a newer ``compactor_epoch`` raises
+  :class:`~inkpen.errors.FencedError`, so a superseded compactor writes nothing.
+
+Nothing here reads or writes a store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+from inkpen.errors import FencedError, InkpenError
+from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
+
+
+class ManifestConflict(InkpenError):
+    """The latest manifest no longer holds a file a change replaces (someone else replaced it
+    first); the change is dropped and its new files are orphans."""
+
+
+def check_compactor(manifest: Manifest, epoch: int) -> None:
+    """Raise :class:`FencedError` unless ``manifest`` still names compactor ``epoch``."""
+    if manifest.compactor_epoch != epoch:
+        raise FencedError(
+            f"compactor epoch {manifest.compactor_epoch} has claimed this database; this "
+            f"compactor (epoch {epoch}) can no longer commit. Only one compactor runs at a time"
+        )
+
+
+def add_l0(manifest: Manifest, file: SstDescriptor, persisted_sqn: int) -> Manifest:
+    """``manifest`` with ``file`` as its newest L0 file and the persisted SQN raised to
+    ``persisted_sqn`` (never lowered); deeper levels as they stand in ``manifest``."""
+    levels = manifest.ledger.levels or ((),)
+    ledger = dataclasses.replace(
+        manifest.ledger,
+        levels=((file, *levels[0]), *levels[1:]),
+        persisted_sqn=max(manifest.ledger.persisted_sqn, persisted_sqn),
+    )
+    return dataclasses.replace(manifest, ledger=ledger)
+
+
+def replace_ssts(
+    manifest: Manifest, removed: Iterable[str], target: int, added: Sequence[SstDescriptor]
+) -> Manifest:
+    """``manifest`` with every SST named in ``removed`` dropped from whatever level holds it and
+    ``added`` put into level ``target`` (>= 1) in key order.
+
+    Raises :class:`ManifestConflict` when one of ``removed`` is no longer in ``manifest``, and
+    :class:`~inkpen.errors.UsageError` (from the model) when the result would overlap within a
+    level."""
+    if target < 1:
+        raise ValueError(f"a merge targets L1 or deeper, not L{target}")
+    gone = set(removed)
+    present = {d.name for d in manifest.ledger.ssts()}
+    missing = sorted(gone - present)
+    if missing:
+        raise ManifestConflict(
+            f"{missing[0]} is no longer in the latest manifest: another change replaced it"
+        )
+    tiers = [[d for d in level if d.name not in gone] for level in manifest.ledger.levels]
+    while len(tiers) <= target:
+        tiers.append([])
+    tiers[target].extend(added)
+    tiers[target].sort(key=lambda d: d.first_key)
+    while len(tiers) > 1 and not tiers[-1]:
+        tiers.pop()
+    ledger = dataclasses.replace(manifest.ledger, levels=tuple(tuple(t) for t in tiers))
+    return dataclasses.replace(manifest, ledger=ledger)
+
+
+def replace_journal_files(
+    manifest: Manifest, removed: Iterable[str], added: Sequence[JournalFileDescriptor]
+) -> Manifest:
+    """``manifest`` with the journal files named in ``removed`` replaced by ``added`` (SQN
+    order kept); :class:`ManifestConflict` when one of ``removed`` is gone already."""
+    gone = set(removed)
+    present = {d.name for d in manifest.journal.files}
+    missing = sorted(gone - present)
+    if missing:
+        raise ManifestConflict(
+            f"{missing[0]} is no longer in the latest manifest: another change replaced it"
+        )
+    kept = [d for d in manifest.journal.files if d.name not in gone]
+    files = tuple(sorted((*kept, *added), key=lambda d: d.min_sqn))
+    journal = dataclasses.replace(manifest.journal, files=files)
+    return dataclasses.replace(manifest, journal=journal)
+
+
+def ledger_names(manifest: Manifest) -> frozenset[str]:
+    """The names of every SST ``manifest``'s ledger holds."""
+    return frozenset(d.name for d in manifest.ledger.ssts())

@@ -1,0 +1,328 @@
+"""External compaction in one process (threads): a writer opened with compaction="external"
+merges nothing itself, holds its puts once L0 is full, and adopts what a Compactor commits;
+compactors fence each other by the compactor epoch."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+import inkpen
+from inkpen.actors.ledger import external
+from inkpen.manifest.gc import GcOptions, run_gc
+from inkpen.manifest.model import Manifest
+from inkpen.manifest.store import ManifestStore
+from inkpen.objectstore import ObjectStore, open_store
+from support.cli import fails, ok
+from support.engine import TINY, missing_objects
+
+EXTERNAL = {**TINY, "compaction": "external"}
+DEADLINE = 60.0
+
+
+def _wait_for(condition: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    end = time.monotonic() + deadline
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.01)
+
+
+def _levels(url: str) -> tuple[tuple[str, ...], ...]:
+    store = open_store(url)
+    try:
+        latest = ManifestStore(store).latest()
+        assert latest is not None
+        return tuple(tuple(d.name for d in level) for level in latest.manifest.ledger.levels)
+    finally:
+        store.close()
+
+
+def test_external_writer_holds_puts_until_a_compactor_merges(store_url: str) -> None:
+    book = inkpen.open(store_url, **EXTERNAL)
+    model: dict[bytes, bytes] = {}
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def put_many() -> None:
+        try:
+            for i in range(600):
+                key, value = f"k{i:05d}".encode(), f"v{i}".encode() * 3
+                book.put("b", key, value)
+                model[key] = value
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    try:
+        putter = threading.Thread(target=put_many, daemon=True)
+        putter.start()
+        _wait_for(lambda: book.stats().get("waiting_for_compactor") is True, "a full L0")
+        assert not done.is_set(), "600 puts went through with no compactor: nothing held them"
+        stats = book.stats()
+        assert stats["compaction"] == "external"
+        assert stats["l0_files"] == EXTERNAL["max_l0_files"]
+        assert stats["merges"] == 0
+        assert len(_levels(store_url)) == 1, "the writer merged by itself"
+        with pytest.raises(inkpen.UsageError, match="external"):
+            book.compact_journal()
+        with pytest.raises(inkpen.UsageError, match="external"):
+            book.run_gc()
+        with inkpen.open_compactor(store_url, **TINY) as compactor:
+            while not done.wait(0.05):
+                compactor.run_once()
+            # The writer may still write its memory to L0 while a round runs: go on until a
+            # round ends with L0 empty (the writer is idle now).
+            end = time.monotonic() + DEADLINE
+            while compactor.run_once().l0_files != 0:
+                assert time.monotonic() < end, "L0 never emptied"
+        assert not errors, errors
+        for key, value in model.items():
+            assert book.get("b", key) == value
+        assert len(model) == 600
+    finally:
+        book.close()
+    with inkpen.open(store_url, **TINY) as again:
+        for key, value in model.items():
+            assert again.get("b", key) == value
+
+
+def test_a_newer_compactor_fences_the_older_which_changes_nothing(store_url: str) -> None:
+    with inkpen.open(store_url, **EXTERNAL) as book:
+        for i in range(60):
+            book.put("b", f"k{i:03d}".encode(), b"x" * 20)
+        book.flush()
+        old = inkpen.open_compactor(store_url, **TINY)
+        new = inkpen.open_compactor(store_url, **TINY)
+        assert new.epoch == old.epoch + 1
+        store = open_store(store_url)
+        try:
+            before = ManifestStore(store).latest()
+            assert before is not None
+            with pytest.raises(inkpen.FencedError, match="compactor epoch"):
+                old.run_once()
+            after = ManifestStore(store).latest()
+            assert after is not None and after.id == before.id
+            assert new.run_once().l0_files == 0
+            assert missing_objects(store) == []
+        finally:
+            store.close()
+            old.close()
+            new.close()
+        for i in range(60):
+            assert book.get("b", f"k{i:03d}".encode()) == b"x" * 20
+        _wait_for(lambda: book.stats()["l0_files"] == 0, "the writer to adopt the merge")
+
+
+def test_writer_and_compactor_threads_keep_every_acknowledged_write(store_url: str) -> None:
+    rng = random.Random(18)
+    model: dict[bytes, bytes | None] = {}
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def compact() -> None:
+        try:
+            compactor.run(stop)
+        except BaseException as exc:  # pragma: no cover - reported below
+            failures.append(exc)
+
+    with inkpen.open(store_url, **EXTERNAL) as book:
+        compactor = inkpen.open_compactor(store_url, **TINY, interval=0.05)
+        runner = threading.Thread(target=compact, daemon=True)
+        runner.start()
+        try:
+            for step in range(1500):
+                key = f"k{rng.randrange(300):04d}".encode()
+                if rng.random() < 0.15:
+                    book.delete("b", key)
+                    model[key] = None
+                else:
+                    value = f"{step}".encode() * rng.randrange(1, 8)
+                    book.put("b", key, value)
+                    model[key] = value
+                if step % 300 == 299:
+                    for k, v in model.items():
+                        assert book.get("b", k) == v, k
+            stats = book.stats()
+            assert stats["l0_files"] <= EXTERNAL["max_l0_files"]
+        finally:
+            stop.set()
+            runner.join(DEADLINE)
+        assert not failures, failures
+        assert sum(_count(level) for level in _levels(store_url)[1:]) > 0, "nothing was merged"
+    with inkpen.open(store_url, **TINY) as again:
+        for k, v in model.items():
+            assert again.get("b", k) == v, k
+    compactor.close()
+
+
+def _count(level: tuple[str, ...]) -> int:
+    return len(level)
+
+
+def test_bad_compaction_option_is_refused(store_url: str) -> None:
+    with pytest.raises(inkpen.UsageError, match="compaction"):
+        inkpen.open(store_url, compaction="sideways")
+    with pytest.raises(inkpen.UsageError, match="interval"):
+        inkpen.open_compactor(store_url, interval=0)
+
+
+def test_cli_compactor_once_merges_and_reports(make_store_url: Callable[[str], str]) -> None:
+    url = make_store_url("local")
+    with inkpen.open(url, **EXTERNAL) as book:
+        for i in range(60):  # below what backpressure holds with no compactor
+            book.put("b", f"k{i:04d}".encode(), b"y" * 30)
+        book.flush()
+        assert len(_levels(url)[0]) >= 2
+        ran = ok("compactor", url, "--once", "--json")
+        document = json.loads(ran.out)
+        assert document["l0_files"] == 0
+        assert document["merges"] >= 1
+        assert document["epoch"] == 1
+        assert _levels(url)[0] == ()
+        text = ok("compactor", url, "--once")
+        assert "compactor epoch 2 claimed" in text.out
+        assert "0 merges" in text.out
+        for i in range(60):
+            assert book.get("b", f"k{i:04d}".encode()) == b"y" * 30
+    fails(2, "compactor", url, "--once", "--interval", "soon")
+
+
+def test_writer_l0_commit_keeps_a_merge_it_has_not_adopted(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer never looks for the compactor's commit: its next L0 commit must still keep it.
+    monkeypatch.setattr(external, "WATCH_INTERVAL", 3600.0)
+    monkeypatch.setattr(external, "WATCH_INTERVAL_HELD", 3600.0)
+    with inkpen.open(store_url, **EXTERNAL) as book:
+        for i in range(40):
+            book.put("b", f"a{i:03d}".encode(), b"1")
+        book.flush()
+        with inkpen.open_compactor(store_url, **TINY) as compactor:
+            report = compactor.run_once()
+        assert report.merges >= 1
+        merged = _levels(store_url)[1:]
+        assert merged and merged[0]
+        assert book.stats()["l0_files"] > 0, "the writer adopted the merge before its commit"
+        for i in range(30):
+            book.put("b", f"z{i:03d}".encode(), b"2")
+        book.flush()
+        after = _levels(store_url)
+        assert after[1:] == merged, "the writer's L0 commit undid the compactor's merge"
+        assert set(after[0]).isdisjoint(report.replaced)
+        for i in range(40):
+            assert book.get("b", f"a{i:03d}".encode()) == b"1"
+        for i in range(30):
+            assert book.get("b", f"z{i:03d}".encode()) == b"2"
+
+
+def test_a_snapshot_keeps_reading_files_a_compactor_replaced(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The snapshot is taken when the writer's manifest already holds the compactor's merge but
+    # its ledger view does not yet: the files the view reads must stay pinned for other
+    # processes' GC (the writer checkpoint), and the writer's own deletes wait for the snapshot.
+    monkeypatch.setattr(external, "WATCH_INTERVAL", 3600.0)
+    monkeypatch.setattr(external, "WATCH_INTERVAL_HELD", 3600.0)
+    with inkpen.open(store_url, **EXTERNAL) as book:
+        for i in range(50):
+            book.put("b", f"k{i:03d}".encode(), b"old")
+        book.flush()
+        with inkpen.open_compactor(store_url, **TINY) as compactor:
+            report = compactor.run_once()
+        assert report.replaced
+        book.checkpoint(lifetime=1.0)  # a journal commit: the writer's manifest moves past it
+        snap = book.snapshot()
+        assert book.stats()["l0_files"] > 0, "the view adopted the merge too early"
+        for round_ in range(2):  # two L0 commits: the second moves the writer checkpoint on
+            for i in range(50):
+                book.put("b", f"k{i:03d}".encode(), f"new{round_}".encode())
+            book.flush()
+        store = open_store(store_url)
+        try:
+            run_gc(store, options=GcOptions(min_age=0.0, offline=True))
+            assert all(_exists(store, name) for name in report.replaced), (
+                "GC deleted files an open snapshot reads"
+            )
+            for i in range(50):
+                assert snap.get("b", f"k{i:03d}".encode()) == b"old"
+            snap.close()
+            _wait_for(
+                lambda: not any(_exists(store, name) for name in report.replaced),
+                "the replaced files to be deleted once the snapshot closed",
+            )
+        finally:
+            store.close()
+        for i in range(50):
+            assert book.get("b", f"k{i:03d}".encode()) == b"new1"
+
+
+def _exists(store: ObjectStore, name: str) -> bool:
+    try:
+        store.head(name)
+    except inkpen.NotFoundError:
+        return False
+    return True
+
+
+def test_compactor_compacts_the_journal_and_the_writer_adopts_it(store_url: str) -> None:
+    model: dict[bytes, bytes] = {}
+    with inkpen.open(store_url, **EXTERNAL, compaction_sample_size=64) as book:
+        with inkpen.open_compactor(store_url, **TINY) as compactor:
+            for round_ in range(12):
+                for i in range(20):  # the same keys again and again: most entries are replaced
+                    key, value = f"k{i:02d}".encode(), f"{round_}-{i}".encode() * 4
+                    book.put("b", key, value)
+                    model[key] = value
+                book.flush()
+                compactor.run_once()
+            snap = book.snapshot()
+            report = compactor.run_once()
+            journal = report.journal
+            assert journal is not None
+            if not journal.compacted:  # the last round's files may have been compacted already
+                for i in range(20):
+                    book.put("b", f"k{i:02d}".encode(), model[f"k{i:02d}".encode()])
+                book.flush()
+                report = compactor.run_once()
+                assert report.journal is not None
+                journal = report.journal
+        manifest = _latest(store_url)
+        names = {d.name for d in manifest.journal.files}
+        assert journal.compacted and names.isdisjoint(journal.compacted)
+        assert journal.entries_dropped > 0
+        for key, value in model.items():
+            assert book.get("b", key) == value
+            assert snap.get("b", key) == value
+        snap.close()
+        # Only the writer's own delete_pending clerks delete this soon (the compactor's GC
+        # keeps anything younger than a minute): the writer adopted the compaction.
+        store = open_store(store_url)
+        try:
+            _wait_for(
+                lambda: not any(_exists(store, name) for name in journal.compacted),
+                "the writer to adopt the compaction and delete the replaced journal files",
+            )
+        finally:
+            store.close()
+        for key, value in model.items():
+            assert book.get("b", key) == value
+    with inkpen.open(store_url, **TINY) as again:
+        for key, value in model.items():
+            assert again.get("b", key) == value
+
+
+def _latest(url: str) -> Manifest:
+    store = open_store(url)
+    try:
+        latest = ManifestStore(store).latest()
+        assert latest is not None
+        return latest.manifest
+    finally:
+        store.close()
