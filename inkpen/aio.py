@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-from collections.abc import Awaitable, Callable, Generator, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
@@ -41,8 +41,11 @@ from inkpen.actors.engine.throttle import NONE, SLOW, SLOW_DELAY
 from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.journal.intake import Batch
+from inkpen.actors.read.feed import Change as FeedChange
+from inkpen.actors.read.feed import GapPolicy
 from inkpen.actors.read.path import Head
 from inkpen.batch import Batch as WriteBatch
+from inkpen.formats.tictac import TicTacTree
 from inkpen.manifest.gc import GcReport
 from inkpen.objectstore import ObjectStore
 
@@ -165,20 +168,49 @@ class _AsyncReads(Generic[R]):
         """The object's metadata, or None (see :meth:`inkpen.Bookie.head`)."""
         return await self._call(self._sync.head, bucket, key)
 
+    async def get_many(
+        self, bucket: str | bytes, keys: Iterable[str | bytes]
+    ) -> list[bytes | None]:
+        """Many values from one consistent state (see :meth:`inkpen.Bookie.get_many`)."""
+        return await self._call(self._sync.get_many, bucket, keys)
+
     def keys(
-        self, bucket: str | bytes, start: str | bytes | None = None, end: str | bytes | None = None
+        self,
+        bucket: str | bytes,
+        start: str | bytes | None = None,
+        end: str | bytes | None = None,
+        *,
+        reverse: bool = False,
     ) -> AsyncFold[bytes]:
         """``async for key in handle.keys(bucket, start, end)``: keys in key order."""
-        return self._fold(lambda: self._sync.keys(bucket, start, end))
+        return self._fold(lambda: self._sync.keys(bucket, start, end, reverse=reverse))
 
     def heads(
         self,
         bucket: str | bytes | None = None,
         start: str | bytes | None = None,
         end: str | bytes | None = None,
+        **filters: Any,
     ) -> AsyncFold[tuple[bytes, bytes, Head]]:
-        """``async for bucket, key, head in handle.heads(...)``: metadata in key order."""
-        return self._fold(lambda: self._sync.heads(bucket, start, end))
+        """``async for bucket, key, head in handle.heads(...)``: metadata in key order; takes
+        :meth:`inkpen.Bookie.heads`' keyword arguments (``reverse``, ``segments``, ...)."""
+        return self._fold(lambda: self._sync.heads(bucket, start, end, **filters))
+
+    def changes(
+        self, since: int = 0, *, bucket: str | bytes | None = None, gaps: GapPolicy = "raise"
+    ) -> AsyncFold[FeedChange]:
+        """``async for change in handle.changes(since)``: the change feed, in SQN order."""
+        return self._fold(lambda: self._sync.changes(since, bucket=bucket, gaps=gaps))
+
+    async def tictac_tree(self, bucket: str | bytes | None = None, **options: Any) -> TicTacTree:
+        """The tictac tree of the ledger (see :meth:`inkpen.Bookie.tictac_tree`)."""
+        return await self._call(self._sync.tictac_tree, bucket, **options)
+
+    async def head_only_get(
+        self, bucket: str | bytes, key: str | bytes, subkey: str | bytes = b""
+    ) -> bytes | None:
+        """A head-only object's value (see :meth:`inkpen.Bookie.head_only_get`)."""
+        return await self._call(self._sync.head_only_get, bucket, key, subkey)
 
     def objects(
         self,
@@ -187,9 +219,12 @@ class _AsyncReads(Generic[R]):
         end: str | bytes | None = None,
         *,
         order: Literal["key", "sqn"] = "key",
+        reverse: bool = False,
     ) -> AsyncFold[tuple[bytes, bytes, bytes]]:
         """``async for bucket, key, value in handle.objects(...)``, in key or write order."""
-        return self._fold(lambda: self._sync.objects(bucket, start, end, order=order))
+        return self._fold(
+            lambda: self._sync.objects(bucket, start, end, order=order, reverse=reverse)
+        )
 
     def index_query(
         self,
@@ -200,11 +235,12 @@ class _AsyncReads(Generic[R]):
         *,
         regex: Any = None,
         return_terms: bool = False,
+        reverse: bool = False,
     ) -> AsyncFold[Any]:
         """``async for key in handle.index_query(...)`` (see :meth:`inkpen.Bookie.index_query`)."""
         return self._fold(
             lambda: self._sync.index_query(
-                bucket, field, start, end, regex=regex, return_terms=return_terms
+                bucket, field, start, end, regex=regex, return_terms=return_terms, reverse=reverse
             )
         )
 

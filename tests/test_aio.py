@@ -146,3 +146,32 @@ def test_ten_thousand_concurrent_puts_start_no_thread_per_put(store_url: str) ->
     run(main())
     with inkpen.open_reader(store_url) as reader:
         assert sum(1 for _ in reader.keys("b")) == n
+
+
+def test_batches_conditional_writes_get_many_reverse_and_changes(store_url: str) -> None:
+    async def main() -> None:
+        async with inkpen.aio.open(store_url, **TINY) as book:
+            batch = inkpen.Batch()
+            for i in range(5):
+                batch.put("b", f"k{i}", b"v%d" % i)
+            batch.delete("b", "k0")
+            await book.write(batch)
+            assert await book.get_many("b", ["k0", "k1", "k4", "zz"]) == [None, b"v1", b"v4", None]
+            assert [k async for k in book.keys("b", reverse=True)] == [b"k4", b"k3", b"k2", b"k1"]
+            head = await book.head("b", "k1")
+            assert head is not None
+            await book.put("b", "k1", b"next", if_sqn=head.sqn)
+            with pytest.raises(inkpen.ConflictError):
+                await book.put("b", "k1", b"lost", if_sqn=head.sqn)  # k1 moved on
+            with pytest.raises(inkpen.ConflictError):
+                await book.delete("b", "k2", if_sqn=0)  # k2 is there
+            assert await book.get("b", "k1") == b"next"
+            changes = [c async for c in book.changes(0, bucket="b")]
+            assert [(c.key, c.kind) for c in changes] == [
+                *((f"k{i}".encode(), "put") for i in range(5)),
+                (b"k0", "delete"),
+                (b"k1", "put"),
+            ]
+            assert [c.sqn for c in changes] == sorted(c.sqn for c in changes)
+
+    run(main())
