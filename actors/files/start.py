@@ -27,7 +27,7 @@ import pykka
 
 from inkpen.actors.base import call, call_async, stop
 from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.files.journal_clerk import JournalClerk, OpenJournal, WriteJournal
+from inkpen.actors.files.journal_clerk import JournalClerk, LinkJournal, OpenJournal, WriteJournal
 from inkpen.actors.files.sst_clerk import OpenSst, SstClerk, WriteSst
 from inkpen.actors.read.views import JournalHandle, SstHandle
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
@@ -67,12 +67,12 @@ def write_file(ctx: EngineContext, owner: pykka.ActorRef[Any], message: WriteSst
 
 @overload
 def write_file(
-    ctx: EngineContext, owner: pykka.ActorRef[Any], message: WriteJournal
+    ctx: EngineContext, owner: pykka.ActorRef[Any], message: WriteJournal | LinkJournal
 ) -> JournalHandle: ...
 
 
 def write_file(
-    ctx: EngineContext, owner: pykka.ActorRef[Any], message: WriteSst | WriteJournal
+    ctx: EngineContext, owner: pykka.ActorRef[Any], message: WriteSst | WriteJournal | LinkJournal
 ) -> SstHandle | JournalHandle:
     """Start a clerk for a new file, have it store ``message``'s bytes and open them; answers
     the new file's handle (its clerk is stopped if that fails)."""

@@ -52,8 +52,7 @@ from inkpen.actors.journal.clerk import (
     Rolled,
     RollFailed,
     RollSegments,
-    roll_entries,
-    write_journal_files,
+    roll_segments,
 )
 from inkpen.actors.journal.intake import Batch, WriteIntake
 from inkpen.actors.ledger import penciller as penciller_actor
@@ -416,11 +415,8 @@ class Inker(FileOwner):
         if self.stopped is not None or not self.segments:
             return True
         segments = tuple(self.segments)
-        handles = write_journal_files(
-            self.ctx,
-            self.actor_ref,
-            roll_entries(segments),
-            self.ctx.options.journal_file_target_bytes,
+        handles = roll_segments(
+            self.ctx, self.actor_ref, segments, self.ctx.options.journal_file_target_bytes
         )
         self._rolled(Rolled(tuple(s.segment_id for s in segments), handles))
         return not self.segments
