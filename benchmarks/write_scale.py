@@ -51,11 +51,16 @@ def _children(pid: int) -> list[int]:
 
 
 def _store_size(root: str) -> tuple[int, int]:
+    """Bytes and objects under ``root``; a hard-linked file's bytes count once."""
     total = count = 0
+    seen: set[tuple[int, int]] = set()
     for dirpath, _, files in os.walk(root):
         for name in files:
-            total += os.path.getsize(os.path.join(dirpath, name))
+            st = os.stat(os.path.join(dirpath, name))
             count += 1
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
     return total, count
 
 
