@@ -113,7 +113,7 @@ class Options:
 
     ledger_cache_entries: int = 2500
     l0_cache_entries: int = 28000
-    max_l0_files: int = 4
+    max_l0_files: int = 8
     sst_target_bytes: int = 4 * MiB
     sst_block_bytes: int = 4 * KiB
     bloom_bits_per_key: int = 10
@@ -123,7 +123,7 @@ class Options:
     merge_poll_interval: float = 0.2
 
     roll_bytes: int = 32 * MiB
-    roll_segments: int = 1024
+    roll_segments: int = 256
     roll_on_close: bool = True
     roll_link_bytes: int = 256 * KiB
     journal_file_target_bytes: int = 64 * MiB
