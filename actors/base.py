@@ -43,13 +43,36 @@ class ActorGone(InkpenError):
     """The actor addressed has stopped (its Bookie was closed)."""
 
 
-class _Ask:
-    """Envelope of a message whose sender waits for the answer."""
+class _Envelope:
+    """One message on its way to an actor; emptied as the actor takes the message.
+
+    pykka's actor loop keeps the last envelope it delivered until the next one arrives, and a
+    file clerk may then sit idle for the life of its file. A message that carries a file's bytes
+    or entries (``WriteJournal``, ``WriteSst``, ``BuildL0``, ``RollSegments``) would so stay in
+    memory as long as the file lives: memory growing with the data written. Every message is
+    therefore sent in an envelope that the receiving actor empties before handling it.
+    """
 
     __slots__ = ("message",)
 
     def __init__(self, message: Any) -> None:
-        self.message = message
+        self.message: Any = message
+
+    def take(self) -> Any:
+        message, self.message = self.message, None
+        return message
+
+
+class _Ask(_Envelope):
+    """Envelope of a message whose sender waits for the answer."""
+
+    __slots__ = ()
+
+
+class _Tell(_Envelope):
+    """Envelope of a message whose sender does not wait."""
+
+    __slots__ = ()
 
 
 class InkpenActor(pykka.ThreadingActor):
@@ -70,7 +93,9 @@ class InkpenActor(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if type(message) is _Ask:
-            return self._dispatch(message.message)
+            return self._dispatch(message.take())
+        if type(message) is _Tell:
+            message = message.take()
         try:
             return self._dispatch(message)
         except Exception as exc:
@@ -110,7 +135,7 @@ def call_async(ref: pykka.ActorRef[Any], message: Any) -> pykka.Future[Any]:
 def send(ref: pykka.ActorRef[Any], message: Any) -> bool:
     """Tell an actor something without waiting; False if it has already stopped."""
     try:
-        ref.tell(message)
+        ref.tell(_Tell(message))
     except pykka.ActorDeadError:
         return False
     return True

@@ -74,7 +74,10 @@ class Options:
 
     Journal (the Inker and its clerk)
         ``roll_bytes`` / ``roll_segments``: unrolled segments are rolled into one journal file
-        when their bytes or their count reach these. ``journal_file_target_bytes``: compaction
+        when their bytes or their count reach these; a segment of at least ``roll_link_bytes``
+        (large values) is not rewritten but linked as a journal file of its own (a hard link,
+        or a server-side copy on S3), so its bytes are written once.
+        ``journal_file_target_bytes``: compaction
         splits its output at about this size. ``max_run_length``,
         ``single_file_compaction_pct``, ``max_run_compaction_pct``: Leveled's run-selection
         thresholds. ``reload_strategy``: per tag, ``"retain"`` keeps the key changes of replaced
@@ -93,7 +96,8 @@ class Options:
         ``compute_workers``: worker processes (shared by every Bookie of the process) that
         encode L0 files, merges and journal rolls, so that this work does not hold the
         interpreter lock the actors serving reads and writes need; 0 does it in the clerks'
-        threads.
+        threads. Merges take at most ``compute_workers - 1`` workers at once (at least one), so
+        with two or more an L0 build or a journal roll never waits behind a merge.
 
     Head-only stores (Leveled's ``head_only``)
         ``head_only``: None (the default) for a normal store; ``"with_lookup"`` or
@@ -131,7 +135,7 @@ class Options:
 
     ledger_cache_entries: int = 2500
     l0_cache_entries: int = 28000
-    max_l0_files: int = 4
+    max_l0_files: int = 8
     sst_target_bytes: int = 4 * MiB
     sst_block_bytes: int = 4 * KiB
     bloom_bits_per_key: int = 10
@@ -142,8 +146,9 @@ class Options:
     compaction: Compaction = "internal"
 
     roll_bytes: int = 32 * MiB
-    roll_segments: int = 1024
+    roll_segments: int = 256
     roll_on_close: bool = True
+    roll_link_bytes: int = 256 * KiB
     journal_file_target_bytes: int = 64 * MiB
     max_run_length: int = 8
     single_file_compaction_pct: float = 30.0
@@ -162,7 +167,7 @@ class Options:
     manifest_update_timeout: float = 60.0
     delete_poll_interval: float = 1.0
 
-    compute_workers: int = 1
+    compute_workers: int = 2
 
     head_only: HeadOnlyMode | None = None
 
@@ -213,6 +218,7 @@ class Options:
             "level_fanout": (2, 1000),
             "roll_bytes": (1, 16384 * MiB),
             "roll_segments": (1, 10_000_000),
+            "roll_link_bytes": (1, 16384 * MiB),
             "journal_file_target_bytes": (1 * KiB, 16384 * MiB),
             "max_run_length": (1, 1000),
             "compaction_sample_size": (1, 1_000_000),

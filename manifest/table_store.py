@@ -221,6 +221,31 @@ class TableStore:
         self.put(name, data)
         return journal_descriptor_for(name, entries, len(data))
 
+    def link_segment(
+        self,
+        segment_id: int,
+        *,
+        min_sqn: int,
+        max_sqn: int,
+        size: int,
+        entry_count: int,
+        name: str | None = None,
+    ) -> JournalFileDescriptor:
+        """Store journal segment ``segment_id`` (``size`` bytes holding ``entry_count`` entries,
+        SQNs ``min_sqn`` to ``max_sqn``) as a journal file under ``name`` without sending its
+        bytes again: a hard link on a local directory, a server-side copy on S3. A segment and
+        a journal file share one format, so the file is exactly the segment's bytes (stamped
+        with the epoch that wrote the segment). ``on_write`` is told the name first, as for
+        :meth:`put`; answers the new file's descriptor.
+        """
+        name = new_name("journal") if name is None else name
+        if self._on_write is not None:
+            self._on_write(name)
+        self.store.copy(segment_key(segment_id), name)
+        return JournalFileDescriptor(
+            name=name, min_sqn=min_sqn, max_sqn=max_sqn, size=size, entry_count=entry_count
+        )
+
     # -- reading ------------------------------------------------------------------------------
 
     def open_sst(self, descriptor: SstDescriptor) -> SstReader:

@@ -24,7 +24,6 @@ import contextlib
 import heapq
 import os
 import pickle
-import queue
 import struct
 import subprocess
 import sys
@@ -91,46 +90,73 @@ class _Worker:
 
 
 class _Pool:
-    """Idle workers waiting for requests; grown on demand up to the size asked for."""
+    """Workers shared by every Bookie of the process; grown on demand up to the size asked for.
+
+    Merges are background work: at most ``workers - 1`` of them (at least one) hold a worker at
+    once, so with two or more workers an L0 build or a journal roll — the jobs writers wait
+    for when memory fills — never queues behind a merge that runs for seconds.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._cond = threading.Condition()
+        self._idle: list[_Worker] = []
         self._started = 0
+        self._background = 0
         self._all: list[_Worker] = []
 
     def run(self, workers: int, name: str, args: tuple[Any, ...]) -> Any:
-        worker = self._take(workers)
+        background = name in BACKGROUND
+        worker = self._take(workers, background)
         try:
             result = worker.call(name, args)
         except (EOFError, OSError, pickle.UnpicklingError) as exc:
-            self._discard(worker)
+            self._discard(worker, background)
             log.warning("compute.worker_lost", function=name, error=str(exc))
             return JOBS[name](*args)
         except BaseException:
-            self._idle.put(worker)
+            self._give(worker, background)
             raise
-        self._idle.put(worker)
+        self._give(worker, background)
         return result
 
-    def _take(self, workers: int) -> _Worker:
-        with self._lock:
-            if self._idle.empty() and self._started < workers:
-                worker = _Worker()
-                self._started += 1
-                self._all.append(worker)
-                return worker
-        return self._idle.get()
+    def _take(self, workers: int, background: bool) -> _Worker:
+        with self._cond:
+            while True:
+                if not background or self._background < max(1, workers - 1):
+                    if self._idle:
+                        worker = self._idle.pop()
+                        break
+                    if self._started < workers:
+                        worker = _Worker()
+                        self._started += 1
+                        self._all.append(worker)
+                        break
+                self._cond.wait()
+            if background:
+                self._background += 1
+            return worker
 
-    def _discard(self, worker: _Worker) -> None:
+    def _give(self, worker: _Worker, background: bool) -> None:
+        with self._cond:
+            if background:
+                self._background -= 1
+            self._idle.append(worker)
+            self._cond.notify_all()
+
+    def _discard(self, worker: _Worker, background: bool) -> None:
         worker.close()
-        with self._lock:
-            self._started -= 1
-            self._all.remove(worker)
+        with self._cond:
+            if background:
+                self._background -= 1
+            if worker in self._all:
+                self._started -= 1
+                self._all.remove(worker)
+            self._cond.notify_all()
 
     def close(self) -> None:
-        with self._lock:
+        with self._cond:
             workers, self._all = list(self._all), []
+            self._idle = []
             self._started = 0
         for worker in workers:
             worker.close()
@@ -263,6 +289,8 @@ JOBS: dict[str, Callable[..., Any]] = {
     "build_l0": build_l0,
     "encode_journal": encode_journal,
 }
+BACKGROUND = frozenset({"merge_ssts"})
+"""Jobs that may not take the last free worker (see :class:`_Pool`)."""
 
 
 def serve() -> None:

@@ -9,13 +9,15 @@ Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
   through the table store (:mod:`inkpen.manifest.table_store`). Leveled's active journal file is
   appended to in place; object stores have no append, so inkpen's active journal is the run of
   small segments the Inker writes per group commit, kept in the Inker's memory until they are
-  rolled into a file like this one.
+  rolled into a file like this one. A segment of at least ``roll_link_bytes`` (large values)
+  is not rewritten: the clerk is asked :func:`link` and stores the segment object itself
+  as its file (a hard link or a server-side copy), so a large value is written once.
 - ``reading``: the clerk's :class:`~inkpen.formats.journal.JournalReader` (header and hash tables
   loaded once) is published in the Inker's views; value reads go through it and a chunk cache
   shared by the Bookie's journal files, without a message to the clerk.
 - A clerk for an existing file starts with :class:`_OpenJournal` and goes straight to ``reading``.
 
-Its request messages are private; callers use :func:`open_async` and :func:`write`.
+Its request messages are private; callers use :func:`open_async`, :func:`write` and :func:`link`.
 """
 
 from __future__ import annotations
@@ -65,6 +67,34 @@ def write(
     return handle
 
 
+@dataclass(frozen=True, slots=True)
+class _LinkJournal:
+    """Ask: store journal segment ``segment_id`` (its bytes already durable) as this clerk's
+    file without writing them again, and open it; answers the :class:`JournalHandle`."""
+
+    segment_id: int
+    min_sqn: int
+    max_sqn: int
+    size: int
+    entry_count: int
+
+
+def link(
+    clerk: pykka.ActorRef[Any],
+    segment_id: int,
+    min_sqn: int,
+    max_sqn: int,
+    size: int,
+    entry_count: int,
+) -> JournalHandle:
+    """Ask ``clerk`` (writing) to store segment ``segment_id`` as its file without writing its
+    bytes again (a link or server-side copy), and open it."""
+    handle: JournalHandle = call(
+        clerk, _LinkJournal(segment_id, min_sqn, max_sqn, size, entry_count)
+    )
+    return handle
+
+
 class JournalClerk(FileClerk):
     """Owns one journal-file object: writes it, opens its reader, and later deletes it.
 
@@ -94,5 +124,19 @@ class JournalClerk(FileClerk):
             raise InkpenError(f"journal clerk for {self.name} is {self.state}, not writing")
         descriptor = self.tables.write_journal(
             message.entries, writer_epoch=message.writer_epoch, data=message.data, name=self.name
+        )
+        return self._open(descriptor)
+
+    @handles(_LinkJournal)
+    def _link(self, message: _LinkJournal) -> JournalHandle:
+        if self.state != "writing":
+            raise InkpenError(f"journal clerk for {self.name} is {self.state}, not writing")
+        descriptor = self.tables.link_segment(
+            message.segment_id,
+            min_sqn=message.min_sqn,
+            max_sqn=message.max_sqn,
+            size=message.size,
+            entry_count=message.entry_count,
+            name=self.name,
         )
         return self._open(descriptor)

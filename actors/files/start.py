@@ -31,7 +31,7 @@ from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.files import journal_clerk, sst_clerk
 from inkpen.actors.files.journal_clerk import JournalClerk
 from inkpen.actors.files.sst_clerk import SstClerk
-from inkpen.actors.read.views import JournalHandle, SstHandle
+from inkpen.actors.read.views import JournalHandle, SegmentTable, SstHandle
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.sst import SstInfo
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
@@ -73,6 +73,27 @@ def write_new_sst(
     clerk = start_clerk(ctx, SstClerk, owner)
     try:
         return sst_clerk.write(clerk, data, info)
+    except Exception:
+        stop(clerk)
+        raise
+
+
+def link_new_journal(
+    ctx: EngineContext, owner: pykka.ActorRef[Any], segment: SegmentTable
+) -> JournalHandle:
+    """Start a clerk for a new journal file that is ``segment``'s object itself (linked, not
+    rewritten: a large segment's bytes are written once); answers the handle (the clerk is
+    stopped if that fails)."""
+    clerk = start_clerk(ctx, JournalClerk, owner)
+    try:
+        return journal_clerk.link(
+            clerk,
+            segment.segment_id,
+            segment.first_sqn,
+            segment.last_sqn,
+            segment.size,
+            len(segment.entries),
+        )
     except Exception:
         stop(clerk)
         raise

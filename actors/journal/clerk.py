@@ -6,8 +6,10 @@ then tell the Inker, which commits the manifest change and publishes the new vie
 **Rolling.** The Inker's active journal is a run of small segments (one per group commit). When
 their bytes or count pass ``roll_bytes`` / ``roll_segments`` the Inker sends them here
 (:class:`_RollSegments`); they are rewritten, in SQN order, as journal files of about
-``journal_file_target_bytes`` (:class:`Rolled`). Rolling keeps the number of journal objects
-small and lets GC remove the segments.
+``journal_file_target_bytes`` (:class:`Rolled`), except that a segment of at least
+``roll_link_bytes`` is linked as a journal file of its own, not rewritten
+(:func:`roll_segments`). Rolling keeps the number of journal objects small and lets GC remove
+the segments.
 
 **Compaction** (:func:`compact`, Leveled's Inker's clerk). With a ledger snapshot taken when the
 request was made:
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -40,7 +42,7 @@ import pykka
 from inkpen.actors.base import ActorGone, InkpenActor, handles, send, stop
 from inkpen.actors.engine import compute
 from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.files.start import write_new_journal
+from inkpen.actors.files.start import link_new_journal, write_new_journal
 from inkpen.actors.journal.retention import best_run, entry_weight, judge, retained_weight
 from inkpen.actors.read.views import JournalHandle, SegmentTable, segment_entries
 from inkpen.errors import StoreError
@@ -125,6 +127,41 @@ class CompactionDone:
     result: Future[CompactionReport]
 
 
+def roll_segments(
+    ctx: EngineContext,
+    owner: pykka.ActorRef[Any],
+    segments: Sequence[SegmentTable],
+    target_bytes: int,
+) -> tuple[JournalHandle, ...]:
+    """Roll segments (id order) into journal files; answers the files in SQN order.
+
+    Runs of small segments are rewritten together as files of about ``target_bytes``
+    (:func:`write_journal_files`). A segment of at least ``roll_link_bytes`` is linked
+    instead: a segment and a journal file share one format, so the segment object itself becomes
+    a new journal file (:meth:`~inkpen.manifest.table_store.TableStore.link_segment`: a hard
+    link or a server-side copy under a fresh file name) and its bytes are written once. The
+    files keep disjoint SQN ranges in SQN order, as a roll's always do.
+    """
+    handles: list[JournalHandle] = []
+    run: list[SegmentTable] = []
+    try:
+        for segment in segments:
+            if segment.size < ctx.options.roll_link_bytes or not segment.entries:
+                run.append(segment)
+                continue
+            if run:
+                handles.extend(write_journal_files(ctx, owner, segment_entries(run), target_bytes))
+                run = []
+            handles.append(link_new_journal(ctx, owner, segment))
+        if run:
+            handles.extend(write_journal_files(ctx, owner, segment_entries(run), target_bytes))
+    except Exception:
+        for handle in handles:
+            stop(handle.clerk)
+        raise
+    return tuple(handles)
+
+
 def write_journal_files(
     ctx: EngineContext,
     owner: pykka.ActorRef[Any],
@@ -173,10 +210,10 @@ class InkerClerk(InkpenActor):
     def _roll(self, message: _RollSegments) -> None:
         started = time.monotonic()
         try:
-            handles = write_journal_files(
+            handles = roll_segments(
                 self.ctx,
                 self.inker,
-                segment_entries(message.segments),
+                message.segments,
                 self.ctx.options.journal_file_target_bytes,
             )
         except Exception as exc:

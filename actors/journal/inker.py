@@ -54,7 +54,7 @@ from inkpen.actors.journal.clerk import (
     Rolled,
     RollFailed,
     roll,
-    write_journal_files,
+    roll_segments,
 )
 from inkpen.actors.journal.conditions import ConditionChecker
 from inkpen.actors.journal.intake import Batch, WriteIntake
@@ -65,7 +65,6 @@ from inkpen.actors.read.views import (
     JournalView,
     MemTable,
     SegmentTable,
-    segment_entries,
 )
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import build_journal
@@ -451,11 +450,8 @@ class Inker(FileOwner):
         if self.stopped is not None or not self.segments:
             return True
         segments = tuple(self.segments)
-        handles = write_journal_files(
-            self.ctx,
-            self.actor_ref,
-            segment_entries(segments),
-            self.ctx.options.journal_file_target_bytes,
+        handles = roll_segments(
+            self.ctx, self.actor_ref, segments, self.ctx.options.journal_file_target_bytes
         )
         self._rolled(Rolled(tuple(s.segment_id for s in segments), handles))
         return not self.segments
