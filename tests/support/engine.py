@@ -19,7 +19,7 @@ TINY = {
     "level_fanout": 2,
     "roll_segments": 6,
     "roll_bytes": 64 * 1024,
-    "roll_link_bytes": 2048,
+    "roll_link_bytes": 4096,  # a one-put segment is about 2.2 KiB: both kinds of roll happen
     "journal_file_target_bytes": 4096,
     "delete_poll_interval": 0.05,
     "gc_min_age": 0.0,
