@@ -109,7 +109,8 @@ def wait_until(
     what each child printed last and its stderr."""
     end = time.monotonic() + deadline
     while not condition():
-        dead = [c for c in children if c.proc.poll() is not None]
+        # A child that printed DONE has ended its last round and may exit while others close.
+        dead = [c for c in children if c.proc.poll() is not None and not c.lines("DONE")]
         if dead or time.monotonic() > end:
             cause = f"{', '.join(c.name for c in dead)} exited" if dead else f"{deadline} s passed"
             report = "\n".join(c.describe() for c in children)
