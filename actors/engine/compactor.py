@@ -46,13 +46,12 @@ from typing import Any
 
 from inkpen.actors.engine import compute
 from inkpen.actors.journal.clerk import CompactionReport
-from inkpen.actors.journal.retention import best_run, entry_weight, judge, retained_weight
+from inkpen.actors.journal.retention import Judgement, entry_weight
 from inkpen.actors.ledger.levels import Levels
 from inkpen.actors.ledger.merge_policy import MergeJob, MergePolicy, policy_for
 from inkpen.actors.read.views import LedgerView, SstHandle
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, JournalReader
-from inkpen.formats.keys import Tag
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, GcReport, run_gc
@@ -384,57 +383,16 @@ class Compactor:
         ledger: LedgerView,
         max_sqn: int,
     ) -> tuple[CompactionReport, list[JournalFileDescriptor], tuple[JournalFileDescriptor, ...]]:
-        options = self.options
-        now_ms = int(options.clock() * 1000)
+        now_ms = int(self.options.clock() * 1000)
+        judgement = Judgement(ledger.get, self.options, max_sqn=max_sqn, now_ms=now_ms)
         rng = random.Random()
-        scores: dict[str, float] = {}
-        for descriptor in files:
-            reader = readers[descriptor.name]
-            locations = reader.locations()
-            sample = sorted(
-                rng.sample(locations, min(options.compaction_sample_size, len(locations)))
-            )
-            kept = total = 0
-            for offset, length in sample:
-                entry = reader.read_at(offset, length)
-                k, t = retained_weight(
-                    entry,
-                    ledger.get,
-                    max_sqn=max_sqn,
-                    now_ms=now_ms,
-                    strategy=self._strategy(entry),
-                )
-                kept += k
-                total += t
-            scores[descriptor.name] = 100.0 * kept / total if total else 100.0
-        run = best_run(
-            [scores[d.name] for d in files],
-            single=options.single_file_compaction_pct,
-            max_run=options.max_run_compaction_pct,
-            max_length=options.max_run_length,
-        )
+        scores = {d.name: judgement.score(readers[d.name], rng) for d in files}
+        run = judgement.choose([scores[d.name] for d in files])
         if run is None:
             return CompactionReport(scores=scores), [], ()
         chosen = files[run[0] : run[0] + run[1]]
-        counts = {"kept": 0, "reduced": 0, "dropped": 0}
-
-        def survivors() -> Iterator[JournalEntry]:
-            for descriptor in chosen:
-                for entry in readers[descriptor.name].iter_entries():
-                    kept_entry = judge(
-                        entry,
-                        ledger.get,
-                        max_sqn=max_sqn,
-                        now_ms=now_ms,
-                        strategy=self._strategy(entry),
-                    )
-                    if kept_entry is None:
-                        counts["dropped"] += 1
-                        continue
-                    counts["kept" if kept_entry is entry else "reduced"] += 1
-                    yield kept_entry
-
-        written = self._write_journal(survivors())
+        counts = judgement.counts
+        written = self._write_journal(judgement.survivors(readers[d.name] for d in chosen))
         report = CompactionReport(
             scores=scores,
             compacted=tuple(d.name for d in chosen),
@@ -467,10 +425,6 @@ class Compactor:
             self._drop(tuple(written))
             raise
         return tuple(written)
-
-    def _strategy(self, entry: JournalEntry) -> Any:
-        tag = "h" if entry.ledger_key[:1] == bytes([Tag.HEAD]) else "o"
-        return self.options.strategy_for(tag)
 
     def _collect(self, say: Progress) -> GcReport | None:
         self._latest()  # fenced: no pass

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -43,11 +43,11 @@ from inkpen.actors.base import ActorGone, InkpenActor, handles, send, stop
 from inkpen.actors.engine import compute
 from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.files.start import link_new_journal, write_new_journal
-from inkpen.actors.journal.retention import best_run, entry_weight, judge, retained_weight
+from inkpen.actors.journal.retention import Judgement, entry_weight
 from inkpen.actors.read.views import JournalHandle, SegmentTable, segment_entries
 from inkpen.errors import StoreError
 from inkpen.formats.journal import JournalEntry
-from inkpen.formats.keys import LedgerValue, Tag
+from inkpen.formats.keys import LedgerValue
 from inkpen.logs import get_logger
 
 log = get_logger("inkpen.inker")
@@ -248,56 +248,18 @@ class InkerClerk(InkpenActor):
             return self._trim()
         max_sqn = self._feed_floor(snapshot.max_sqn)
         files = [h for h in self.ctx.board.journal.files if h.descriptor.min_sqn <= max_sqn]
-        now_ms = self.ctx.now_ms()
+        judgement = Judgement(snapshot.get, options, max_sqn=max_sqn, now_ms=self.ctx.now_ms())
         rng = random.Random()
-        scores: dict[str, float] = {}
-        for handle in files:
-            locations = handle.reader.locations()
-            sample = rng.sample(locations, min(options.compaction_sample_size, len(locations)))
-            sample.sort()
-            kept = total = 0
-            for offset, length in sample:
-                entry = handle.reader.read_at(offset, length)
-                k, t = retained_weight(
-                    entry,
-                    snapshot.get,
-                    max_sqn=max_sqn,
-                    now_ms=now_ms,
-                    strategy=self._strategy(entry),
-                )
-                kept += k
-                total += t
-            scores[handle.name] = 100.0 * kept / total if total else 100.0
-        run = best_run(
-            [scores[h.name] for h in files],
-            single=options.single_file_compaction_pct,
-            max_run=options.max_run_compaction_pct,
-            max_length=options.max_run_length,
-        )
+        scores = {h.name: judgement.score(h.reader, rng) for h in files}
+        run = judgement.choose([scores[h.name] for h in files])
         log.debug("journal.compaction_scored", files=len(files), run=run)
         if run is None:
             return CompactionReport(scores=scores), (), ()
         chosen = files[run[0] : run[0] + run[1]]
-        counts = {"kept": 0, "reduced": 0, "dropped": 0}
-
-        def survivors() -> Iterator[JournalEntry]:
-            for handle in chosen:
-                for entry in handle.reader.iter_entries():
-                    kept_entry = judge(
-                        entry,
-                        snapshot.get,
-                        max_sqn=max_sqn,
-                        now_ms=now_ms,
-                        strategy=self._strategy(entry),
-                    )
-                    if kept_entry is None:
-                        counts["dropped"] += 1
-                        continue
-                    counts["kept" if kept_entry is entry else "reduced"] += 1
-                    yield kept_entry
-
+        counts = judgement.counts
+        survivors = judgement.survivors(h.reader for h in chosen)
         handles = write_journal_files(
-            self.ctx, self.inker, survivors(), options.journal_file_target_bytes
+            self.ctx, self.inker, survivors, options.journal_file_target_bytes
         )
         report = CompactionReport(
             scores=scores,
@@ -340,10 +302,6 @@ class InkerClerk(InkpenActor):
             latest = keeper.latest
         floor = latest.manifest.feed_floor(time.time())
         return snapshot_sqn if floor is None else min(snapshot_sqn, floor)
-
-    def _strategy(self, entry: JournalEntry) -> Any:
-        tag = "h" if entry.ledger_key[:1] == bytes([Tag.HEAD]) else "o"
-        return self.ctx.options.strategy_for(tag)
 
 
 def compact(

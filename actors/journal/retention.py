@@ -44,12 +44,16 @@ relied on for indexes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from inkpen.actors.journal.changes import INDEX_REMOVE
-from inkpen.formats.journal import JournalEntry, Kind
-from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, decode_key, index_key
+from inkpen.formats.journal import JournalEntry, JournalReader, Kind
+from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, Tag, decode_key, index_key
+
+if TYPE_CHECKING:
+    from inkpen.options import Options
 
 Lookup = Callable[[bytes], LedgerValue | None]
 Strategy = Literal["retain", "recovr"]
@@ -143,3 +147,68 @@ def best_run(
             if score > 0 and (best is None or (score, length) > (best[0], best[2])):
                 best = (score, start, length)
     return None if best is None else (best[1], best[2])
+
+
+class Judgement:
+    """One journal compaction's rules applied to files: score them by sampling, choose the run
+    to rewrite (:func:`best_run`), then judge every entry of that run. Used by the writer's
+    clerk and by the compactor, against their own view of the ledger (``lookup``)."""
+
+    def __init__(self, lookup: Lookup, options: Options, *, max_sqn: int, now_ms: int) -> None:
+        self.lookup = lookup
+        self.options = options
+        self.max_sqn = max_sqn
+        self.now_ms = now_ms
+        self.counts = {"kept": 0, "reduced": 0, "dropped": 0}
+
+    def strategy(self, entry: JournalEntry) -> Strategy:
+        tag = "h" if entry.ledger_key[:1] == bytes([Tag.HEAD]) else "o"
+        return self.options.strategy_for(tag)
+
+    def score(self, reader: JournalReader, rng: random.Random) -> float:
+        """The percentage of a sample of ``reader``'s entries (by weight) worth keeping."""
+        locations = reader.locations()
+        sample = sorted(
+            rng.sample(locations, min(self.options.compaction_sample_size, len(locations)))
+        )
+        kept = total = 0
+        for offset, length in sample:
+            entry = reader.read_at(offset, length)
+            k, t = retained_weight(
+                entry,
+                self.lookup,
+                max_sqn=self.max_sqn,
+                now_ms=self.now_ms,
+                strategy=self.strategy(entry),
+            )
+            kept += k
+            total += t
+        return 100.0 * kept / total if total else 100.0
+
+    def choose(self, scores: Sequence[float]) -> tuple[int, int] | None:
+        """(start, length) of the run of files to rewrite, or None."""
+        options = self.options
+        return best_run(
+            list(scores),
+            single=options.single_file_compaction_pct,
+            max_run=options.max_run_compaction_pct,
+            max_length=options.max_run_length,
+        )
+
+    def survivors(self, readers: Iterable[JournalReader]) -> Iterator[JournalEntry]:
+        """The entries of ``readers`` (in SQN order) that survive, some reduced; counts them."""
+        counts = self.counts
+        for reader in readers:
+            for entry in reader.iter_entries():
+                kept_entry = judge(
+                    entry,
+                    self.lookup,
+                    max_sqn=self.max_sqn,
+                    now_ms=self.now_ms,
+                    strategy=self.strategy(entry),
+                )
+                if kept_entry is None:
+                    counts["dropped"] += 1
+                    continue
+                counts["kept" if kept_entry is entry else "reduced"] += 1
+                yield kept_entry
