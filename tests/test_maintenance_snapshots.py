@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pykka
+
 import inkpen
 from inkpen.objectstore import open_store
 from support.engine import SMALL
@@ -121,3 +123,22 @@ def test_abandoned_snapshot_stops_holding_files_after_its_timeout(store_url: str
         wait_until(lambda: book.stats()["ledger_snapshots"] == 0)
         wait_until(lambda: book.stats()["journal_snapshots"] == 0)
         snap.close()
+
+
+def test_close_stops_the_clerks_of_files_still_pending_delete(store_url: str) -> None:
+    """A snapshot keeps replaced files in delete_pending; closing the Bookie must stop their
+    clerks too, so none outlives it (and none deletes through a closed store later)."""
+    before = {ref.actor_urn for ref in pykka.ActorRegistry.get_all()}
+    book = inkpen.open(store_url, **SMALL)
+    snap = load_and_snapshot(book, long_running=True)
+    overwrite_everything(book)
+    pending = book.stats()
+    assert pending["ledger_pending_deletes"] + pending["journal_pending_deletes"] > 0
+    book.close()
+    left = [
+        ref
+        for ref in pykka.ActorRegistry.get_all()
+        if ref.actor_urn not in before and ref.is_alive()
+    ]
+    assert left == [], f"actors alive after close: {[r.actor_class.__name__ for r in left]}"
+    snap.close()

@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from inkpen.actors.base import InkpenActor, handles
+import pykka
+
+from inkpen.actors.base import InkpenActor, handles, stop
 from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.keeper import ManifestKeeper
-from inkpen.actors.files.clerk import ConfirmDelete, FileDeleted, answer_confirm_delete
+from inkpen.actors.files.clerk import (
+    ConfirmDelete,
+    FileDeleted,
+    answer_confirm_delete,
+    set_for_delete,
+)
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 
@@ -158,6 +166,22 @@ class FileOwner(InkpenActor):
         self.guard = CheckpointGuard(ctx.keeper)
         self.pending_deletes: dict[str, int] = {}
         """Files set for delete, by the id of the manifest change that dropped them."""
+        self._retiring: dict[str, pykka.ActorRef[Any]] = {}
+        """The clerks of those files, stopped when the owner shuts down."""
+
+    def retire(self, name: str, clerk: pykka.ActorRef[Any] | None, change_id: int) -> None:
+        """The manifest with id ``change_id`` dropped ``name``: its clerk enters delete_pending."""
+        self.pending_deletes[name] = change_id
+        if clerk is not None:
+            self._retiring[name] = clerk
+            set_for_delete(clerk, change_id)
+
+    def stop_retiring(self) -> None:
+        """Stop the clerks of files still in delete_pending (at shutdown): a file a stopped
+        writer no longer deletes is an orphan the next GC removes."""
+        retiring, self._retiring = list(self._retiring.values()), {}
+        for clerk in retiring:
+            stop(clerk)
 
     def _register_snapshot(self, snapshot_id: str, *, long_running: bool) -> None:
         options = self.ctx.options
@@ -180,3 +204,4 @@ class FileOwner(InkpenActor):
     @handles(FileDeleted)
     def _deleted(self, message: FileDeleted) -> None:
         self.pending_deletes.pop(message.name, None)
+        self._retiring.pop(message.name, None)

@@ -45,7 +45,6 @@ from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
 from inkpen.actors.engine.throttle import NONE, SLOW, STOP
-from inkpen.actors.files.clerk import set_for_delete
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import external
 from inkpen.actors.journal import replay as journal_replay
@@ -542,8 +541,7 @@ class Inker(FileOwner):
         self.files = files
         for handle in dropped:
             if handle.clerk is not None:
-                self.pending_deletes[handle.name] = versioned.id
-                set_for_delete(handle.clerk, versioned.id)
+                self.retire(handle.name, handle.clerk, versioned.id)
         if dropped:
             log.info("journal.adopted", manifest=versioned.id, dropped=len(dropped))
         self.adopted = max(self.adopted, versioned.id)
@@ -581,8 +579,7 @@ class Inker(FileOwner):
             for name in replaced:
                 gone = self.files.pop(name, None)
                 if gone is not None and gone.clerk is not None:
-                    self.pending_deletes[name] = versioned.id
-                    set_for_delete(gone.clerk, versioned.id)
+                    self.retire(name, gone.clerk, versioned.id)
             self._publish()
             log.info(
                 "journal.compaction_committed",
@@ -734,6 +731,7 @@ class Inker(FileOwner):
         for handle in self.files.values():
             stop(handle.clerk)
         self.files.clear()
+        self.stop_retiring()
 
 
 # -- what other modules ask of the Inker --------------------------------------------------------

@@ -48,7 +48,6 @@ from inkpen.actors.base import call, handles, send, stop
 from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.keeper import commit_or_roll_back
 from inkpen.actors.engine.registry import FileOwner
-from inkpen.actors.files.clerk import set_for_delete
 from inkpen.actors.files.sst_clerk import L0Failed, L0Written, SstClerk, build_l0
 from inkpen.actors.files.start import open_files, start_clerk
 from inkpen.actors.ledger import external
@@ -472,8 +471,7 @@ class Penciller(FileOwner):
         for handle in (*job.sources, *job.targets):
             if handle.name in moved or handle.clerk is None:
                 continue
-            self.pending_deletes[handle.name] = versioned.id
-            set_for_delete(handle.clerk, versioned.id)
+            self.retire(handle.name, handle.clerk, versioned.id)
         log.info(
             "ledger.merge",
             source_level=job.source_level,
@@ -522,8 +520,7 @@ class Penciller(FileOwner):
             self.levels = levels
             for handle in dropped:
                 if handle.clerk is not None:
-                    self.pending_deletes[handle.name] = versioned.id
-                    set_for_delete(handle.clerk, versioned.id)
+                    self.retire(handle.name, handle.clerk, versioned.id)
             log.info(
                 "ledger.adopted",
                 manifest=versioned.id,
@@ -580,6 +577,7 @@ class Penciller(FileOwner):
         self._stopped = True
         for handle in self.levels.all_files():
             stop(handle.clerk)
+        self.stop_retiring()
 
 
 # -- what other modules ask of the Penciller ----------------------------------------------------
