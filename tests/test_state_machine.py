@@ -42,7 +42,7 @@ from hypothesis.stateful import (
 )
 
 import inkpen
-from inkpen.actors.engine.throttle import STOP
+from inkpen.actors.engine.throttle import NONE, STOP
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, decode_journal
 from inkpen.manifest.checkpoints import delete_checkpoint as remove_checkpoint
 from inkpen.manifest.fencing import scan_segments
@@ -1473,7 +1473,17 @@ class FaultyMachine(BookieMachine):
     ) -> None:
         """A conditional write whose segment lands but loses its response: the engine retries
         it (reading back) and it reports success, never a conflict with itself; or its outcome
-        stays unknown and the machine settles it."""
+        stays unknown and the machine settles it.
+
+        The write must find room first: at the throttle's STOP level it would wait for an L0
+        write, which the outage (every put's response lost) never lets finish."""
+        try:
+            self.book.flush()
+        except inkpen.StoreError as exc:
+            if not injected(exc):
+                raise
+        if self.book._engine.throttle.level != NONE:
+            return
         faulty = self.target()
         usual = faulty.plan
         faulty.plan = FaultPlan(
