@@ -165,8 +165,8 @@ def read_values(source: ViewSource, keys: list[bytes], now_ms: int) -> list[byte
     )
 
 
-def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
-    """HEAD: the live metadata of ``key`` from the ledger alone, or None."""
+def _live_value(source: ViewSource, key: bytes, now_ms: int) -> LedgerValue | None:
+    """The live ledger value of ``key``, or None; retried while ledger files vanish under it."""
     vanished: NotFoundError | None = None
     for _ in range(READ_ATTEMPTS):
         cache, ledger, _ = source.views()
@@ -175,28 +175,23 @@ def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
         except NotFoundError as exc:
             vanished = exc
             continue
-        if value is None or not is_live(value, now_ms):
-            return None
-        return to_head(value)
+        return value if value is not None and is_live(value, now_ms) else None
     assert vanished is not None
     raise vanished  # ledger files kept vanishing: a missing object, never corruption
 
 
+def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
+    """HEAD: the live metadata of ``key`` from the ledger alone, or None."""
+    value = _live_value(source, key, now_ms)
+    return None if value is None else to_head(value)
+
+
 def read_head_only(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
     """A head-only object's value from the ledger alone (``key`` has the HEAD tag), or None."""
-    vanished: NotFoundError | None = None
-    for _ in range(READ_ATTEMPTS):
-        cache, ledger, _ = source.views()
-        try:
-            value = lookup(cache, ledger, key)
-        except NotFoundError as exc:
-            vanished = exc
-            continue
-        if value is None or not is_live(value, now_ms):
-            return None
-        return value[6] if len(value) > 6 else b""  # type: ignore[misc]
-    assert vanished is not None
-    raise vanished
+    value = _live_value(source, key, now_ms)
+    if value is None:
+        return None
+    return value[6] if len(value) > 6 else b""  # type: ignore[misc]
 
 
 def ledger_range(
