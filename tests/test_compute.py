@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +73,31 @@ def test_job_errors_come_back_to_the_caller() -> None:
     bad = ("bad.sst", b"not an sst at all", 0)
     with pytest.raises(CorruptionError, match=r"bad\.sst"):
         compute.run(1, compute.merge_ssts, [bad], [], True, 0, 2048, 512, 10)
+
+
+def test_a_worker_started_beside_a_directory_named_inkpen_still_imports_the_package(
+    tmp_path: Path,
+) -> None:
+    """An application run from a directory holding a folder named ``inkpen`` (a checkout of the
+    sources, say): its compute workers must import the installed package, not that folder."""
+    shadow = tmp_path / "inkpen"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the shadowing folder was imported')\n")
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONSAFEPATH"}
+    script = (
+        "from inkpen.actors.engine import compute\n"
+        "worker = compute._Worker()\n"
+        "print(len(worker.call('encode_journal', ([], 1))))\n"
+        "worker.close()\n"
+    )
+    # -P keeps this parent from importing the folder itself; its worker is started as usual.
+    result = subprocess.run(
+        [sys.executable, "-P", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.strip()) > 0

@@ -68,7 +68,9 @@ class _Worker:
             [sys.executable, "-m", "inkpen.actors.engine.compute_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # PYTHONSAFEPATH: a directory named "inkpen" in the current directory (a checkout
+            # of inkpen's sources, say) must not shadow the installed package in the worker.
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"},
         )
 
     def call(self, name: str, args: tuple[Any, ...]) -> Any:

@@ -394,7 +394,8 @@ def _compactor_beside(url: str | None) -> Iterator[None]:
         yield
         return
     command = [sys.executable, "-m", "inkpen.cli", "compactor", url, "--interval", "0.2s"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}  # the current directory never shadows inkpen
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     try:
         claimed = process.stdout.readline()  # "compactor epoch N claimed for URL"
