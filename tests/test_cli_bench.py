@@ -4,6 +4,7 @@ that makes no store requests."""
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from inkpen.cli import main
 from inkpen.cli.bench import flush_options
 from inkpen.cli.scale import RATIO_FIGURES
+from inkpen.cli.workloads import LOAD_SEED, Latencies, bench_keys, get_sample
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from inkpen.objectstore.seaweed import SeaweedServer
@@ -154,3 +156,27 @@ def test_bench_load_with_a_compactor_beside_it(tmp_path: Path) -> None:
         assert latest.manifest.compactor_epoch >= 1, "no compactor claimed the database"
     finally:
         store.close()
+
+
+def test_bench_keys_are_the_protocols_shuffled_keys_made_on_demand() -> None:
+    expected = [b"key%013d" % i for i in range(5_000)]
+    random.Random(LOAD_SEED).shuffle(expected)
+    keys = bench_keys(5_000)
+    assert list(keys) == expected
+    assert keys[10:20] == expected[10:20]
+    assert get_sample(keys, 100) == get_sample(expected, 100)
+
+
+def test_latency_histogram_quantiles_are_within_one_percent_of_the_exact_ones() -> None:
+    rng = random.Random(7)
+    values = [rng.lognormvariate(-6, 1.5) for _ in range(20_000)] + [0.0, 5e-7]
+    halves = Latencies(), Latencies()
+    for i, value in enumerate(values):
+        halves[i % 2].record(value)
+    whole = Latencies.merged(halves)
+    ordered = sorted(values)
+    assert whole.count == len(values)
+    assert whole.max == ordered[-1]
+    for q in (0.5, 0.9, 0.99):
+        exact = ordered[int(len(ordered) * q)]
+        assert exact <= whole.quantile(q) <= exact * 1.0201

@@ -186,7 +186,7 @@ def _one_scale(
         ops = max(1, timing.ops)
         return {
             **timing.figures(),
-            "max_ms": round(timing.latencies[-1] * 1e3, 3) if timing.latencies else None,
+            "max_ms": round(timing.latencies.max * 1e3, 3) if timing.latencies else None,
             "bytes_read": counted["bytes_read"],
             "reads": counted["gets"],
             "bytes_read_per_op": round(counted["bytes_read"] / ops, 1),
@@ -217,7 +217,6 @@ def _one_scale(
         "load",
         {
             **timing.figures(),
-            "max_ms": round(timing.latencies[-1] * 1e3, 3),
             "median_per_s": median,
             "stalls": low,
             "min_per_s_after_warmup": min(timing.per_second[WARMUP_S:-1], default=None),
@@ -264,7 +263,7 @@ def _one_scale(
 def _other_sample(keys: Sequence[bytes], count: int) -> list[bytes]:
     import random
 
-    return random.Random(GET16_SEED).sample(list(keys), min(count, len(keys)))
+    return random.Random(GET16_SEED).sample(keys, min(count, len(keys)))
 
 
 def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
