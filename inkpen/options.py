@@ -98,6 +98,11 @@ class Options:
         interpreter lock the actors serving reads and writes need; 0 does it in the clerks'
         threads. Merges take at most ``compute_workers - 1`` workers at once (at least one), so
         with two or more an L0 build or a journal roll never waits behind a merge.
+        ``malloc_mmap_threshold``: on glibc, allocations of this many bytes or more get their
+        own mappings, returned to the system when freed (1 MiB by default; process-wide, the
+        first open's value wins; 0 leaves the allocator alone). Without it, the buffers of
+        rolls and merges leave holes in the C heap and resident memory grows with the data
+        written.
 
     Head-only stores (Leveled's ``head_only``)
         ``head_only``: None (the default) for a normal store; ``"with_lookup"`` or
@@ -168,6 +173,7 @@ class Options:
     delete_poll_interval: float = 1.0
 
     compute_workers: int = 2
+    malloc_mmap_threshold: int = 1 * MiB
 
     head_only: HeadOnlyMode | None = None
 
@@ -229,6 +235,7 @@ class Options:
             "max_value_bytes": (0, 1024 * MiB),
             "max_indexes": (0, 1_000_000),
             "compute_workers": (0, 64),
+            "malloc_mmap_threshold": (0, 1024 * MiB),
         }
         for name, (lo, hi) in int_limits.items():
             value = getattr(self, name)

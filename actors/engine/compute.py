@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, TypeVar
 
+from inkpen.actors.engine import heap
 from inkpen.formats.journal import JournalEntry, build_journal
 from inkpen.formats.keys import TOMBSTONE, LedgerValue
 from inkpen.formats.sst import SstBuilder, SstInfo, SstReader
@@ -70,7 +71,12 @@ class _Worker:
             stdout=subprocess.PIPE,
             # PYTHONSAFEPATH: a directory named "inkpen" in the current directory (a checkout
             # of inkpen's sources, say) must not shadow the installed package in the worker.
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"},
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONSAFEPATH": "1",
+                **heap.worker_environment(),
+            },
         )
 
     def call(self, name: str, args: tuple[Any, ...]) -> Any:

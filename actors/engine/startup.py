@@ -35,6 +35,7 @@ from inkpen.actors.engine import bookie_actor
 from inkpen.actors.engine.bookie_actor import Bookie
 from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.gc import GarbageCollector, request_gc
+from inkpen.actors.engine.heap import limit_heap_growth
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.engine.keeper import ManifestKeeper
 from inkpen.actors.engine.scheduler import Scheduler
@@ -134,6 +135,7 @@ class Engine:
     @classmethod
     def start(cls, store: ObjectStore, options: Options, *, owns_store: bool) -> Engine:
         started = time.monotonic()
+        limit_heap_growth(options.malloc_mmap_threshold)
         manifests = ManifestStore(store)
         open_in_mode(manifests, options.head_only)
         claim = claim_writer(manifests, allow_missing_segments=options.allow_missing_segments)
