@@ -8,7 +8,8 @@ group-commit segments; then
   wrapped in a request counter, watched for ``--idle`` seconds while nothing is written;
 - **follower lag**: while ``--clients`` threads put ``--lag-n`` more objects, a following Reader
   (``refresh_interval`` ``--interval``) tails ``changes(wait=...)``; the lag of a change is the
-  time from its ``put`` returning to the follower yielding it (p50 / p99 / max, ms).
+  time from its ``put`` returning to the follower yielding it (p50 / p99 / max, ms), with the
+  machine's load average (``os.getloadavg()``, as ``uptime`` shows it) when the tail ends.
 
 The follower runs in this process beside the writer (on a 2-core machine they compete for it).
 Output is one JSON object. Run: ``python benchmarks/feed_bench.py [--n N] [--stores local,s3]``.
@@ -107,7 +108,10 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, object]:
                     if ack is not None:  # not yet recorded: the put is returning right now
                         lags.append(max(0.0, now - ack) * 1000)
             writer.join()
+            load_average = os.getloadavg()  # 1-minute average: the load the lag was taken under
         result["lag_changes"] = seen
+        result["lag_clients"] = args.clients
+        result["load_average_1_5_15"] = [round(x, 2) for x in load_average]
         result["lag_refresh_interval_s"] = args.interval
         result["lag_ms"] = _pct(lags)
     return result

@@ -4,11 +4,12 @@
     python examples/stream_job.py --n 20000 --dir ./.inkpen-demo/stream
 
 A writer thread puts (and now and then deletes) N objects into a store while a streaming query
-reads the store's change feed (``spark.readStream.format("inkpen")`` with ``feed=true``) and
+reads the store's change feed (``spark.readStream.format("inkpen").option("path", url)``) and
 appends every change to a Parquet table. When the writer is done the query processes what is
 left and stops; the job checks that the table holds every change exactly once, in SQN order
 1..N, and prints rows, seconds and rows per second, then the same as one JSON line. The stream
-holds the feed cursor ``stream-job`` so journal compaction cannot remove what it has not read.
+holds the feed cursor ``spark-stream`` (the default; ``.option("cursor", name)`` names another) so
+journal compaction cannot remove what it has not read.
 """
 
 from __future__ import annotations
@@ -66,8 +67,6 @@ def main(argv: list[str] | None = None, *, spark: SparkSession | None = None) ->
         query = (
             spark.readStream.format("inkpen")
             .option("path", url)
-            .option("feed", "true")
-            .option("cursor", "stream-job")
             .load()
             .writeStream.format("parquet")
             .option("path", table)

@@ -6,7 +6,8 @@ numbers its entries from 1 and the commit later gives every file of the task one
 
 1. check and encode every row as a put, exactly as ``Bookie.put`` would
    (:class:`inkpen.actors.journal.changes.ChangeMaker`: limits, index specs, TTL from the task's
-   clock);
+   clock); a row whose ``kind`` (the column a read or the change feed yields) is not ``"put"``
+   refuses the load: a load only adds objects;
 2. sort the puts by ledger key, stably, so rows with the same key stay in input order;
 3. number them 1..n in that order: within the task, a key's last row gets its highest SQN;
 4. write the journal entries in SQN order as journal files (a new one at about
@@ -97,8 +98,15 @@ def _puts(
         values = _column(batch, columns.value)
         indexes = _column(batch, columns.indexes)
         ttls = _column(batch, columns.ttl)
+        kinds = _column(batch, columns.kind)
         for i in range(batch.num_rows):
             try:
+                if columns.kind is not None and kinds[i] != "put":
+                    raise UsageError(
+                        f"its {columns.kind} is {kinds[i]!r}, and a bulk load only adds objects "
+                        f"(kind 'put'): filter the others out (df.filter(\"{columns.kind} = "
+                        "'put'\")) and apply deletes with Bookie.delete"
+                    )
                 for name, found in (("bucket", buckets[i]), ("key", keys[i]), ("value", values[i])):
                     if found is None:
                         raise UsageError(

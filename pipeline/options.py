@@ -20,7 +20,10 @@ Reading (``spark.read.format("inkpen")``):
 - ``key_type`` (binary): ``string`` gives buckets, keys, fields and terms as UTF-8 strings;
 - ``partitions``: how many partitions (Spark tasks) to split the read into; else by size,
   ``partition_bytes`` (32 MiB) each;
-- ``batch_rows`` (8192): rows per Arrow batch a task hands to Spark.
+- ``batch_rows`` (8192): rows per Arrow batch a task hands to Spark;
+- ``feed``: accepted and must be false (or left out); ``feed=true`` names the change feed, which
+  is read with ``spark.readStream`` (:mod:`.stream`, whose own options, :data:`FEED_OPTIONS`, a
+  read refuses the same way).
 
 Bulk loading (``df.write.format("inkpen").mode("append")``):
 
@@ -62,8 +65,20 @@ READ_OPTIONS = frozenset(
         "partitions",
         "partition_bytes",
         "batch_rows",
+        "feed",
     }
 )
+FEED_OPTIONS = frozenset(
+    {
+        "cursor",
+        "cursor_lifetime",
+        "starting_sqn",
+        "max_rows_per_batch",
+        "rows_per_partition",
+        "refresh_interval",
+    }
+)
+"""The options only a stream (:mod:`.stream`) takes: given any, ``spark.read`` refuses the read."""
 LOAD_OPTIONS = frozenset({"path", "sst_bytes", "journal_bytes"})
 
 _TRUE = frozenset({"true", "yes", "1"})
@@ -172,7 +187,15 @@ def _name(given: Mapping[str, str], name: str) -> bytes | None:
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     """Check a read's options; raise :class:`UsageError` naming the first one that is wrong."""
     given = _lowered(options)
+    for_streams = sorted(set(given) & FEED_OPTIONS)
+    if for_streams:
+        raise UsageError(
+            f"option(s) {', '.join(for_streams)} are for the change feed, which is read with "
+            "spark.readStream; a spark.read reads one checkpoint and takes: "
+            f"{', '.join(sorted(READ_OPTIONS))}"
+        )
     _refuse_unknown(given, READ_OPTIONS, "read")
+    _bool(given, "feed", False)  # true is refused when the read is planned, naming readStream
     key_type = str(given.get("key_type", "binary")).strip().lower()
     if key_type not in ("binary", "string"):
         raise UsageError(f"option key_type must be binary or string, got {key_type!r}")

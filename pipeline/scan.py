@@ -151,6 +151,7 @@ def _rows(spec: ScanSpec, slice_: ScanSlice, views: ManifestViews) -> Iterator[t
                     key_name(key),
                     middle,
                     sqn,
+                    "put",  # a read's row is the latest change of a live object
                     last_modified * 1000,
                 )
                 if spec.indexes:

@@ -4,15 +4,22 @@ Keys are bytes in inkpen, so a read gives ``bucket`` and ``key`` as ``binary`` b
 the option ``key_type=string`` they (and index fields and terms) are UTF-8 strings instead, which
 is easier to filter on in SQL but refuses (with a clear error) keys that are not valid UTF-8.
 
-A read yields, in this order::
+A read (``spark.read``) and the change feed (``spark.readStream``) yield rows of one schema, in
+this order (Spark asks a Python source for its schema with the same options for both, so one
+schema must describe both)::
 
     bucket         binary | string   not null
     key            binary | string   not null
-    value          binary            not null   (values=true, the default)
-    size           bigint            not null   (values=false: heads only, no value column)
-    sqn            bigint            not null   the object's sequence number
+    value          binary            nullable   (values=true, the default); null only for a
+                                                delete in the feed
+    size           bigint            nullable   (values=false: heads only, no value column); null
+                                                only for a delete in the feed
+    sqn            bigint            not null   the object's (the change's) sequence number
+    kind           string            not null   "put" or "delete"; always "put" in a read, whose
+                                                rows are the latest change of each live object
     last_modified  timestamp         not null   when the object was written
-    indexes        array<struct<field, term>>   (indexes=true) the object's live index entries
+    indexes        array<struct<field, term>>   (indexes=true, reads only) the object's live
+                                                index entries
 
 A bulk load accepts a DataFrame with exactly these columns (names in any case):
 
@@ -22,7 +29,13 @@ A bulk load accepts a DataFrame with exactly these columns (names in any case):
   ``"remove"``, or ``array<struct<field, term>>`` (every entry an add, the shape a read with
   ``indexes=true`` gives); ``field`` and ``term`` are ``string`` or ``binary``;
 - ``ttl`` (optional): seconds the object lives from the time its task writes it, any integral
-  or floating type; null means no expiry.
+  or floating type; null means no expiry;
+- ``kind`` (optional): ``string``, the column a read or the feed yields; a row of kind ``"put"``
+  is loaded, a row of kind ``"delete"`` (or any other) refuses the load: a bulk load only adds
+  objects (filter deletes out, or apply them with ``Bookie.delete``).
+
+So a read's DataFrame loads into another database once its ``sqn`` and ``last_modified`` are
+dropped (the load gives every object a new SQN and time).
 
 The load's columns are checked on the driver before any task runs; values (a null key, an empty
 bucket, an oversize value) are checked by the task that meets them.
@@ -58,7 +71,8 @@ IndexShape = Literal["ops", "adds"]
 _NAME_TYPES = (StringType, BinaryType)
 _TTL_TYPES = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType)
 _REQUIRED = ("bucket", "key", "value")
-_OPTIONAL = ("indexes", "ttl")
+_OPTIONAL = ("indexes", "ttl", "kind")
+_GIVEN_BY_LOAD = ("sqn", "last_modified")
 _EXAMPLE = (
     'e.g. df.selectExpr("\'users\' AS bucket", "id AS key", "CAST(payload AS BINARY) AS value")'
 )
@@ -70,20 +84,26 @@ def index_entry_type(key_type: KeyType) -> StructType:
     return StructType([StructField("field", name, False), StructField("term", name, False)])
 
 
-def read_schema(options: ReadOptions) -> StructType:
-    """The schema a read with these options yields (see the module docstring)."""
-    name = StringType() if options.key_type == "string" else BinaryType()
+def row_schema(key_type: KeyType, *, values: bool, indexes: bool) -> StructType:
+    """The schema of a read's and of the feed's rows (see the module docstring)."""
+    name = StringType() if key_type == "string" else BinaryType()
     fields = [StructField("bucket", name, False), StructField("key", name, False)]
-    if options.values:
-        fields.append(StructField("value", BinaryType(), False))
+    if values:
+        fields.append(StructField("value", BinaryType(), True))
     else:
-        fields.append(StructField("size", LongType(), False))
+        fields.append(StructField("size", LongType(), True))
     fields.append(StructField("sqn", LongType(), False))
+    fields.append(StructField("kind", StringType(), False))
     fields.append(StructField("last_modified", TimestampType(), False))
-    if options.indexes:
-        entries = ArrayType(index_entry_type(options.key_type), containsNull=False)
+    if indexes:
+        entries = ArrayType(index_entry_type(key_type), containsNull=False)
         fields.append(StructField("indexes", entries, False))
     return StructType(fields)
+
+
+def read_schema(options: ReadOptions) -> StructType:
+    """The schema a read with these options yields (see the module docstring)."""
+    return row_schema(options.key_type, values=options.values, indexes=options.indexes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +116,7 @@ class LoadColumns:
     indexes: str | None = None
     index_shape: IndexShape = "ops"
     ttl: str | None = None
+    kind: str | None = None
 
 
 def _type_name(data_type: DataType) -> str:
@@ -142,13 +163,20 @@ def load_columns(schema: StructType) -> LoadColumns:
     if missing:
         raise UsageError(
             f"the DataFrame to load lacks column(s) {', '.join(missing)}; an inkpen bulk load "
-            f"needs bucket, key and value (optional: indexes, ttl), {_EXAMPLE}"
+            f"needs bucket, key and value (optional: indexes, ttl, kind), {_EXAMPLE}"
+        )
+    given_by_load = [name for name in _GIVEN_BY_LOAD if name in by_name]
+    if given_by_load:
+        raise UsageError(
+            f"the DataFrame to load has column(s) {', '.join(given_by_load)}, which a load gives "
+            "every object anew (a new SQN, the time of the load); drop them "
+            f"(df.drop({', '.join(repr(n) for n in given_by_load)})) to load what a read yields"
         )
     unknown = sorted(set(by_name) - {*_REQUIRED, *_OPTIONAL})
     if unknown:
         raise UsageError(
             f"the DataFrame to load has column(s) {', '.join(unknown)} that inkpen does not store; "
-            "drop them (df.drop(...)) or select bucket, key, value, indexes, ttl"
+            "drop them (df.drop(...)) or select bucket, key, value, indexes, ttl, kind"
         )
     _check_name_type(by_name["bucket"].name, by_name["bucket"].dataType)
     _check_name_type(by_name["key"].name, by_name["key"].dataType)
@@ -168,6 +196,12 @@ def load_columns(schema: StructType) -> LoadColumns:
             f"column {ttl.name} is {_type_name(ttl.dataType)}; ttl must be a number of seconds "
             f"(cast it: CAST({ttl.name} AS DOUBLE))"
         )
+    kind = by_name.get("kind")
+    if kind is not None and not isinstance(kind.dataType, StringType):
+        raise UsageError(
+            f"column {kind.name} is {_type_name(kind.dataType)}; kind must be a string, 'put' "
+            "for every row a bulk load adds"
+        )
     return LoadColumns(
         bucket=by_name["bucket"].name,
         key=by_name["key"].name,
@@ -175,4 +209,5 @@ def load_columns(schema: StructType) -> LoadColumns:
         indexes=None if indexes is None else indexes.name,
         index_shape=shape,
         ttl=None if ttl is None else ttl.name,
+        kind=None if kind is None else kind.name,
     )

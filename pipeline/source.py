@@ -8,7 +8,8 @@ the modules that own them:
 method                                      runs          does
 ==========================================  ============  ======================================
 ``InkpenDataSource.schema``                 driver, at    checks the options, pins the
-                                            ``load()``    checkpoint (:mod:`.pinning`)
+                                            ``load()``    checkpoint (:mod:`.pinning`) unless
+                                                          they name a stream (:mod:`.stream`)
 ``InkpenReader.partitions``                 driver, the   checks the pin, plans partitions
                                             first action  (:mod:`.plan`) over the ranges the
                                                           options allow (:mod:`.ranges`)
@@ -59,13 +60,29 @@ from inkpen.objectstore import open_store
 
 from .commit import commit_load, log_abort
 from .load_task import LoadedPartition, write_partition
-from .options import ReadOptions, parse_load_options, parse_read_options
+from .options import (
+    READ_OPTIONS,
+    ReadOptions,
+    _bool,
+    _lowered,
+    _refuse_unknown,
+    _url,
+    parse_load_options,
+    parse_read_options,
+)
 from .pinning import PinnedRead, pin_for_read, pinned_manifest
 from .plan import plan_slices
 from .ranges import Scope
 from .scan import ScanSpec, scan_slice
 from .schema import load_columns, read_schema
-from .stream import InkpenStreamReader, feed_schema, is_feed, parse_stream_options
+from .stream import (
+    STREAM_OPTIONS,
+    InkpenStreamReader,
+    feed_schema,
+    names_stream,
+    parse_stream_options,
+    release_read_pin,
+)
 from .target import LoadTarget, prepare_load
 
 NAME = "inkpen"
@@ -81,14 +98,18 @@ class InkpenDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        if is_feed(self.options):  # a change feed: nothing to pin
-            return feed_schema(parse_stream_options(self.options).key_type)
+        # Spark asks this for spark.read and spark.readStream alike, with the same options:
+        # one schema serves both (inkpen.pipeline.schema), and a read's pin is released by a
+        # stream (streamReader)
+        _refuse_unknown(_lowered(self.options), READ_OPTIONS | STREAM_OPTIONS, "read or stream")
+        if names_stream(self.options):  # only a stream: nothing to pin
+            return feed_schema(parse_stream_options(self.options))
         options = parse_read_options(self.options)
         self.pinned = pin_for_read(options)
         return read_schema(options)
 
     def reader(self, schema: StructType) -> InkpenReader:
-        if is_feed(self.options):
+        if _bool(_lowered(self.options), "feed", False):
             raise UsageError(
                 "option feed=true is the change feed, a stream: read it with spark.readStream "
                 "(with trigger(availableNow=True) for one pass over what is there)"
@@ -104,15 +125,11 @@ class InkpenDataSource(DataSource):
         return InkpenReader(options, pinned if pinned is not None else pin_for_read(options))
 
     def streamReader(self, schema: StructType) -> InkpenStreamReader:
-        if not is_feed(self.options):
-            raise UsageError(
-                'an inkpen stream is the change feed: add .option("feed", "true") '
-                "(Spark asks a Python source for one schema for reads and streams alike, and "
-                "the feed's columns bucket, key, value, sqn, kind, last_modified are not a "
-                "read's)"
-            )
+        pinned: PinnedRead | None = getattr(self, "pinned", None)
+        if pinned is not None:  # schema() could not tell this stream from a read
+            release_read_pin(_url(_lowered(self.options), "stream"), pinned)
         options = parse_stream_options(self.options)
-        expected = feed_schema(options.key_type)
+        expected = feed_schema(options)
         if schema != expected:
             raise UsageError(
                 "the inkpen change feed has a fixed schema and takes none from .schema(...); "

@@ -2,16 +2,23 @@
 
 ::
 
-    changes = (spark.readStream.format("inkpen").option("path", url)
-               .option("feed", "true").option("cursor", "orders-to-lake").load())
+    changes = spark.readStream.format("inkpen").option("path", url).load()
 
-Rows: ``bucket``, ``key`` (binary, or string with ``key_type=string``), ``value`` (binary, null
-for a delete), ``sqn`` (bigint), ``kind`` (``put`` / ``delete``), ``last_modified`` (timestamp).
+Rows have the schema of a read (:func:`inkpen.pipeline.schema.row_schema`): ``bucket``, ``key``
+(binary, or string with ``key_type=string``), ``value`` (binary, null for a delete), ``sqn``
+(bigint), ``kind`` (``put`` / ``delete``), ``last_modified`` (timestamp). With ``values=false`` a
+row has ``size`` (the value's length, null for a delete) instead of ``value``; ``indexes=true``
+is refused (a change carries index operations, not the live entries a read's ``indexes``
+column holds).
 
 Spark asks a Python data source for its schema in the same way for ``spark.read`` and
-``spark.readStream`` (the ``create_data_source`` worker sees the same options either way), so the
-feed's schema is chosen by the option ``feed=true``; a stream without it is refused with that
-advice before any batch runs.
+``spark.readStream`` (the ``create_data_source`` worker sees the same options, nothing tells a
+stream from a read), so :meth:`.source.InkpenDataSource.schema` answers one schema for both.
+When no option names the stream (``feed=true`` or one of
+:data:`~inkpen.pipeline.options.FEED_OPTIONS`) it pins a checkpoint as a read must; the stream
+then deletes that checkpoint when Spark creates its reader (:func:`release_read_pin`). The
+options of a read that a stream cannot honour (``checkpoint``, ``bucket``, ``partitions``, ...)
+are refused then, before any batch runs.
 
 Offsets are SQNs: ``{"sqn": n}`` means every change up to SQN n. The protocol, with where each
 step runs:
@@ -46,18 +53,13 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
-from pyspark.sql.types import (
-    BinaryType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 from inkpen.errors import NotFoundError, UsageError
 from inkpen.logs import get_logger
+from inkpen.manifest.checkpoints import delete_checkpoint
 from inkpen.manifest.feed_cursors import (
     advance_feed_cursor,
     check_name,
@@ -66,24 +68,23 @@ from inkpen.manifest.feed_cursors import (
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 
-from .options import KeyType, _bool, _int, _lowered, _refuse_unknown, _seconds, _url
+from .options import (
+    FEED_OPTIONS,
+    READ_OPTIONS,
+    KeyType,
+    _bool,
+    _int,
+    _lowered,
+    _refuse_unknown,
+    _seconds,
+    _url,
+)
+from .pinning import PinnedRead
+from .schema import row_schema
 
 log = get_logger("inkpen.pipeline.stream")
 
-STREAM_OPTIONS = frozenset(
-    {
-        "path",
-        "feed",
-        "cursor",
-        "cursor_lifetime",
-        "starting_sqn",
-        "max_rows_per_batch",
-        "rows_per_partition",
-        "batch_rows",
-        "key_type",
-        "refresh_interval",
-    }
-)
+STREAM_OPTIONS = FEED_OPTIONS | {"path", "feed", "batch_rows", "key_type", "values", "indexes"}
 DEFAULT_CURSOR = "spark-stream"
 
 
@@ -100,16 +101,30 @@ class StreamOptions:
     batch_rows: int = 8192
     key_type: KeyType = "binary"
     refresh_interval: float = 1.0
+    values: bool = True
 
 
-def is_feed(options: Mapping[str, str]) -> bool:
-    """True when the options ask for the change feed (``feed=true``)."""
-    return _bool(_lowered(options), "feed", False)
+def names_stream(options: Mapping[str, str]) -> bool:
+    """True when the options can only be a stream's: ``feed=true`` or a feed-only option."""
+    given = _lowered(options)
+    return _bool(given, "feed", False) or bool(set(given) & FEED_OPTIONS)
 
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     given = _lowered(options)
+    for_reads = sorted(set(given) & (READ_OPTIONS - STREAM_OPTIONS))
+    if for_reads:
+        raise UsageError(
+            f"option(s) {', '.join(for_reads)} are for spark.read (one checkpoint's objects); "
+            "a stream reads every change since its cursor and takes: "
+            f"{', '.join(sorted(STREAM_OPTIONS))}"
+        )
     _refuse_unknown(given, STREAM_OPTIONS, "stream")
+    if _bool(given, "indexes", False):
+        raise UsageError(
+            "option indexes=true is for spark.read: a change carries the index operations of "
+            "its write, not an object's live index entries; leave the option out of the stream"
+        )
     key_type = str(given.get("key_type", "binary")).strip().lower()
     if key_type not in ("binary", "string"):
         raise UsageError(f"option key_type must be binary or string, got {key_type!r}")
@@ -130,35 +145,30 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
         batch_rows=batch_rows,
         key_type="string" if key_type == "string" else "binary",
         refresh_interval=_seconds(given, "refresh_interval", 1.0),
+        values=_bool(given, "values", True),
     )
 
 
-def feed_schema(key_type: KeyType) -> StructType:
-    name = StringType() if key_type == "string" else BinaryType()
-    return StructType(
-        [
-            StructField("bucket", name, False),
-            StructField("key", name, False),
-            StructField("value", BinaryType(), True),
-            StructField("sqn", LongType(), False),
-            StructField("kind", StringType(), False),
-            StructField("last_modified", TimestampType(), False),
-        ]
-    )
+def feed_schema(options: StreamOptions) -> StructType:
+    """The stream's schema: a read's (:func:`~inkpen.pipeline.schema.row_schema`), no indexes."""
+    return row_schema(options.key_type, values=options.values, indexes=False)
 
 
-def _arrow_schema(key_type: KeyType) -> pa.Schema:
-    name = pa.string() if key_type == "string" else pa.binary()
-    return pa.schema(
-        [
-            pa.field("bucket", name, False),
-            pa.field("key", name, False),
-            pa.field("value", pa.binary(), True),
-            pa.field("sqn", pa.int64(), False),
-            pa.field("kind", pa.string(), False),
-            pa.field("last_modified", pa.timestamp("us", tz="UTC"), False),
-        ]
-    )
+def release_read_pin(url: str, pinned: PinnedRead | None) -> None:
+    """Delete the checkpoint ``schema()`` pinned for what turned out to be a stream.
+
+    Idempotent: Spark creates a stream's reader more than once (on the driver and to plan).
+    """
+    if pinned is None or not pinned.owned:
+        return
+    manifests = ManifestStore(open_store(url))
+    try:
+        delete_checkpoint(manifests, pinned.checkpoint_id)
+    except NotFoundError:
+        return
+    finally:
+        manifests.store.close()
+    log.info("pipeline.stream_released_pin", url=url, checkpoint=pinned.checkpoint_id)
 
 
 @dataclass(frozen=True)
@@ -236,8 +246,9 @@ class InkpenStreamReader(DataSourceStreamReader):
         import inkpen
 
         assert isinstance(partition, SqnRange)
-        schema = _arrow_schema(self.options.key_type)
+        schema = to_arrow_schema(feed_schema(self.options), timezone="UTC")
         text = self.options.key_type == "string"
+        values = self.options.values
         rows = self.options.batch_rows
         with inkpen.open_reader(self.options.url) as reader:
             if reader.last_sqn < partition.end:
@@ -252,7 +263,8 @@ class InkpenStreamReader(DataSourceStreamReader):
                 b, k = change.bucket, change.key
                 columns[0].append(b.decode() if text else b)
                 columns[1].append(k.decode() if text else k)
-                columns[2].append(change.value)
+                value = change.value
+                columns[2].append(value if values or value is None else len(value))
                 columns[3].append(change.sqn)
                 columns[4].append(change.kind)
                 columns[5].append(int(change.last_modified * 1_000_000))

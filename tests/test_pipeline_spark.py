@@ -313,6 +313,13 @@ BAD_WRITES: dict[str, tuple[Callable[[DataFrame], DataFrame], str]] = {
     ),
     "extra-column": (lambda df: df.withColumn("colour", F.lit(1)), "colour.*drop them"),
     "numeric-key": (lambda df: df.withColumn("key", F.lit(7)), "key is int; it must be string"),
+    "read-sqn": (
+        lambda df: df.withColumn("sqn", F.lit(7)).withColumn(
+            "last_modified", F.current_timestamp()
+        ),
+        r"sqn, last_modified, which a load gives every object anew.*drop them",
+    ),
+    "numeric-kind": (lambda df: df.withColumn("kind", F.lit(1)), "kind must be a string"),
 }
 
 
