@@ -4,7 +4,9 @@ Options come from the URL's query (``?endpoint=http://host:port&region=eu-west-1
 absent, from the standard AWS variables (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``,
 ``AWS_REGION``, ``AWS_DEFAULT_REGION``); credentials come from boto3's usual chain. Tuning
 options: ``max_attempts`` (tries per request, default 5), ``connect_timeout`` and
-``read_timeout`` (seconds, default 5 and 30).
+``read_timeout`` (seconds, default 5 and 30). ``client`` picks the HTTP client: ``boto3`` (the
+default, this module) or ``obstore`` (:mod:`.s3_obstore`, the Rust ``object_store`` crate); when
+absent it comes from ``INKPEN_S3_CLIENT``.
 
 One boto3 (botocore) client per store, shared by every thread (the clients are thread-safe),
 with adaptive retries and path-style addressing when an endpoint is given.
@@ -60,7 +62,9 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
 MAX_POOL_CONNECTIONS = 64
 MAX_KEY_BYTES = 1024
-OPTIONS = ("endpoint", "region", "max_attempts", "connect_timeout", "read_timeout")
+OPTIONS = ("endpoint", "region", "max_attempts", "connect_timeout", "read_timeout", "client")
+CLIENTS = ("boto3", "obstore")
+DEFAULT_CLIENT = "boto3"
 
 _CONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _CONFLICT_ROUNDS = 6
@@ -79,6 +83,8 @@ class S3Options:
     """Tries per request, the first included."""
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    client: str = DEFAULT_CLIENT
+    """Which client library sends the requests: ``boto3`` or ``obstore``."""
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, str]) -> S3Options:
@@ -91,6 +97,9 @@ class S3Options:
         endpoint = options.get("endpoint") or _env_endpoint()
         if endpoint and not endpoint.startswith(("http://", "https://")):
             raise UsageError(f"S3 endpoint {endpoint!r} must start with http:// or https://")
+        client = options.get("client") or os.environ.get("INKPEN_S3_CLIENT") or DEFAULT_CLIENT
+        if client not in CLIENTS:
+            raise UsageError(f"S3 option client={client!r} must be one of {', '.join(CLIENTS)}")
         return cls(
             endpoint=endpoint,
             region=(
@@ -102,6 +111,7 @@ class S3Options:
             max_attempts=_positive_int(options, "max_attempts", DEFAULT_MAX_ATTEMPTS),
             connect_timeout=_positive_float(options, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
             read_timeout=_positive_float(options, "read_timeout", DEFAULT_READ_TIMEOUT),
+            client=client,
         )
 
 
@@ -373,6 +383,17 @@ class S3Store(StoreBase):
         except BotoCoreError as exc:
             self._client.close()
             raise self._error(exc, "open", None) from None
+
+
+def open_s3_store(
+    bucket: str, prefix: str = "", options: Mapping[str, str] | None = None
+) -> ObjectStore:
+    """The S3 store for ``s3://bucket/prefix?options``, on the client its options pick."""
+    if S3Options.from_mapping(options or {}).client == "obstore":
+        from .s3_obstore import ObstoreS3Store
+
+        return ObstoreS3Store(bucket, prefix, options)
+    return S3Store(bucket, prefix, options)
 
 
 _loader: Loader | None = None

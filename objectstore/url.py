@@ -82,6 +82,6 @@ def open_store(url: str) -> ObjectStore:
         from .local import LocalStore
 
         return LocalStore(parsed.location)
-    from .s3 import S3Store
+    from .s3 import open_s3_store
 
-    return S3Store(parsed.location, parsed.prefix, parsed.options)
+    return open_s3_store(parsed.location, parsed.prefix, parsed.options)

@@ -1,14 +1,21 @@
-"""Durations on the command line: ``90``, ``90s``, ``15m``, ``2h``, ``7d``, ``1h30m``, ``never``."""
+"""Durations on the command line: ``90``, ``90s``, ``15m``, ``2h``, ``7d``, ``1h30m``, ``never``.
+
+Parts may be separated by spaces (``1h 30m``), so every span the command prints
+(:func:`inkpen.cli.render.span`) can be given back to it. Kept by hand rather than taken from
+pytimeparse2: that returns None for bad input (the message here says what to write), accepts
+forms the rest of the command never prints, and is slower to import and to call (DESIGN.md).
+"""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 import click
 
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])")
 _NEVER = "never"
 
 
@@ -16,9 +23,13 @@ def parse_duration(given: str) -> float:
     """Seconds in ``given``: a number of seconds, or parts such as ``1d``, ``2h``, ``1h30m``."""
     value = given.strip().lower()
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise ValueError(f"{given!r} is not a duration; write a finite number of seconds")
+        return seconds
     position, total = 0, 0.0
     for match in _PART.finditer(value):
         if match.start() != position:
@@ -28,7 +39,7 @@ def parse_duration(given: str) -> float:
     if not value or position != len(value):
         raise ValueError(
             f"{given!r} is not a duration; write seconds (90) or parts with units s, m, h, d "
-            "(90s, 15m, 2h, 7d, 1h30m)"
+            "(90s, 15m, 2h, 7d, 1h30m, 1h 30m)"
         )
     return total
 

@@ -18,7 +18,7 @@ import click
 from inkpen.formats.keys import Tag, decode_key
 
 HEX_PREFIX = "hex:"
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 _TAG_NAMES = {Tag.OBJECT: "object", Tag.HEAD: "head", Tag.INDEX: "index"}
 
 

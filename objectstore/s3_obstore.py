@@ -1,0 +1,419 @@
+"""``s3://bucket/prefix?client=obstore``: the S3 store on obstore (the Rust ``object_store`` crate).
+
+The same contract, options and object layout as :class:`~inkpen.objectstore.s3.S3Store` (boto3):
+either client reads what the other wrote. Chosen by the URL option ``client=obstore`` (or
+``INKPEN_S3_CLIENT=obstore``); needs the ``obstore`` extra (``pip install 'inkpen[obstore]'``).
+Credentials come from boto3's usual chain when it finds any (profiles, SSO, instance roles),
+else from obstore's own (environment, instance metadata).
+
+Where ``object_store`` differs from S3's own API, this module bridges it:
+
+- **listing** in object_store is by path segment (prefix ``a/b`` lists ``a/b/...`` only), while
+  inkpen's prefixes are plain string prefixes; a listing therefore asks for the prefix's
+  directory, starting after the page token (S3 ``StartAfter``), and keeps the keys that start
+  with the prefix. object_store pages through S3 itself (1,000 keys a request); a page of
+  ``limit`` keys is the first ``limit`` of that stream.
+- **head** returns no user metadata in object_store, so ``head`` is a ``GET`` with the head
+  option, whose attributes carry it (one request, as with boto3).
+- **ranged reads** past the end are an error (416) in object_store; here they give ``b""``.
+- **create-if-absent** is a put with ``mode="create"`` (``If-None-Match: *``). object_store
+  retries by itself, so as with boto3 a refusal is never taken at face value: the store reads
+  the put id (``inkpen-put-id``) on the object, and its own id means an earlier attempt of this
+  very call landed. A refusal whose object is gone when read back (deleted since, or a conflict
+  in flight: 409) is tried again after a short random pause.
+
+Failures map to :mod:`inkpen.errors` as with boto3 (see :mod:`.s3_errors`), from the HTTP status
+object_store reports; an error with no status is a definite failure when the connection was
+never made and an indefinite one otherwise.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from inkpen.errors import AlreadyExistsError, InkpenError, NotFoundError, StoreError, UsageError
+
+from .base import (
+    DEFAULT_PAGE_SIZE,
+    PUT_ID_METADATA_KEY,
+    ListPage,
+    ObjectInfo,
+    ObjectStore,
+    StoreBase,
+    check_data,
+    check_key,
+    check_metadata,
+    check_page,
+    check_prefix,
+    check_range,
+    innermost,
+)
+from .s3 import MAX_KEY_BYTES, MAX_POOL_CONNECTIONS, S3Options
+
+try:
+    import obstore
+    from obstore import exceptions as ob_errors
+    from obstore.store import S3Store as _ObS3Store
+except ImportError:  # pragma: no cover - depends on the installed extras
+    obstore = None  # type: ignore[assignment]
+
+_USER_METADATA = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+_STATUS = re.compile(r"status code: (\d{3})")
+_CONFLICT_ROUNDS = 6
+_CONFLICT_BACKOFF = 0.05
+_CREDENTIAL_LIFETIME = timedelta(minutes=5)
+
+
+class ObstoreS3Store(StoreBase):
+    """Objects under one bucket + prefix of an S3-compatible service, through obstore.
+
+    Opening checks that the bucket exists, as :class:`~inkpen.objectstore.s3.S3Store` does.
+    """
+
+    def __init__(
+        self, bucket: str, prefix: str = "", options: Mapping[str, str] | None = None
+    ) -> None:
+        if obstore is None:
+            raise UsageError(
+                "the S3 option client=obstore needs the obstore package; install it with "
+                "pip install 'inkpen[obstore]' or leave the option out to use boto3"
+            )
+        if not isinstance(bucket, str) or not bucket:
+            raise UsageError("an S3 store needs a bucket name: s3://bucket/prefix")
+        settings = S3Options.from_mapping(options or {})
+        self._bucket = bucket
+        self._prefix = prefix.strip("/")
+        self._root = f"{self._prefix}/" if self._prefix else ""
+        self._endpoint = settings.endpoint
+        self._region = settings.region
+        query = urlencode(sorted((options or {}).items()), safe=":/")
+        self._url = f"s3://{bucket}" + (f"/{self._prefix}" if self._prefix else "")
+        self._url += f"?{query}" if query else ""
+        self._where = f"s3://{bucket}/{self._prefix} (endpoint {self._endpoint or 'AWS'})"
+        config: dict[str, Any] = {"region": settings.region}
+        if settings.endpoint:
+            config["endpoint"] = settings.endpoint
+            config["virtual_hosted_style_request"] = False
+        self._store = _ObS3Store(
+            bucket,
+            client_options={
+                "allow_http": True,
+                "connect_timeout": timedelta(seconds=settings.connect_timeout),
+                "read_timeout": timedelta(seconds=settings.read_timeout),
+                "pool_max_idle_per_host": str(MAX_POOL_CONNECTIONS),
+            },
+            retry_config={
+                "max_retries": settings.max_attempts - 1,
+                "retry_timeout": timedelta(
+                    seconds=settings.max_attempts
+                    * (settings.connect_timeout + settings.read_timeout)
+                ),
+            },
+            credential_provider=_boto_credentials(),
+            **config,
+        )
+        self._closed = False
+        self._check_bucket()
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix (without trailing ``/``) under which this store's objects live."""
+        return self._prefix
+
+    @property
+    def endpoint(self) -> str | None:
+        """The endpoint URL, or None for AWS itself."""
+        return self._endpoint
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def put_if_absent(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        full = self._full(key)
+        body = check_data(data)
+        put_id = uuid.uuid4().hex
+        tagged = {**check_metadata(metadata), PUT_ID_METADATA_KEY: put_id}
+        for round_ in range(_CONFLICT_ROUNDS):
+            try:
+                obstore.put(self._store, full, body, mode="create", attributes=tagged)
+                return
+            except (ob_errors.AlreadyExistsError, ob_errors.PreconditionError):
+                pass
+            except Exception as exc:
+                if _status(exc) != 409:
+                    raise self._error(exc, "put_if_absent", key) from None
+            owner = self._put_id_of(key, full)
+            if owner == put_id:
+                return  # an earlier attempt of this very call landed
+            if owner is not None:
+                raise AlreadyExistsError(f"object {key!r} already exists in {self._url}", key=key)
+            # Refused, yet nothing there now: deleted since, or another write was in flight.
+            time.sleep(random.uniform(0, _CONFLICT_BACKOFF * 2**round_))
+        raise StoreError(
+            f"S3 put_if_absent of {key!r} at {self._where} kept conflicting with writes in "
+            "flight; read the key to see whether it landed",
+            definite=False,
+            key=key,
+        )
+
+    def put(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> None:
+        full = self._full(key)
+        body = check_data(data)
+        checked = check_metadata(metadata)
+        try:
+            obstore.put(self._store, full, body, attributes=checked)
+        except Exception as exc:
+            raise self._error(exc, "put", key) from None
+
+    def delete(self, key: str) -> None:
+        full = self._full(key)
+        try:
+            obstore.delete(self._store, full)
+        except Exception as exc:
+            if isinstance(exc, ob_errors.NotFoundError) and "NoSuchBucket" not in str(exc):
+                return
+            raise self._error(exc, "delete", key) from None
+
+    def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
+        dest = self._full(dest_key)
+        origin = self if source is None else source
+        inner = innermost(origin)
+        if (
+            isinstance(inner, ObstoreS3Store)
+            and inner._endpoint == self._endpoint
+            and inner._bucket == self._bucket
+        ):
+            try:
+                obstore.copy(self._store, inner._full(src_key), dest)
+            except Exception as exc:
+                raise self._error(exc, "copy", src_key, where=inner._where) from None
+            return
+        info = origin.head(src_key)
+        self.put(dest_key, origin.get(src_key), metadata=info.metadata)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        full = self._full(key)
+        try:
+            return bytes(obstore.get(self._store, full).bytes())
+        except Exception as exc:
+            raise self._error(exc, "get", key) from None
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        full = self._full(key)
+        check_range(start, end)
+        if start == end:
+            return b""
+        try:
+            return bytes(obstore.get_range(self._store, full, start=start, end=end))
+        except Exception as exc:
+            if _status(exc) == 416:
+                return b""  # the range starts at or past the end of the object
+            raise self._error(exc, "get_range", key) from None
+
+    def head(self, key: str) -> ObjectInfo:
+        full = self._full(key)
+        try:
+            result = obstore.get(self._store, full, options={"head": True})
+        except Exception as exc:
+            raise self._error(exc, "head", key) from None
+        meta = result.meta
+        return ObjectInfo(
+            key, meta["size"], meta["last_modified"].timestamp(), _user_metadata(result.attributes)
+        )
+
+    def list_page(
+        self, prefix: str = "", *, token: str | None = None, limit: int = DEFAULT_PAGE_SIZE
+    ) -> ListPage:
+        self._check_open()
+        check_prefix(prefix)
+        check_page(token, limit)
+        wanted = self._root + prefix
+        directory = wanted[: wanted.rfind("/") + 1]
+        # Start after the token, or just before the prefix (so that a key equal to it is seen).
+        after = self._root + token if token is not None else wanted[:-1] or None
+        if after is not None and directory and after < directory:
+            after = None
+        skip = len(self._root)
+        found: list[ObjectInfo] = []
+        more = False
+        try:
+            stream = obstore.list(
+                self._store, directory.rstrip("/") or None, offset=after, chunk_size=1000
+            )
+            for chunk in stream:
+                for item in chunk:
+                    path = item["path"]
+                    if not path.startswith(wanted):
+                        if path > wanted:
+                            break
+                        continue
+                    if len(found) == limit:
+                        more = True
+                        break
+                    found.append(
+                        ObjectInfo(path[skip:], item["size"], item["last_modified"].timestamp())
+                    )
+                else:
+                    continue
+                break
+        except Exception as exc:
+            raise self._error(exc, "list", prefix or None) from None
+        return ListPage(tuple(found), found[-1].key if more else None)
+
+    def close(self) -> None:
+        self._closed = True
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError(f"the store {self._url} is closed; open it again to use it")
+
+    def _full(self, key: str) -> str:
+        self._check_open()
+        full = self._root + check_key(key)
+        if len(full.encode("utf-8")) > MAX_KEY_BYTES:
+            raise UsageError(
+                f"object key {key!r} makes an S3 key longer than {MAX_KEY_BYTES} bytes"
+            )
+        return full
+
+    def _error(
+        self, exc: Exception, action: str, key: str | None, *, where: str | None = None
+    ) -> InkpenError:
+        return map_obstore_error(exc, action=action, key=key, where=where or self._where)
+
+    def _put_id_of(self, key: str, full: str) -> str | None:
+        """The put id on the object now at ``full``; None when there is no object."""
+        try:
+            result = obstore.get(self._store, full, options={"head": True})
+        except Exception as exc:
+            if isinstance(exc, ob_errors.NotFoundError) or _status(exc) == 404:
+                return None
+            raise StoreError(
+                f"S3 put_if_absent of {key!r} at {self._where} was refused and the object could "
+                f"not be read back to see whose write won ({_first_line(exc)}); read the key to "
+                "find out",
+                definite=False,
+                key=key,
+            ) from None
+        return str(result.attributes.get(PUT_ID_METADATA_KEY, ""))
+
+    def _check_bucket(self) -> None:
+        try:
+            for _chunk in obstore.list(self._store, self._prefix or None, chunk_size=1):
+                break
+        except Exception as exc:
+            status, text = _status(exc), str(exc)
+            if status == 400:
+                raise UsageError(
+                    f"S3 endpoint {self._endpoint or 'AWS'} rejected the bucket name "
+                    f"{self._bucket!r}; bucket names are 3-63 lower-case letters, digits, '.' "
+                    "and '-'"
+                ) from None
+            if "NoSuchBucket" in text or status == 404:
+                raise UsageError(
+                    f"S3 bucket {self._bucket!r} does not exist at endpoint "
+                    f"{self._endpoint or 'AWS (' + self._region + ')'}; create it first "
+                    f"(for example: aws s3 mb s3://{self._bucket}) or fix the URL"
+                ) from None
+            raise self._error(exc, "open", None) from None
+
+
+def map_obstore_error(exc: Exception, *, action: str, key: str | None, where: str) -> InkpenError:
+    """The inkpen error for an obstore failure ``exc`` (the same mapping as boto3's, from the
+    HTTP status object_store reports)."""
+    subject = f"S3 {action} of {key!r} at {where}" if key is not None else f"S3 {action} at {where}"
+    text = str(exc)
+    status = _status(exc)
+    reason = _first_line(exc)
+    if "NoSuchBucket" in text:
+        return StoreError(
+            f"{subject} failed: the bucket does not exist (any more); create it or fix the URL",
+            definite=True,
+            key=key,
+        )
+    if (obstore is not None and isinstance(exc, ob_errors.NotFoundError)) or status == 404:
+        return NotFoundError(f"{subject}: no such object", key=key)
+    if obstore is not None and isinstance(
+        exc, ob_errors.PermissionDeniedError | ob_errors.UnauthenticatedError
+    ):
+        status = 403
+    if obstore is not None and isinstance(exc, ob_errors.InvalidPathError):
+        return UsageError(f"{subject} was refused before sending: {reason}")
+    if status == 403:
+        return StoreError(
+            f"{subject} was denied ({reason}); check the credentials and the bucket policy",
+            definite=True,
+            key=key,
+        )
+    if status == 503:
+        return StoreError(
+            f"{subject} was refused by a busy server ({reason}); retry later",
+            definite=True,
+            key=key,
+        )
+    if status is not None and status >= 500:
+        return StoreError(f"{subject} failed on the server ({reason})", definite=False, key=key)
+    if status is not None:
+        return StoreError(f"{subject} was rejected ({reason})", definite=True, key=key)
+    if "kind: Connect" in text or "tcp connect error" in text:
+        return StoreError(
+            f"{subject} could not connect: {reason}; check that the endpoint is right and running",
+            definite=True,
+            key=key,
+        )
+    return StoreError(f"{subject} got no complete answer: {reason}", definite=False, key=key)
+
+
+def _status(exc: Exception) -> int | None:
+    """The HTTP status object_store reports in ``exc``'s message, if any."""
+    found = _STATUS.search(str(exc))
+    return int(found.group(1)) if found else None
+
+
+def _first_line(exc: Exception) -> str:
+    """obstore's message without the debug dump that follows it."""
+    return str(exc).split("\n", 1)[0].strip() or type(exc).__name__
+
+
+def _user_metadata(attributes: Mapping[str, str]) -> dict[str, str]:
+    """The user metadata among an object's attributes (lower-case keys; the standard attributes
+    such as ``Content-Type`` are capitalised), less inkpen's put id."""
+    return {
+        k: v for k, v in attributes.items() if _USER_METADATA.match(k) and k != PUT_ID_METADATA_KEY
+    }
+
+
+def _boto_credentials() -> Any:
+    """A credential provider over boto3's chain, or None to let obstore find credentials."""
+    import botocore.session
+
+    found = botocore.session.Session().get_credentials()
+    if found is None:
+        return None
+
+    def provide() -> dict[str, Any]:
+        frozen = found.get_frozen_credentials()
+        return {
+            "access_key_id": frozen.access_key,
+            "secret_access_key": frozen.secret_key,
+            "token": frozen.token,
+            "expires_at": datetime.now(UTC) + _CREDENTIAL_LIFETIME,
+        }
+
+    return provide
