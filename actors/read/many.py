@@ -17,8 +17,10 @@ consistent state would answer, in the order asked, in three steps:
    Each record is checked (lengths, CRC, key, kind) as a GET checks it and offered to the
    journal cache as a GET's record-sized read would be.
 
-Concurrent reads run on one small pool shared by the process (:data:`MANY_READERS` threads, the
-calling thread taking a share too); a call spreads its reads over at most that many groups.
+Reads run in the calling thread while each is fast (a local directory: threads would cost more
+than they save); once one takes longer than :data:`MANY_SLOW_READ` (a round trip to an object
+store), the rest run concurrently on one small pool shared by the process (:data:`MANY_READERS`
+threads, the calling thread taking a share too).
 
 Memory is bounded: records are placed and read :data:`MANY_WINDOW` at a time, and a group holds
 one read's bytes at a time, so at most :data:`MANY_READERS` reads of at most :data:`MANY_RUN`
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -58,6 +61,8 @@ MANY_LARGE = 64 * 1024
 """Records above this size are read alone, through the journal cache as a GET reads them."""
 MANY_READERS = 8
 """Threads of the shared read pool, and the most groups one call spreads its reads over."""
+MANY_SLOW_READ = 0.0005
+"""Seconds: a read slower than this (a round trip, not a local read) spreads the rest."""
 
 _OBJECT = Kind.OBJECT
 _pool: tuple[int, ThreadPoolExecutor] | None = None
@@ -85,12 +90,26 @@ def _run_group(tasks: Sequence[Callable[[], None]]) -> None:
 
 
 def run_concurrently(tasks: Sequence[Callable[[], None]]) -> None:
-    """Run ``tasks`` (each does its own I/O): inline when there is one, else spread over at most
-    :data:`MANY_READERS` groups, one run by the calling thread and the others on the shared
-    pool. Returns when all have finished; re-raises the first failure."""
-    if len(tasks) <= 1:
-        _run_group(tasks)
-        return
+    """Run ``tasks`` (each does its own I/O) and return when all have finished; re-raise the
+    first failure.
+
+    They run one after another in the calling thread while each takes less than
+    :data:`MANY_SLOW_READ` (a local directory or a cache: threads would cost more than they
+    save); after the first slower one (a round trip to an object store) the rest are spread
+    over at most :data:`MANY_READERS` groups, one run by the calling thread and the others on
+    the shared pool."""
+    count = len(tasks)
+    i = 0
+    while i < count:
+        started = time.perf_counter()
+        tasks[i]()
+        i += 1
+        if count - i > 1 and time.perf_counter() - started > MANY_SLOW_READ:
+            _spread(tasks[i:])
+            return
+
+
+def _spread(tasks: Sequence[Callable[[], None]]) -> None:
     groups = [tasks[i::MANY_READERS] for i in range(min(MANY_READERS, len(tasks)))]
     futures: list[Future[None]] = []
     pool = _shared_pool()
