@@ -17,10 +17,10 @@ consistent state would answer, in the order asked, in three steps:
    Each record is checked (lengths, CRC, key, kind) as a GET checks it and offered to the
    journal cache as a GET's record-sized read would be.
 
-Reads run in the calling thread while each is fast (a local directory: threads would cost more
-than they save); once one takes longer than :data:`MANY_SLOW_READ` (a round trip to an object
-store), the rest run concurrently on one small pool shared by the process (:data:`MANY_READERS`
-threads, the calling thread taking a share too).
+Reads run in the calling thread while they are fast (a local directory: threads would cost more
+than they save); once two in a row take longer than :data:`MANY_SLOW_READ` (round trips to an
+object store), the rest run concurrently on one small pool shared by the process
+(:data:`MANY_READERS` threads, the calling thread taking a share too).
 
 Memory is bounded: records are placed and read :data:`MANY_WINDOW` at a time, and a group holds
 one read's bytes at a time, so at most :data:`MANY_READERS` reads of at most :data:`MANY_RUN`
@@ -61,8 +61,8 @@ MANY_LARGE = 64 * 1024
 """Records above this size are read alone, through the journal cache as a GET reads them."""
 MANY_READERS = 8
 """Threads of the shared read pool, and the most groups one call spreads its reads over."""
-MANY_SLOW_READ = 0.0005
-"""Seconds: a read slower than this (a round trip, not a local read) spreads the rest."""
+MANY_SLOW_READ = 0.001
+"""Seconds: two reads in a row slower than this (round trips, not local reads) spread the rest."""
 
 _OBJECT = Kind.OBJECT
 _pool: tuple[int, ThreadPoolExecutor] | None = None
@@ -93,18 +93,20 @@ def run_concurrently(tasks: Sequence[Callable[[], None]]) -> None:
     """Run ``tasks`` (each does its own I/O) and return when all have finished; re-raise the
     first failure.
 
-    They run one after another in the calling thread while each takes less than
-    :data:`MANY_SLOW_READ` (a local directory or a cache: threads would cost more than they
-    save); after the first slower one (a round trip to an object store) the rest are spread
-    over at most :data:`MANY_READERS` groups, one run by the calling thread and the others on
-    the shared pool."""
+    They run one after another in the calling thread while reads are fast (a local directory
+    or a cache: threads would cost more than they save); once two in a row have each taken
+    longer than :data:`MANY_SLOW_READ` (round trips to an object store; one slow read alone may
+    be a busy machine), the rest are spread over at most :data:`MANY_READERS` groups, one run
+    by the calling thread and the others on the shared pool."""
     count = len(tasks)
+    slow = 0
     i = 0
     while i < count:
         started = time.perf_counter()
         tasks[i]()
         i += 1
-        if count - i > 1 and time.perf_counter() - started > MANY_SLOW_READ:
+        slow = slow + 1 if time.perf_counter() - started > MANY_SLOW_READ else 0
+        if slow >= 2 and count - i > 1:
             _spread(tasks[i:])
             return
 
