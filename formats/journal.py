@@ -778,6 +778,19 @@ class JournalReader:
             raise short_read(self.name, start, end, len(data))
         return data  # type: ignore[no-any-return]
 
+    def cached_record(self, offset: int, length: int) -> bytes | None:
+        """The record at ``offset`` of ``length`` bytes if the journal cache holds it (read by
+        a point read, a multi-get, a scan or a merge), else None; reads nothing."""
+        peek = getattr(self._fetch, "cached", None)
+        return None if peek is None else peek(offset, offset + length)  # type: ignore[no-any-return]
+
+    def keep_record(self, offset: int, record: bytes) -> None:
+        """Offer a record read past the cache to the journal cache, which keeps it as a point
+        read's record-sized read would be kept (a cache that takes no records ignores it)."""
+        keep = getattr(self._fetch, "keep", None)
+        if keep is not None:
+            keep(offset, offset + len(record), record)
+
     def body_of(self, record: bytes, key: bytes, offset: int) -> bytes | None:
         """The body of ``record`` (a whole record read from ``offset``, as :meth:`locate`
         placed it), checked as :meth:`value` checks it; None if it holds another key."""

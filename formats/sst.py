@@ -35,7 +35,7 @@ from __future__ import annotations
 import struct
 import zlib
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
@@ -454,6 +454,15 @@ class _Tail:
         self.info = info
 
 
+def _search_decoded(
+    keys: tuple[bytes, ...], values: list[LedgerValue], key: bytes
+) -> LedgerValue | None:
+    position = bisect_left(keys, key)
+    if position < len(keys) and keys[position] == key:
+        return values[position]
+    return None
+
+
 class SstReader:
     """Reads one SST object by ranged reads: point lookups and forward range scans.
 
@@ -575,6 +584,49 @@ class SstReader:
         if position < len(point_keys) and point_keys[position] == key:
             return self._one_value(raw_values[position], block)
         return None
+
+    def point_block(self, key: bytes, key_hash: int) -> int | None:
+        """The data block :meth:`get` would search for ``key`` (``key_hash`` its bloom hash), or
+        None when the key range or the bloom filter rules this file out; reads nothing."""
+        info = self.info
+        if not info.first_key <= key <= info.last_key or not self._bloom.may_contain_hash(key_hash):
+            return None
+        return bisect_right(self._first_keys, key) - 1
+
+    def get_in_block(
+        self, block: int, keys: Sequence[bytes], *, cached_only: bool = False
+    ) -> list[LedgerValue | None] | None:
+        """:meth:`get` of several keys (sorted) that :meth:`point_block` placed in ``block``:
+        the block is found in the cache or read (at most once) and searched for each key.
+        With ``cached_only``, None (and no read) when the block is not in the cache."""
+        cache = self._cache
+        if cache is None:
+            if cached_only:
+                return None
+            block_keys, values = self._block(block)
+            return [_search_decoded(block_keys, values, key) for key in keys]
+        found = cache.get((self.name, block, self.sqn_base))
+        if found is not None and type(found) is not bytes:
+            block_keys, values = found  # type: ignore[misc]
+            return [_search_decoded(block_keys, values, key) for key in keys]
+        light_key = (self.name, block, self.sqn_base, _POINT)
+        light = cache.get(light_key)
+        if light is None:
+            if found is None and cached_only:
+                return None
+            stored = found if found is not None else self._read_run(block, cache, self._point_ahead)
+            light, weight = self._decode_raw(block, stored)  # type: ignore[arg-type]
+            cache.put(light_key, light, weight)
+        point_keys: tuple[bytes, ...] = light[0]  # type: ignore[index]
+        raw_values: tuple[tuple, ...] = light[1]  # type: ignore[index]
+        out: list[LedgerValue | None] = []
+        for key in keys:
+            position = bisect_left(point_keys, key)
+            if position < len(point_keys) and point_keys[position] == key:
+                out.append(self._one_value(raw_values[position], block))
+            else:
+                out.append(None)
+        return out
 
     @property
     def _point_ahead(self) -> int:

@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 from inkpen.actors.journal.changes import as_bytes
 from inkpen.actors.read.anti_entropy import build_tree
 from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since, scan_changes
+from inkpen.actors.read.many import read_values
 from inkpen.actors.read.path import (
     Head,
     HeadFilter,
@@ -31,7 +32,6 @@ from inkpen.actors.read.path import (
     read_head,
     read_head_only,
     read_value,
-    read_values,
 )
 from inkpen.formats.keys import MAX_KEY_BYTES, Tag, object_key
 from inkpen.formats.tictac import TicTacTree, check_segments

@@ -71,6 +71,33 @@ class ChunkedFetch:
         self._cache.put((self._id, index), piece, len(piece))
         return piece
 
+    def cached(self, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` if a cached chunk or a cached range holds them, else None;
+        reads nothing (a multi-get answers cached records before it plans its reads)."""
+        found = self._cache.get((self._id, start, end))  # a record a point read cached
+        if found is not None:
+            return found  # type: ignore[return-value]
+        chunk = self._chunk
+        index = start // chunk
+        if 0 <= start < end <= self._size and (end - 1) // chunk == index:
+            piece = self._cache.get((self._id, index))
+            if piece is not None:
+                offset = start - index * chunk
+                return piece[offset : offset + end - start]  # type: ignore[index]
+        return None
+
+    def keep(self, start: int, end: int, data: bytes) -> None:
+        """Cache ``data``, bytes ``[start, end)`` read past the cache, as the record-sized read
+        of a point read is cached (only ranges small enough that a point read reads them alone;
+        nothing if their chunk is cached). A range across two chunks is kept too: a point read
+        reads it with its chunks, a multi-get finds it by :meth:`cached`."""
+        chunk = self._chunk
+        index = start // chunk
+        if (end - start) * 16 > chunk or len(data) != end - start:
+            return  # a point read would read it with its chunk, not alone
+        if (end - 1) // chunk != index or self._cache.get((self._id, index)) is None:
+            self._cache.put((self._id, start, end), data, len(data) + RANGE_OVERHEAD)
+
     def direct(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` straight from the store, past the cache."""
         return self.store.get_range(self.key, start, min(end, self._size))

@@ -169,6 +169,10 @@ class Reads:
                     None if value is None else len(value),
                 )
             self.expect(
+                lambda b=bucket: book.get_many(b, KEYS),
+                [objects.get((b, key.encode())) for key in KEYS],
+            )
+            self.expect(
                 lambda b=bucket: list(book.keys(b)),
                 sorted(k for (ob, k) in objects if ob == b),
             )

@@ -122,49 +122,6 @@ def read_value(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
     )
 
 
-def read_values(source: ViewSource, keys: list[bytes], now_ms: int) -> list[bytes | None]:
-    """GET of many keys from one set of views (one consistent state), in the order of ``keys``.
-
-    The ledger is searched in key order (neighbouring keys share SST blocks) and the journal in
-    SQN order (neighbouring values share journal chunks and segments), each value once.
-    """
-    missing: tuple[int, bytes] | None = None
-    vanished: NotFoundError | None = None
-    kind = Kind.OBJECT
-    for _ in range(READ_ATTEMPTS):
-        cache, ledger, journal = source.views()
-        value_of = values_of(journal)
-        found: dict[bytes, bytes | None] = {}
-        try:
-            wanted: list[tuple[int, bytes]] = []
-            for key in sorted(set(keys)):
-                value = lookup(cache, ledger, key)
-                if value is None or not is_live(value, now_ms):
-                    found[key] = None
-                else:
-                    wanted.append((value[0], key))
-            wanted.sort()
-            missing = None
-            for sqn, key in wanted:
-                body = value_of(sqn, kind, key)
-                if body is None:
-                    missing = (sqn, key)
-                    break
-                found[key] = body
-        except NotFoundError as exc:
-            vanished = exc
-            continue
-        if missing is None:
-            return [found[key] for key in keys]
-    if missing is None and vanished is not None:
-        raise vanished  # files kept vanishing: a missing object, never corruption
-    assert missing is not None
-    raise CorruptionError(
-        "journal",
-        f"the ledger names SQN {missing[0]} for key {missing[1]!r} but no journal object holds it",
-    )
-
-
 def _live_value(source: ViewSource, key: bytes, now_ms: int) -> LedgerValue | None:
     """The live ledger value of ``key``, or None; retried while ledger files vanish under it."""
     vanished: NotFoundError | None = None
@@ -702,5 +659,4 @@ __all__ = [
     "object_key",
     "read_head",
     "read_value",
-    "read_values",
 ]
