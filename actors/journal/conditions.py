@@ -31,8 +31,9 @@ Index entries are merged from those sources by SQN (the highest wins, as in the 
 segment already in the views and still listed as unapplied counts once.
 
 A unit whose condition fails is rejected whole with :class:`~inkpen.errors.ConflictError` (or,
-when the state could not be read, a definite :class:`~inkpen.errors.StoreError`); the rest of the
-segment is written without it. The check runs once per unit: an unknown-outcome
+when the state could not be read, a definite :class:`~inkpen.errors.StoreError`, or the
+:class:`~inkpen.errors.CorruptionError` naming a damaged ledger file); the rest of the segment is
+written without it. The check runs once per unit: an unknown-outcome
 segment write is retried with the same bytes, never re-checked, so a conditional put whose first
 attempt landed reports success, never a conflict with itself.
 """
@@ -52,7 +53,7 @@ from inkpen.actors.journal.changes import (
 from inkpen.actors.journal.intake import Batch
 from inkpen.actors.read.path import Views, object_index_entries, read_head
 from inkpen.actors.read.views import ViewBoard
-from inkpen.errors import ConflictError, InkpenError, StoreError
+from inkpen.errors import ConflictError, CorruptionError, InkpenError, StoreError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import ACTIVE, object_parts
 
@@ -240,6 +241,9 @@ class ConditionChecker:
                             terms = local_terms[key] = book.terms(key)
                         change = expand(change, terms, now_ms)
                         _apply(terms, change.index_specs, sqn, change.expiry_ms)
+                except CorruptionError as exc:
+                    failed = exc  # names the damaged object, as any read would
+                    break
                 except InkpenError as exc:
                     failed = StoreError(
                         f"the state of bucket {change.bucket!r} key {change.key!r} could not be "
