@@ -316,9 +316,9 @@ def ledger_entries(
     for op, field, term in entry.index_specs:
         status = ACTIVE if op == INDEX_ADD else TOMBSTONE
         expiry = entry.expiry_ms if status == ACTIVE else None
-        value = _new_tuple(LedgerValue, (sqn, status, expiry, 0, 0, lm))
-        out.append((index_key(bucket, field, term, key), value))
-        out.append((reverse_key(bucket, key, field, term), value))
+        meta: LedgerValue = _new_tuple(LedgerValue, (sqn, status, expiry, 0, 0, lm))
+        out.append((index_key(bucket, field, term, key), meta))
+        out.append((reverse_key(bucket, key, field, term), meta))
     return out
 
 
