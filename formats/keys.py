@@ -16,7 +16,12 @@ tag       byte         components
 OBJECT    0x6F ("o")   bucket, key, subkey
 HEAD      0x68 ("h")   bucket, key, subkey (head-only objects)
 INDEX     0x69 ("i")   bucket, field, term, object key
+REVERSE   0x72 ("r")   bucket, object key, field, term
 ========  ===========  ================================================
+
+Every index entry has a REVERSE twin with the same value: the object's own list of its index
+entries, so the writer can find them all (a delete removes them) with one range read of
+:func:`reverse_prefix`. REVERSE keys sort apart from every other tag and no fold reads them.
 
 A ledger value is a :class:`LedgerValue` tuple (SQN, status, expiry, content hash, size,
 last-modified time); index entries carry a content hash and size of 0.
@@ -48,6 +53,7 @@ class Tag(IntEnum):
     OBJECT = 0x6F
     HEAD = 0x68
     INDEX = 0x69
+    REVERSE = 0x72
 
 
 _TAGS = {tag.value: tag for tag in Tag}
@@ -61,7 +67,8 @@ class LedgerKey:
     """A decoded ledger key.
 
     For INDEX keys ``key`` is the index field, ``subkey`` the term and ``object_key`` the key of
-    the object the entry points at; ``object_key`` is empty for the other tags.
+    the object the entry points at; for REVERSE keys ``key`` is the object key, ``subkey`` the
+    field and ``object_key`` the term; ``object_key`` is empty for the other tags.
     """
 
     tag: Tag
@@ -117,8 +124,10 @@ def _tag_byte(tag: Tag) -> bytes:
 
 
 def _object_tag_byte(tag: Tag) -> bytes:
-    if tag == Tag.INDEX:
-        raise ValueError("index keys have four components; build them with index_key()")
+    if tag == Tag.INDEX or tag == Tag.REVERSE:
+        raise ValueError(
+            "index keys have four components; build them with index_key() or reverse_key()"
+        )
     return _tag_byte(tag)
 
 
@@ -167,6 +176,32 @@ def index_key(bucket: bytes, field: bytes, term: bytes, object_key: bytes) -> by
     )
 
 
+def reverse_key(bucket: bytes, key: bytes, field: bytes, term: bytes) -> bytes:
+    """Encode the REVERSE twin of an index entry: object ``key`` has ``term`` in ``field``."""
+    return b"".join(
+        (
+            _TAG_BYTES[Tag.REVERSE],
+            _escape(bucket, "bucket"),
+            _escape(key, "key"),
+            _escape(field, "field"),
+            _escape(term, "term"),
+        )
+    )
+
+
+def reverse_prefix(bucket: bytes, key: bytes) -> bytes:
+    """The prefix of every REVERSE key of object (bucket, key)."""
+    return _TAG_BYTES[Tag.REVERSE] + _escape(bucket, "bucket") + _escape(key, "key")
+
+
+def reverse_parts(encoded: bytes) -> tuple[bytes, bytes]:
+    """``(field, term)`` of an encoded REVERSE key; ``ValueError`` if it is not one."""
+    if not encoded or encoded[0] != Tag.REVERSE:
+        raise ValueError(f"not a reverse index ledger key: {encoded[:64]!r}")
+    _, _, field, term = _components(encoded, 4)
+    return field, term
+
+
 def _components(encoded: bytes, count: int) -> list[bytes]:
     parts = encoded[1:].split(_TERMINATOR)
     if len(parts) != count + 1 or parts[-1]:
@@ -192,6 +227,9 @@ def decode_key(encoded: bytes) -> LedgerKey:
     if tag is Tag.INDEX:
         bucket, field, term, target = _components(encoded, 4)
         return LedgerKey(tag, bucket, field, term, target)
+    if tag is Tag.REVERSE:
+        bucket, key, field, term = _components(encoded, 4)
+        return LedgerKey(tag, bucket, key, field, term)
     bucket, key, subkey = _components(encoded, 3)
     return LedgerKey(tag, bucket, key, subkey)
 

@@ -4,7 +4,7 @@ One database is built on a local directory, with a model of what it holds: SSTs 
 levels, compacted journal files, unrolled journal segments a crashed writer left behind, and
 superseded manifests nothing reads any more. Each case copies it, flips bits of one byte of one
 object, opens the copy and reads everything the API can read (every get and head, every fold,
-the journal in SQN order). Then:
+the journal in SQN order, and the index entries a delete of every object removes). Then:
 
 - a damaged latest manifest: opening fails with a ``CorruptionError`` naming it;
 - a damaged object the database reads (SST, journal file, unrolled segment): opening or some read
@@ -72,6 +72,8 @@ def build(root: Path) -> Built:
             specs = [s for s in specs if s[0] == "remove"]
             book.delete(bucket, key, indexes=specs)
             objects.pop((b, k), None)
+            # a delete takes every index entry of its object
+            index.difference_update({e for e in index if (e[0], e[3]) == (b, k)})
         else:
             value = b"value-%d-" % n + bytes(rng.randrange(256) for _ in range(rng.randrange(600)))
             book.put(bucket, key, value, indexes=specs)
@@ -197,6 +199,20 @@ class Reads:
             [(b, k, len(v)) for b, k, v in everything],
         )
         self.expect(lambda: list(book.buckets()), sorted({b for b, _ in objects}))
+        # A delete reads its object's index entries (REVERSE keys, which no fold reads).
+        gone = inkpen.Batch()
+        for b, k in sorted(objects):
+            gone.delete(b, k)
+        try:
+            book.write(gone)
+        except inkpen.CorruptionError as exc:
+            self.errors.append(exc)
+            return
+        for bucket in BUCKETS:
+            for index_field in FIELDS:
+                self.expect(
+                    lambda b=bucket, f=index_field: list(book.index_query(b, f, "", "z")), []
+                )
 
 
 def _size(head: inkpen.Head | None) -> int | None:

@@ -64,6 +64,8 @@ class State:
         else:
             objects[key] = op.value
         index = set(self.index)
+        if op.value is None:  # a delete takes every index entry of its object
+            index = {entry for entry in index if entry[1] != key}
         for kind, _, term in op.indexes:
             entry = (term.encode(), key)
             if kind == "add":
@@ -196,8 +198,8 @@ def check_recovery(url: str, base: State, base_sqn: int, seed: int, run: Run) ->
     visible = expected.visible()
     assert found.objects == visible.objects, describe(found, visible, "objects")
     assert found.index == visible.index, describe(found, visible, "index entries")
-    # The model goes on from the expected state: a deleted object's entries come back if it is
-    # put again without removing them (DESIGN section 2), so the model must keep them.
+    # The model goes on from the expected state (a delete dropped its object's entries, so a
+    # later put of the key answers only for the terms it adds).
     return expected, sqn
 
 

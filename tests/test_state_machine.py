@@ -1,10 +1,12 @@
 """The whole public API of a Bookie agrees with a reference model, whatever the engine does inside.
 
 A Hypothesis rule-based state machine drives one database through puts (with index specs and
-TTLs), deletes (with index removals), reads, index queries, every fold, snapshots, a moving clock,
-L0 flushes, ledger merges, journal compaction, clean and crashed reopens, garbage collection and a
-second writer taking over. Tiny file and cache sizes make a few writes flush, merge and roll, and
-the key space is small, so overwrites, deletes and index churn keep colliding in every file.
+TTLs), deletes (with index removals; a delete takes every index entry of its object, and a key
+put again without its old terms must not answer for them), reads, index queries, every fold,
+snapshots, a moving clock, L0 flushes, ledger merges, journal compaction, clean and crashed
+reopens, garbage collection and a second writer taking over. Tiny file and cache sizes make a
+few writes flush, merge and roll, and the key space is small, so overwrites, deletes and index
+churn keep colliding in every file.
 After every step the engine's counters must be sane and a rotating sample of keys must read back
 exactly as :class:`support.model.Model` says; after every reopen everything is compared.
 
@@ -123,6 +125,7 @@ BAD_CALLS: dict[str, Callable[[inkpen.Bookie], Any]] = {
     "huge ttl": lambda book: book.put("b0", "k0", b"v", ttl=1e300),
     "unknown index op": lambda book: book.put("b0", "k0", b"v", indexes=[("append", "f", "t")]),
     "short index spec": lambda book: book.delete("b0", "k0", indexes=[("remove", "f_bin")]),
+    "add spec on a delete": lambda book: book.delete("b0", "k0", indexes=[("add", "f_bin", "t")]),
     "indexes as a string": lambda book: book.put("b0", "k0", b"v", indexes="add f t"),
     "empty index field": lambda book: book.put("b0", "k0", b"v", indexes=[("add", "", "t")]),
     "bad regex": lambda book: book.index_query("b0", "f_bin", "a", "b", regex="("),

@@ -3,7 +3,9 @@
 A put or delete is checked and encoded in the caller's thread (so a rejected call touches nothing
 and costs no actor message), becomes a :class:`Change` waiting in the Inker's intake, a
 :class:`~inkpen.formats.journal.JournalEntry` once the Inker gives it an SQN, and finally the ledger
-entries the Bookie caches: the object's key with its metadata, plus one entry per index spec.
+entries the Bookie caches: the object's key with its metadata, plus one entry per index spec and
+its REVERSE twin. (Before a delete or a put with a ttl is written, the Inker adds the specs it
+implies for the object's other index entries: :mod:`inkpen.actors.journal.conditions`.)
 :func:`ledger_entries` is the single place that last step is defined; start-up replay and the
 rebuild of a ledger from a backup use it too, so the ledger rebuilt from the journal is exactly the
 ledger built by live writes.
@@ -25,6 +27,7 @@ from inkpen.formats.keys import (
     decode_key,
     index_key,
     object_key,
+    reverse_key,
 )
 from inkpen.options import Options
 
@@ -35,6 +38,7 @@ MAX_HEAD_VALUE_BYTES = 64 * 1024
 """Largest value of a head-only object: it is stored in the ledger with the key's metadata."""
 
 _HEAD_TAG = Tag.HEAD.value
+_OBJECT_TAG = Tag.OBJECT.value
 
 INDEX_ADD = 1
 INDEX_REMOVE = 0
@@ -74,6 +78,15 @@ class Change(NamedTuple):
                 self.last_modified_ms,
             ),
         )
+
+
+def reaches_other_entries(change: Change) -> bool:
+    """Whether ``change`` also changes index entries it does not name: a delete of an object
+    removes them all, a put with a ttl shortens their life to its own. The Inker adds the specs
+    for them just before it writes the change (:mod:`inkpen.actors.journal.conditions`)."""
+    return (change.kind != Kind.OBJECT or change.expiry_ms is not None) and (
+        change.ledger_key[0] == _OBJECT_TAG
+    )
 
 
 _new_tuple = tuple.__new__
@@ -202,6 +215,11 @@ class ChangeMaker:
         b = as_bytes("bucket", bucket, options.max_key_bytes)
         k = as_bytes("key", key, options.max_key_bytes)
         specs = self._index_specs(indexes)
+        if any(op == INDEX_ADD for op, _, _ in specs):
+            raise UsageError(
+                "a delete removes every index entry of its object by itself; it takes "
+                '("remove", field, term) specs or none, never "add": drop the add specs'
+            )
         now_ms = int(self._clock() * 1000)
         lk = object_key(b, k, tag=tag)
         weight = len(lk) + 64 + sum(len(f) + len(t) for _, f, t in specs)
@@ -279,7 +297,8 @@ def ledger_entries(
     An OBJECT entry gives the object's metadata (``hash_`` may be passed when already known),
     and for a head-only object (HEAD tag) a seventh field, its value (see ``head_value``);
     a TOMBSTONE gives a tombstone; a KEY_CHANGES entry (a value replaced, kept by ``retain``
-    compaction) gives no object entry. Every index spec gives an index entry with the same SQN.
+    compaction) gives no object entry. Every index spec gives an index entry with the same SQN,
+    and its REVERSE twin (:func:`~inkpen.formats.keys.reverse_key`) with the same value.
     """
     sqn, kind = entry[0], entry[1]
     lm = entry[6]
@@ -297,9 +316,9 @@ def ledger_entries(
     for op, field, term in entry.index_specs:
         status = ACTIVE if op == INDEX_ADD else TOMBSTONE
         expiry = entry.expiry_ms if status == ACTIVE else None
-        out.append(
-            (index_key(bucket, field, term, key), LedgerValue(sqn, status, expiry, 0, 0, lm))
-        )
+        meta: LedgerValue = _new_tuple(LedgerValue, (sqn, status, expiry, 0, 0, lm))
+        out.append((index_key(bucket, field, term, key), meta))
+        out.append((reverse_key(bucket, key, field, term), meta))
     return out
 
 

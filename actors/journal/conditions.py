@@ -1,23 +1,39 @@
-"""Conditional writes: the Inker's check of ``if_sqn`` against the state a segment is written on.
+"""The Inker's look at the state a segment is written on: conditional writes, and the index
+entries a delete or a put with a ttl reaches without naming them.
 
-A change with ``if_sqn`` may be written only if its key's current SQN is ``if_sqn`` (0: the key is
-absent — never written, deleted or expired). The check and the write are one step: the Inker
-checks a batch's conditions immediately before it gives the batch SQNs and encodes it, on its own
-thread, and nothing else assigns SQNs, so no write can come between the check and the append.
+**Conditions.** A change with ``if_sqn`` may be written only if its key's current SQN is
+``if_sqn`` (0: the key is absent — never written, deleted or expired). The check and the write are
+one step: the Inker checks a batch's conditions immediately before it gives the batch SQNs and
+encodes it, on its own thread, and nothing else assigns SQNs, so no write can come between the
+check and the append.
 
-The state checked against is, per key, the newest of:
+**Index entries follow their object.** In the same step the Inker adds to every delete of an
+object a remove spec for each of its live index entries the delete does not name (its REVERSE
+entries say which: :func:`~inkpen.formats.keys.reverse_key`), and to every put with a ttl an add
+spec, with the put's expiry, for each live entry the put does not name that would outlive the
+put. The specs are written in the journal entry itself, so replay, backups and compaction see
+exactly what the live ledger saw. So a delete takes every index entry of its object with it, and
+when an object expires its index entries have expired too: a later put of the key without them
+brings none back.
+
+The state looked at is, per key, the newest of:
 
 1. the changes accepted so far in the segment being built (earlier units of the same group
    commit, and earlier changes of the same unit), so two conditional puts on one key in one
-   segment cannot both succeed;
+   segment cannot both succeed, and a delete sees the index entries a put before it in the same
+   segment added;
 2. segments the Inker has written whose batch the Bookie has not yet cached (``ApplyBatch`` is a
    tell: the published views may lag the journal by a segment or two);
 3. the published views (the Bookie's cache, the Penciller's memory and files), which hold every
    segment whose batch has been settled (the Bookie publishes before it settles).
 
+Index entries are merged from those sources by SQN (the highest wins, as in the ledger), so a
+segment already in the views and still listed as unapplied counts once.
+
 A unit whose condition fails is rejected whole with :class:`~inkpen.errors.ConflictError` (or,
-when the state could not be read, a definite :class:`~inkpen.errors.StoreError`); the rest of the
-segment is written without it. The check runs once per unit: an unknown-outcome
+when the state could not be read, a definite :class:`~inkpen.errors.StoreError`, or the
+:class:`~inkpen.errors.CorruptionError` naming a damaged ledger file); the rest of the segment is
+written without it. The check runs once per unit: an unknown-outcome
 segment write is retried with the same bytes, never re-checked, so a conditional put whose first
 attempt landed reports success, never a conflict with itself.
 """
@@ -27,15 +43,27 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from inkpen.actors.journal.changes import Change
+from inkpen.actors.journal.changes import (
+    INDEX_ADD,
+    INDEX_REMOVE,
+    Change,
+    IndexSpec,
+    reaches_other_entries,
+)
 from inkpen.actors.journal.intake import Batch
-from inkpen.actors.read.path import Views, read_head
+from inkpen.actors.read.path import Views, object_index_entries, read_head
 from inkpen.actors.read.views import ViewBoard
-from inkpen.errors import ConflictError, InkpenError, StoreError
+from inkpen.errors import ConflictError, CorruptionError, InkpenError, StoreError
 from inkpen.formats.journal import JournalEntry, Kind
+from inkpen.formats.keys import ACTIVE, object_parts
 
 State = tuple[int, int | None]
 """A key's state as a written change leaves it: (SQN, expiry ms); SQN 0 means absent."""
+
+Term = tuple[bytes, bytes]
+"""(field, term) of one index entry of an object."""
+Terms = dict[Term, tuple[int, bool, int | None]]
+"""An object's index entries as the Inker knows them: (SQN, active, expiry ms) per entry."""
 
 
 class _BoardSource:
@@ -61,15 +89,96 @@ def _current(state: State, now_ms: int) -> int:
     return sqn
 
 
+def _apply(terms: Terms, specs: Sequence[IndexSpec], sqn: int, expiry_ms: int | None) -> None:
+    """Apply the index specs of a change at ``sqn`` (a later spec of the same SQN wins, as in
+    :meth:`~inkpen.actors.read.views.MemTable.of`)."""
+    for op, field, term in specs:
+        known = terms.get((field, term))
+        if known is None or known[0] <= sqn:
+            add = op == INDEX_ADD
+            terms[(field, term)] = (sqn, add, expiry_ms if add else None)
+
+
+def _live(terms: Terms, now_ms: int) -> list[tuple[Term, int | None]]:
+    return sorted(
+        (term, expiry)
+        for term, (_, active, expiry) in terms.items()
+        if active and (expiry is None or expiry > now_ms)
+    )
+
+
+def expand(change: Change, terms: Terms, now_ms: int) -> Change:
+    """``change`` with the specs it implies for the object's index entries it does not name.
+
+    A delete gets a remove spec for every live entry; a put with a ttl an add spec (so the put's
+    expiry) for every live entry that would outlive it. Other changes are returned as they are.
+    """
+    if not reaches_other_entries(change):
+        return change
+    named = {(field, term) for _, field, term in change.index_specs}
+    if change.kind == Kind.OBJECT:
+        until = change.expiry_ms
+        assert until is not None
+        extra = [
+            (INDEX_ADD, field, term)
+            for (field, term), expiry in _live(terms, now_ms)
+            if (field, term) not in named and (expiry is None or expiry > until)
+        ]
+    else:
+        extra = [
+            (INDEX_REMOVE, field, term)
+            for (field, term), _ in _live(terms, now_ms)
+            if (field, term) not in named
+        ]
+    if not extra:
+        return change
+    return change._replace(index_specs=(*change.index_specs, *extra))
+
+
+class _TermBook:
+    """The index entries of the objects a batch's deletes and ttl puts reach, as the changes
+    accepted so far in the segment leave them (see the module docstring)."""
+
+    def __init__(
+        self,
+        source: _BoardSource,
+        batch: Batch,
+        recent: Sequence[JournalEntry],
+    ) -> None:
+        self._source = source
+        self.wanted = {c.ledger_key for c in batch.changes if reaches_other_entries(c)}
+        self._recent: dict[bytes, list[JournalEntry]] = {}
+        for entry in recent:
+            if entry.ledger_key in self.wanted and entry.index_specs:
+                self._recent.setdefault(entry.ledger_key, []).append(entry)
+        self.known: dict[bytes, Terms] = {}
+
+    def terms(self, key: bytes) -> Terms:
+        """The object's entries before the current unit (a copy the unit may change)."""
+        known = self.known.get(key)
+        if known is None:
+            bucket, object_key = object_parts(key)
+            known = {
+                (field, term): (value[0], value[1] == ACTIVE, value[2])
+                for field, term, value in object_index_entries(self._source, bucket, object_key)
+            }
+            for entry in self._recent.get(key, ()):
+                _apply(known, entry.index_specs, entry.sqn, entry.expiry_ms)
+            self.known[key] = known
+        return dict(known)
+
+
 class ConditionChecker:
-    """Owned by the Inker: remembers written segments until the views show them, and checks
-    the conditions of a batch before it is written."""
+    """Owned by the Inker: remembers written segments until the views show them, checks the
+    conditions of a batch and adds the index specs its deletes and ttl puts imply."""
 
     def __init__(self, board: ViewBoard) -> None:
         self._source = _BoardSource(board)
         self._unapplied: deque[tuple[Batch, tuple[JournalEntry, ...]]] = deque()
         self._uncached: dict[bytes, State] = {}
         """Keys of segments the Bookie could not cache (the views never show them)."""
+        self._uncached_entries: list[JournalEntry] = []
+        """Entries with index specs of those segments."""
 
     def written(self, batch: Batch, entries: tuple[JournalEntry, ...]) -> None:
         """A segment was written for ``batch``; its entries count until the views show them."""
@@ -83,50 +192,74 @@ class ConditionChecker:
             if batch.error is not None:
                 for entry in entries:
                     self._uncached[entry.ledger_key] = _state_of(entry, entry.sqn)
+                    if entry.index_specs:
+                        self._uncached_entries.append(entry)
 
     def check(self, batch: Batch, first_sqn: int, now_ms: int) -> list[Change]:
-        """The changes of ``batch`` to write, in order; rejected units go to ``batch.rejected``.
+        """The changes of ``batch`` to write, in order, with the index specs they imply;
+        rejected units go to ``batch.rejected``.
 
         ``first_sqn`` is the SQN the first written change will get.
         """
         self._prune()
-        recent: dict[bytes, State] = dict(self._uncached)
-        for _, entries in self._unapplied:
-            for entry in entries:
-                recent[entry.ledger_key] = _state_of(entry, entry.sqn)
+        recent: dict[bytes, State] = {}
+        if batch.conditional:
+            recent.update(self._uncached)
+            for _, entries in self._unapplied:
+                for entry in entries:
+                    recent[entry.ledger_key] = _state_of(entry, entry.sqn)
+        book: _TermBook | None = None
+        if batch.expands:
+            written = [e for _, entries in self._unapplied for e in entries]
+            book = _TermBook(self._source, batch, [*self._uncached_entries, *written])
         accepted: list[Change] = []
         changes = batch.changes
         for unit, (start, end) in enumerate(batch.unit_bounds()):
             part: Sequence[Change] = changes[start:end]
-            if not any(c.if_sqn is not None for c in part):
+            if book is None and not any(c.if_sqn is not None for c in part):
                 for change in part:
                     recent[change.ledger_key] = _state_of(change, first_sqn + len(accepted))
                     accepted.append(change)
                 continue
             local: dict[bytes, State] = {}
+            local_terms: dict[bytes, Terms] = {}
+            out: list[Change] = []
             failed: InkpenError | None = None
             for i, change in enumerate(part):
                 key = change.ledger_key
-                if change.if_sqn is not None:
-                    try:
+                sqn = first_sqn + len(accepted) + i
+                try:
+                    if change.if_sqn is not None:
                         state = local.get(key) or recent.get(key) or self._stored(key, now_ms)
-                    except InkpenError as exc:
-                        failed = StoreError(
-                            f"the condition on bucket {change.bucket!r} key {change.key!r} "
-                            f"could not be checked ({exc}); nothing of this write was applied",
-                            definite=True,
-                        )
-                        break
-                    actual = _current(state, now_ms)
-                    if actual != change.if_sqn:
-                        failed = _conflict(change, actual)
-                        break
-                local[key] = _state_of(change, first_sqn + len(accepted) + i)
+                        actual = _current(state, now_ms)
+                        if actual != change.if_sqn:
+                            failed = _conflict(change, actual)
+                            break
+                    if book is not None and key in book.wanted:
+                        terms = local_terms.get(key)
+                        if terms is None:
+                            terms = local_terms[key] = book.terms(key)
+                        change = expand(change, terms, now_ms)
+                        _apply(terms, change.index_specs, sqn, change.expiry_ms)
+                except CorruptionError as exc:
+                    failed = exc  # names the damaged object, as any read would
+                    break
+                except InkpenError as exc:
+                    failed = StoreError(
+                        f"the state of bucket {change.bucket!r} key {change.key!r} could not be "
+                        f"read ({exc}); nothing of this write was applied",
+                        definite=True,
+                    )
+                    break
+                local[key] = _state_of(change, sqn)
+                out.append(change)
             if failed is not None:
                 batch.rejected[unit] = failed
                 continue
             recent.update(local)
-            accepted.extend(part)
+            if book is not None:
+                book.known.update(local_terms)
+            accepted.extend(out)
         return accepted
 
     def _stored(self, key: bytes, now_ms: int) -> State:

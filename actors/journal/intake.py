@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from inkpen.actors.journal.changes import Change
+from inkpen.actors.journal.changes import Change, reaches_other_entries
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 
@@ -52,6 +52,7 @@ class Batch:
         "changes",
         "conditional",
         "error",
+        "expands",
         "opened_at",
         "rejected",
         "units",
@@ -64,6 +65,10 @@ class Batch:
         """The end offset in ``changes`` of each unit, in submission order."""
         self.conditional = False
         """Whether any change carries a condition (the Inker checks them before writing)."""
+        self.expands = False
+        """Whether any change reaches index entries it does not name (a delete, a put with a
+        ttl: :func:`~inkpen.actors.journal.changes.reaches_other_entries`); the Inker adds their
+        specs before writing."""
         self.rejected: dict[int, InkpenError] = {}
         """Units the Inker refused (by unit number), with the error their caller gets."""
         self.weight = 0
@@ -181,6 +186,8 @@ class WriteIntake:
             batch.weight += change.weight
             if change.if_sqn is not None:
                 batch.conditional = True
+            if reaches_other_entries(change):
+                batch.expands = True
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:
@@ -193,6 +200,7 @@ class WriteIntake:
         docstring): a unit that does not fit the open batch closes it and starts the next."""
         weight = sum(c.weight for c in changes)
         conditional = any(c.if_sqn is not None for c in changes)
+        expands = any(reaches_other_entries(c) for c in changes)
         with self._lock:
             if self._shut is not None:
                 raise self._shut
@@ -208,6 +216,7 @@ class WriteIntake:
             batch.units.append(len(batch.changes))
             batch.weight += weight
             batch.conditional = batch.conditional or conditional
+            batch.expands = batch.expands or expands
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:

@@ -25,8 +25,10 @@ KEY_CHANGES                  ``retain``: keep while one of its index specs is st
                              drop; ``recovr``: drop
 ===========================  ====================================================================
 
-An index spec is still needed when the ledger's entry for that index key has this entry's SQN (it
-is the current state), or when the ledger no longer has the index key at all and the spec may be
+An index spec is still needed when the ledger's entry for that index key, or for its REVERSE twin
+(the two are written together with the same value, but may be reaped at different times; a
+ledger written before REVERSE entries existed has none), has this entry's SQN (it is the current
+state), or when the ledger no longer has the index key at all and the spec may be
 what hid it: a *remove* (the ledger reaps index tombstones at the basement), or an *add* whose
 expiry has passed (the ledger reaps expired entries too). An older add of the same index entry may
 still sit in a journal file not compacted yet, and replaying it without this spec would bring the
@@ -50,7 +52,15 @@ from typing import TYPE_CHECKING, Literal
 
 from inkpen.actors.journal.changes import INDEX_REMOVE
 from inkpen.formats.journal import JournalEntry, JournalReader, Kind
-from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, Tag, decode_key, index_key
+from inkpen.formats.keys import (
+    ACTIVE,
+    TOMBSTONE,
+    LedgerValue,
+    Tag,
+    decode_key,
+    index_key,
+    reverse_key,
+)
 
 if TYPE_CHECKING:
     from inkpen.options import Options
@@ -77,6 +87,9 @@ def _index_needed(entry: JournalEntry, lookup: Lookup, now_ms: int) -> bool:
             if op == INDEX_REMOVE or expired:
                 return True
         elif found.sqn == entry.sqn:
+            return True
+        twin = lookup(reverse_key(decoded.bucket, decoded.key, field, term))
+        if twin is not None and twin.sqn == entry.sqn:
             return True
     return False
 

@@ -36,6 +36,8 @@ from inkpen.formats.keys import (
     object_key,
     object_parts,
     prefix_end,
+    reverse_parts,
+    reverse_prefix,
 )
 from inkpen.formats.tictac import segment_of_components
 
@@ -149,6 +151,28 @@ def read_head_only(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
     if value is None:
         return None
     return value[6] if len(value) > 6 else b""  # type: ignore[misc]
+
+
+def object_index_entries(
+    source: ViewSource, bucket: bytes, key: bytes
+) -> list[tuple[bytes, bytes, LedgerValue]]:
+    """Every REVERSE entry of object (bucket, key), tombstones and expired ones included, as
+    ``(field, term, value)``: the object's index entries as the ledger knows them. Retried while
+    ledger files vanish under it."""
+    lo = reverse_prefix(bucket, key)
+    hi = prefix_end(lo)
+    vanished: NotFoundError | None = None
+    for _ in range(READ_ATTEMPTS):
+        cache, ledger, _ = source.views()
+        try:
+            return [
+                (*reverse_parts(found), value)
+                for found, value in ledger_range(cache, ledger, lo, hi)
+            ]
+        except NotFoundError as exc:
+            vanished = exc
+    assert vanished is not None
+    raise vanished  # ledger files kept vanishing: a missing object, never corruption
 
 
 def ledger_range(

@@ -19,7 +19,7 @@ from inkpen.formats.keys import Tag, decode_key
 
 HEX_PREFIX = "hex:"
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-_TAG_NAMES = {Tag.OBJECT: "object", Tag.HEAD: "head", Tag.INDEX: "index"}
+_TAG_NAMES = {Tag.OBJECT: "object", Tag.HEAD: "head", Tag.INDEX: "index", Tag.REVERSE: "reverse"}
 
 
 def size(count: int | float) -> str:
@@ -98,6 +98,11 @@ def ledger_key(encoded: bytes) -> str:
         return (
             f"{name} {text(key.bucket)}/{text(key.key)}={text(key.subkey)}"
             f" -> {text(key.object_key)}"
+        )
+    if key.tag is Tag.REVERSE:
+        return (
+            f"{name} {text(key.bucket)}/{text(key.key)}"
+            f" -> {text(key.subkey)}={text(key.object_key)}"
         )
     suffix = f"#{text(key.subkey)}" if key.subkey else ""
     return f"{name} {text(key.bucket)}/{text(key.key)}{suffix}"

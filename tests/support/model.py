@@ -4,10 +4,13 @@ The model knows only the public semantics, the way Leveled defines them:
 
 - an object is its latest put, gone after a delete or once its expiry has passed;
 - index entries are the application's own: a put's ``("add", field, term)`` specs create entries
-  that expire with the put, ``("remove", field, term)`` specs (on a put or a delete) remove them;
-  within one call the last spec for a (field, term) wins; an index query never answers a key
-  whose object is deleted or expired (its entries follow the object), and a later put of the
-  key that does not mention an entry keeps it;
+  that expire with the put, ``("remove", field, term)`` specs remove them; within one call the
+  last spec for a (field, term) wins; a later put of the key that does not mention an entry
+  keeps it. Entries follow their object: a delete removes every entry of its object, named or
+  not; a put with a ttl shortens every entry of its object that would outlive it to its own
+  expiry (so entries never outlive an expiring object); an index query never answers a key
+  whose object is deleted or expired, and a key put again after a delete or its expiry answers
+  only for the terms it has been given since;
 - a conditional write (``if_sqn``) lands only if the key's SQN is ``if_sqn`` (0: absent);
   a batch is its changes applied in order, each with the next SQN, or none of them;
 - folds list buckets, keys and index terms in byte order of their components; ``order="sqn"``
@@ -74,6 +77,9 @@ class Model:
             else:
                 self.index.pop(entry, None)
 
+    def _entries_of(self, bucket: bytes, key: bytes) -> list[IndexId]:
+        return [entry for entry in self.index if entry[0] == bucket and entry[3] == key]
+
     def put(
         self,
         bucket: str,
@@ -87,6 +93,13 @@ class Model:
         b, k = encode(bucket), encode(key)
         self.writes += 1
         self.objects[(b, k)] = StoredObject(value, expiry_ms, now_ms, self.writes)
+        specs = list(specs)
+        if expiry_ms is not None:  # entries it does not name expire no later than the object
+            named = {(encode(f), encode(t)) for _, f, t in specs}
+            for entry in self._entries_of(b, k):
+                expiry = self.index[entry]
+                if (entry[1], entry[2]) not in named and (expiry is None or expiry > expiry_ms):
+                    self.index[entry] = expiry_ms
         self._apply_specs(b, k, specs, expiry_ms)
 
     def renumber(self, bucket: bytes, key: bytes, sqn: int) -> None:
@@ -97,7 +110,8 @@ class Model:
         b, k = encode(bucket), encode(key)
         self.writes += 1
         self.objects.pop((b, k), None)
-        self._apply_specs(b, k, specs, None)
+        for entry in self._entries_of(b, k):  # named or not
+            del self.index[entry]
 
     # -- reads ----------------------------------------------------------------------------------
 
