@@ -71,7 +71,14 @@ from inkpen.formats.journal import HEADER_SIZE, build_journal, read_header
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 
-from .model import CHECKPOINT_KIND, KIND_WRITER, Checkpoint, Manifest, VersionedManifest
+from .model import (
+    CHECKPOINT_KIND,
+    COMPACTION_MODES,
+    KIND_WRITER,
+    Checkpoint,
+    Manifest,
+    VersionedManifest,
+)
 from .paths import JOURNAL_PREFIX, parse_segment_key, segment_key
 from .store import ManifestStore, require_live
 
@@ -385,7 +392,7 @@ def accepted_segments(refs: Iterable[SegmentRef]) -> list[SegmentRef]:
 
 
 def _bump_epoch(
-    now: float, *, require_initialized: bool, url: str
+    now: float, *, require_initialized: bool, url: str, compaction: str | None
 ) -> Callable[[VersionedManifest], Manifest]:
     def change(versioned: VersionedManifest) -> Manifest:
         manifest = versioned.manifest
@@ -401,6 +408,7 @@ def _bump_epoch(
         return replace(
             manifest.without_checkpoints_of_kind(KIND_WRITER).with_checkpoint(checkpoint),
             writer_epoch=epoch,
+            writer_compaction=manifest.writer_compaction if compaction is None else compaction,
         )
 
     return change
@@ -425,8 +433,14 @@ def claim_writer(
     now: float | None = None,
     require_initialized: bool = True,
     allow_missing_segments: bool = False,
+    compaction: str | None = None,
 ) -> WriterClaim:
     """Become the database's writer: bump the epoch, fence the journal, confirm (see module doc).
+
+    ``compaction`` (``"internal"`` / ``"external"``) is recorded with the epoch as the
+    manifest's ``writer_compaction``: a Bookie passes its option, so a compactor can tell
+    whether the writer merges itself. None (a claimant that runs no merges, such as a bulk
+    commit) keeps what the manifest says.
 
     Raises :class:`FencedError` when a newer writer claims the database meanwhile, and the
     errors of :func:`require_live` for a destroyed (or, unless ``require_initialized`` is False,
@@ -448,8 +462,10 @@ def claim_writer(
         current = manifest_store.latest()
         if current is not None:
             settle_missing(url, scan_latest(manifest_store, current)[1], allow=False)
+    if compaction is not None and compaction not in COMPACTION_MODES:
+        raise UsageError(f"compaction must be internal or external, got {compaction!r}")
     claimed = manifest_store.update(
-        _bump_epoch(when, require_initialized=require_initialized, url=url)
+        _bump_epoch(when, require_initialized=require_initialized, url=url, compaction=compaction)
     )
     epoch = claimed.manifest.writer_epoch
     journal = claimed.manifest.journal

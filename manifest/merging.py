@@ -16,7 +16,11 @@ half:
   again);
 - :func:`replace_journal_files` (the compactor): the same for journal files;
 - :func:`check_compactor` (the compactor): a newer ``compactor_epoch`` raises
-  :class:`~inkpen.errors.FencedError`, so a superseded compactor writes nothing.
+  :class:`~inkpen.errors.FencedError`, so a superseded compactor writes nothing;
+- :func:`check_writer_mode` (the compactor): a writer epoch recorded with
+  ``writer_compaction="internal"`` (a writer that merges and collects itself) raises
+  :class:`~inkpen.errors.FencedError` too, unless it is the one epoch the compactor was told
+  is gone (``force``).
 
 Nothing here reads or writes a store.
 """
@@ -27,7 +31,12 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from inkpen.errors import FencedError, InkpenError
-from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
+from inkpen.manifest.model import (
+    COMPACTION_INTERNAL,
+    JournalFileDescriptor,
+    Manifest,
+    SstDescriptor,
+)
 
 
 class ManifestConflict(InkpenError):
@@ -41,6 +50,25 @@ def check_compactor(manifest: Manifest, epoch: int) -> None:
         raise FencedError(
             f"compactor epoch {manifest.compactor_epoch} has claimed this database; this "
             f"compactor (epoch {epoch}) can no longer commit. Only one compactor runs at a time"
+        )
+
+
+def internal_writer(manifest: Manifest) -> bool:
+    """Whether ``manifest``'s writer epoch belongs to a writer that merges and collects itself
+    (``compaction="internal"``; a database no writer ever claimed has none)."""
+    return manifest.writer_epoch > 0 and manifest.writer_compaction == COMPACTION_INTERNAL
+
+
+def check_writer_mode(manifest: Manifest, epoch: int, tolerated: int | None) -> None:
+    """Raise :class:`FencedError` when ``manifest``'s writer runs its own merges
+    (:func:`internal_writer`), unless its epoch is ``tolerated`` (the internal writer a forced
+    compactor was told is gone). ``epoch``: the compactor's, for the message."""
+    if internal_writer(manifest) and manifest.writer_epoch != tolerated:
+        raise FencedError(
+            f'writer epoch {manifest.writer_epoch} was opened with compaction="internal" '
+            f"and runs its own merges and GC: this compactor (epoch {epoch}) stops and commits "
+            'nothing more. Reopen the writer with compaction="external", then start a '
+            "compactor again"
         )
 
 

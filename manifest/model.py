@@ -1,6 +1,7 @@
 """The manifest's values: immutable descriptions of one database's state at one manifest id.
 
-A :class:`Manifest` says everything needed to read the database: the writer and compactor epochs,
+A :class:`Manifest` says everything needed to read the database: the writer and compactor epochs
+(and how the writer compacts),
 the journal (compacted journal files plus the watermarks over the journal segments), the ledger
 (SST files level by level, and the SQN the ledger reflects), the checkpoints that pin older
 manifests, the clone parent, and the initialized / destroyed flags.
@@ -38,6 +39,11 @@ CHECKPOINT_KIND = "kind"
 KIND_WRITER = "writer"
 KIND_READER = "reader"
 KIND_CLONE = "clone"
+
+COMPACTION_INTERNAL = "internal"
+COMPACTION_EXTERNAL = "external"
+COMPACTION_MODES = (COMPACTION_INTERNAL, COMPACTION_EXTERNAL)
+"""Values of :attr:`Manifest.writer_compaction` (the ``compaction`` option of the writer)."""
 
 
 def _check_int(value: object, what: str, *, minimum: int = 0) -> int:
@@ -463,6 +469,10 @@ class Manifest:
     """``"with_lookup"`` / ``"no_lookup"`` for a head-only store (fixed at creation), else None."""
     feed_cursors: tuple[FeedCursor, ...] = ()
     """Change-feed positions that hold journal compaction off the entries above them."""
+    writer_compaction: str = COMPACTION_INTERNAL
+    """How the writer of ``writer_epoch`` compacts: ``"internal"`` (it merges and collects
+    itself; manifests from before this field read so) or ``"external"`` (a compactor process
+    does). A compactor refuses to start beside an internal writer (DESIGN.md section 7)."""
 
     def __post_init__(self) -> None:
         if (
@@ -495,6 +505,11 @@ class Manifest:
         if self.head_only not in (None, "with_lookup", "no_lookup"):
             raise UsageError(
                 f"manifest head_only must be None, with_lookup or no_lookup, got {self.head_only!r}"
+            )
+        if self.writer_compaction not in COMPACTION_MODES:
+            raise UsageError(
+                "manifest writer_compaction must be internal or external, got "
+                f"{self.writer_compaction!r}"
             )
         cursors = tuple(self.feed_cursors)
         object.__setattr__(self, "feed_cursors", cursors)
@@ -579,6 +594,7 @@ class Manifest:
             "destroyed_at": self.destroyed_at,
             "head_only": self.head_only,
             "feed_cursors": [c.to_document() for c in self.feed_cursors],
+            "writer_compaction": self.writer_compaction,
         }
 
     @classmethod
@@ -596,6 +612,7 @@ class Manifest:
             destroyed_at=doc.get("destroyed_at"),
             head_only=doc.get("head_only"),
             feed_cursors=tuple(FeedCursor.from_document(c) for c in doc.get("feed_cursors", ())),
+            writer_compaction=doc.get("writer_compaction", COMPACTION_INTERNAL),
         )
 
 

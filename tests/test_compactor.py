@@ -326,3 +326,64 @@ def _latest(url: str) -> Manifest:
         return latest.manifest
     finally:
         store.close()
+
+
+def test_a_compactor_beside_an_internal_writer_is_refused_and_force_is_fenced_by_the_next(
+    store_url: str,
+) -> None:
+    model = {f"k{i:03d}".encode(): f"v{i}".encode() * 5 for i in range(80)}
+    book = inkpen.open(store_url, **TINY)  # compaction="internal": it merges itself
+    try:
+        for key, value in model.items():
+            book.put("b", key, value)
+        book.flush()
+        assert _latest(store_url).writer_compaction == "internal"
+        before = _latest(store_url)
+        with pytest.raises(inkpen.UsageError, match='Reopen the writer with compaction="external"'):
+            inkpen.open_compactor(store_url, **TINY)
+        after = _latest(store_url)
+        assert after.compactor_epoch == before.compactor_epoch, "a refused claim wrote"
+        with pytest.raises(inkpen.UsageError, match="force"):
+            inkpen.open_compactor(store_url, **TINY, force="yes")
+        for key, value in model.items():
+            assert book.get("b", key) == value
+    finally:
+        book.close()
+    # The writer is gone, but the manifest cannot tell: still refused without force.
+    with pytest.raises(inkpen.UsageError, match="force=True"):
+        inkpen.open_compactor(store_url, **TINY)
+    with inkpen.open_compactor(store_url, **TINY, force=True) as forced:
+        forced.run_once()
+        # An internal writer claims the database again: the forced compactor stops at once.
+        with inkpen.open(store_url, **TINY) as again:
+            commits = _latest(store_url)
+            with pytest.raises(inkpen.FencedError, match='compaction="internal"'):
+                forced.run_once()
+            assert _latest(store_url).compactor_epoch == commits.compactor_epoch
+            for key, value in model.items():
+                assert again.get("b", key) == value
+    # A writer reopened with compaction="external" takes a compactor without force.
+    with inkpen.open(store_url, **EXTERNAL) as book:
+        assert _latest(store_url).writer_compaction == "external"
+        with inkpen.open_compactor(store_url, **TINY) as compactor:
+            compactor.run_once()
+        for key, value in model.items():
+            assert book.get("b", key) == value
+
+
+def test_cli_compactor_refuses_an_internal_writer_unless_forced(
+    make_store_url: Callable[[str], str],
+) -> None:
+    url = make_store_url("local")
+    with inkpen.open(url, **TINY) as book:
+        for i in range(30):
+            book.put("b", f"k{i:04d}".encode(), b"z" * 30)
+    epoch = _latest(url).compactor_epoch
+    ran = fails(2, "compactor", url, "--once")
+    assert 'compaction="external"' in ran.stderr and "--force" in ran.stderr
+    assert _latest(url).compactor_epoch == epoch
+    document = json.loads(ok("compactor", url, "--once", "--force", "--json").out)
+    assert document["epoch"] == epoch + 1
+    with inkpen.open(url, **TINY) as book:
+        for i in range(30):
+            assert book.get("b", f"k{i:04d}".encode()) == b"z" * 30

@@ -214,6 +214,7 @@ def test_decode_ignores_unknown_fields_and_defaults_missing_ones() -> None:
         {"ledger": {"levels": [[{"name": "x"}]]}},
         {"journal": [1, 2]},
         {"writer_epoch": "seven"},
+        {"writer_compaction": "sideways"},
     ],
 )
 def test_decode_refuses_invalid_documents(document: dict[str, object]) -> None:
@@ -279,3 +280,14 @@ def test_journal_state_reads_the_key_written_before_segments_rolled() -> None:
     assert state.last_rolled_segment == 7
     assert state.to_document()["last_rolled_segment"] == 7
     assert "last_folded_segment" not in state.to_document()
+
+
+def test_writer_compaction_defaults_to_internal_and_round_trips() -> None:
+    """Manifests written before the writer's compaction mode was recorded read as internal."""
+    old = decode(encode_manifest({"writer_epoch": 4}), "manifest/x")
+    assert old.writer_compaction == "internal"
+    external = Manifest(writer_epoch=4, writer_compaction="external")
+    assert decode(encode(external), "manifest/x").writer_compaction == "external"
+    assert external.to_document()["writer_compaction"] == "external"
+    with pytest.raises(UsageError, match="writer_compaction"):
+        Manifest(writer_compaction="none")

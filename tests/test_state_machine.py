@@ -56,6 +56,7 @@ from inkpen.objectstore.faults import FaultPlan, FaultyStore
 from inkpen.objectstore.memory import drop_space
 from inkpen.objectstore.seaweed import SeaweedServer
 from support.engine import TINY, FakeClock, wait_for
+from support.hooks import HookedStore
 from support.model import IndexSpec, Model, expected_hash
 from support.profiles import machine_settings
 
@@ -166,6 +167,7 @@ class BookieMachine(RuleBasedStateMachine):
 
     kind: ClassVar[str] = "memory"
     injects_faults: ClassVar[bool] = False
+    compaction: ClassVar[str] = "internal"
     tally: ClassVar[Counter[str]] = Counter()
 
     def __init__(self) -> None:
@@ -212,8 +214,14 @@ class BookieMachine(RuleBasedStateMachine):
 
     # -- hooks the faulty machine overrides -------------------------------------------------------
 
+    def open_raw(self, **extra: Any) -> inkpen.Bookie:
+        """``inkpen.open`` of the machine's database with its sizes and compaction mode."""
+        return inkpen.open(
+            self.target(), clock=self.clock, compaction=self.compaction, **self.sizes, **extra
+        )
+
     def open_book(self) -> inkpen.Bookie:
-        book = inkpen.open(self.target(), clock=self.clock, **self.sizes)
+        book = self.open_raw()
         self.epoch += 1
         self.tally["opens"] += 1
         stats = book.stats()
@@ -1019,7 +1027,7 @@ class BookieMachine(RuleBasedStateMachine):
         self.expect_fenced(first)
         if not self.injects_faults:
             with pytest.raises(inkpen.FencedError):
-                first.run_gc(min_age=0.0)
+                self.notice_fence(first)
         # The fenced Bookie still answers reads, with what it had.
         for bucket, key in sample_keys(self.steps):
             self.check_get(first, self.model, bucket, key)
@@ -1059,7 +1067,7 @@ class BookieMachine(RuleBasedStateMachine):
         )
         self.book = self.open_book()
         try:
-            first.run_gc(min_age=0.0)
+            self.notice_fence(first)
         except inkpen.FencedError:
             pass
         except inkpen.StoreError as exc:
@@ -1082,6 +1090,11 @@ class BookieMachine(RuleBasedStateMachine):
                 assert isinstance(exc, inkpen.FencedError), repr(exc)
         first.abandon()
         self.tally["fenced_while_throttled"] += 1
+
+    def notice_fence(self, first: inkpen.Bookie) -> None:
+        """A maintenance call through which a fenced writer learns of the fence: its GC pass
+        checks the epoch (raises :class:`FencedError`)."""
+        first.run_gc(min_age=0.0)
 
     def expect_fenced(self, first: inkpen.Bookie) -> None:
         with pytest.raises(inkpen.FencedError):
@@ -1169,9 +1182,7 @@ class BookieMachine(RuleBasedStateMachine):
                 change(left)
         self.history = [(sqn, change) for sqn, change in self.history if sqn not in sqns]
         self.model = left
-        book = inkpen.open(
-            self.target(), clock=self.clock, allow_missing_segments=True, **self.sizes
-        )
+        book = self.open_raw(allow_missing_segments=True)
         self.epoch += 1
         self.tally["opens"] += 1
         self.tally["segments_stepped_over"] += 1
@@ -1511,6 +1522,226 @@ class FaultyMachine(BookieMachine):
             raise AssertionError("a fenced Bookie acknowledged a write")
 
 
+class ExternalMachine(BookieMachine):
+    """The machine with its writer opened with compaction="external": merges, journal compaction
+    and GC are a compactor's (run in threads here, on the same store), which the rules start
+    beside the writer's writes, fence with a newer one, and call on when the writer waits.
+
+    Writes never wait for ever without a compactor: while a write is held at the throttle's
+    STOP level and the writer reports ``waiting_for_compactor``, a watcher thread runs a
+    compactor round (``rescues``), as an operator's compactor process would; it stands aside
+    while a rule holds a compactor of its own (``compactor_lock``)."""
+
+    kind: ClassVar[str] = "external"
+    compaction: ClassVar[str] = "external"
+
+    def __init__(self) -> None:
+        self.compactor_lock = threading.Lock()
+        self.watching = threading.Event()
+        self.watcher: threading.Thread | None = None
+        self.watch_failures: list[BaseException] = []
+        super().__init__()
+
+    @initialize()
+    def start(self) -> None:
+        self.book = self.open_book()
+        self.watching.set()
+        self.watcher = threading.Thread(target=self.watch, daemon=True)
+        self.watcher.start()
+
+    def open_raw(self, **extra: Any) -> inkpen.Bookie:
+        """Open beside a running compactor: replay may fill L0 before the writer is back, and
+        an external writer's replay waits for a compactor like its puts do."""
+        with self.compactor_lock:
+            try:
+                compactor = self.open_compactor()
+            except inkpen.NotFoundError:  # the first open creates the database
+                return super().open_raw(**extra)
+            stop = threading.Event()
+            runner = threading.Thread(target=compactor.run, args=(stop,), daemon=True)
+            runner.start()
+            try:
+                return super().open_raw(**extra)
+            finally:
+                stop.set()
+                runner.join(HELD_DEADLINE)
+                compactor.close()
+
+    def open_compactor(self, store: str | ObjectStore | None = None) -> inkpen.Compactor:
+        return inkpen.open_compactor(
+            store or self.target(), clock=self.clock, interval=0.01, **self.sizes
+        )
+
+    def watch(self) -> None:
+        """Run a compactor round whenever writes are held and the writer waits for one."""
+        try:
+            while self.watching.is_set():
+                book = self.book
+                if book is not None and book._engine.ctx.throttle.waiting and self.held(book):
+                    self.rescue(book)
+                threading.Event().wait(0.01)
+        except BaseException as exc:  # reported by the invariant below
+            self.watch_failures.append(exc)
+
+    def rescue(self, book: inkpen.Bookie) -> None:
+        """One compactor round, unless a rule runs a compactor; then wait for the adoption."""
+        if not self.compactor_lock.acquire(blocking=False):
+            return
+        try:
+            with self.open_compactor() as compactor:
+                compactor.run_once()
+            self.tally["rescues"] += 1
+        finally:
+            self.compactor_lock.release()
+        # The writer adopts within WATCH_INTERVAL_HELD: pace the next look, expect nothing.
+        threading.Event().wait(0.2)
+
+    @staticmethod
+    def held(book: inkpen.Bookie) -> bool:
+        try:
+            return bool(book.stats()["waiting_for_compactor"])
+        except inkpen.InkpenError:  # closed or abandoned meanwhile
+            return False
+
+    @invariant()
+    def watcher_is_well(self) -> None:
+        assert not self.watch_failures, repr(self.watch_failures[0])
+
+    def notice_fence(self, first: inkpen.Bookie) -> None:
+        # An external writer runs no GC pass; its next manifest commit learns of the fence.
+        first.checkpoint()
+
+    def teardown(self) -> None:
+        self.watching.clear()
+        if self.watcher is not None:
+            self.watcher.join(HELD_DEADLINE)
+        super().teardown()
+
+    # -- the compactor ------------------------------------------------------------------------
+
+    @rule(changes=st.lists(changes, max_size=40))
+    def compactor_beside_writes(self, changes: list[tuple[Any, ...]]) -> None:
+        """A compactor runs rounds while the writer writes (its L0 commits merge with the
+        compactor's replacements), then one more round; every read agrees with the model."""
+        stop = threading.Event()
+        failures: list[BaseException] = []
+        reports: list[inkpen.CompactorReport] = []
+        with self.compactor_lock:
+            compactor = self.open_compactor()
+
+            def loop() -> None:
+                try:
+                    compactor.run(stop, on_report=reports.append)
+                except BaseException as exc:
+                    failures.append(exc)
+
+            runner = threading.Thread(target=loop, daemon=True)
+            runner.start()
+            try:
+                self.apply_changes(changes)
+            finally:
+                stop.set()
+                runner.join(HELD_DEADLINE)
+            assert not runner.is_alive(), "the compactor's loop did not stop"
+            assert not failures, repr(failures[0])
+            reports.append(compactor.run_once())
+            compactor.close()
+        assert all(r.epoch == compactor.epoch for r in reports)
+        self.tally["compactor_rounds"] += len(reports)
+        self.tally["compactor_merges"] += sum(r.merges for r in reports)
+        self.full_check(self.book, self.model)
+
+    @rule()
+    def compactor_fenced_by_a_newer_one(self) -> None:
+        """A second compactor claims the database while the first is between storing a merge's
+        files and committing them: the first gets FencedError, and nothing it stored appears in
+        any manifest; the second's round then works."""
+        self.book.flush()  # an L0 file to merge, if anything was written
+        with self.compactor_lock, self.store_for_gc() as plain:
+            before = {i.key for i in plain.list("ledger/")}
+            hooked = HookedStore(open_store(self.url))
+            newer: list[inkpen.Compactor] = []
+
+            def claim() -> None:
+                if not newer:
+                    newer.append(self.open_compactor())
+
+            hooked.before_create("ledger/", claim)
+            older = self.open_compactor(hooked)
+            try:
+                with pytest.raises(inkpen.FencedError, match="compactor epoch"):
+                    older.run_once()
+                    claim()  # no merge to make: the claim comes after a round
+                    older.run_once()
+                if hooked.fired:
+                    self.tally["compactors_fenced_mid_merge"] += 1
+                stored = {i.key for i in plain.list("ledger/")} - before
+                latest = ManifestStore(plain).latest()
+                assert latest is not None
+                named = {name for _, name in latest.manifest.referenced_objects()}
+                assert not stored & named, "a fenced compactor's files appeared in the manifest"
+                assert newer[0].epoch == older.epoch + 1
+                newer[0].run_once()
+                latest = ManifestStore(plain).latest()
+                assert latest is not None
+                named = {name for _, name in latest.manifest.referenced_objects()}
+                assert not stored & named, "a fenced compactor's files appeared in the manifest"
+            finally:
+                older.close()
+                for compactor in newer:
+                    compactor.close()
+                hooked.close()
+        self.tally["compactors_fenced"] += 1
+        self.full_check(self.book, self.model)
+
+    # -- maintenance is the compactor's ---------------------------------------------------------
+
+    @rule()
+    def compact_ledger(self) -> None:
+        """The writer merges nothing; a compactor empties L0 and the writer adopts its levels."""
+        self.book.flush()
+        with self.compactor_lock, self.open_compactor() as compactor:
+            end = time.monotonic() + HELD_DEADLINE
+            while compactor.run_once().l0_files != 0:
+                assert time.monotonic() < end, "the compactor never emptied L0"
+        wait_for(lambda: self.book.stats()["l0_files"] == 0, HELD_DEADLINE, "an adopted L0")
+        stats = self.book.stats()
+        assert stats["merges"] == 0, "an external writer merged"
+        for depth, files in enumerate(stats["level_files"], start=1):
+            target = self.sizes["l1_target_files"] * self.sizes["level_fanout"] ** (depth - 1)
+            assert files <= target, f"L{depth} holds {files} files, over its target {target}"
+
+    @rule()
+    def compact_journal(self) -> None:
+        with pytest.raises(inkpen.UsageError, match="external"):
+            self.book.compact_journal()
+        with self.compactor_lock, self.open_compactor() as compactor:
+            report = compactor.run_once().journal
+        if report is not None and report.compacted:
+            assert not set(report.written) & set(report.compacted)
+            self.tally["journal_compactions"] += 1
+
+    @rule()
+    def collect_garbage(self) -> None:
+        """The writer runs no GC pass; a compactor's (min_age a minute) leaves every snapshot
+        and checkpoint reading as before."""
+        with pytest.raises(inkpen.UsageError, match="external"):
+            self.book.run_gc(min_age=0.0)
+        with self.compactor_lock, self.open_compactor() as compactor:
+            gc = compactor.run_once().gc
+        assert gc is not None
+        for snap, frozen, ledger_only in self.snaps:
+            self.check_view(snap, frozen, BUCKETS[0], KEYS[0], FIELDS[0], ledger_only=ledger_only)
+        for checkpoint, frozen in self.checkpoints:
+            with self.reader(checkpoint) as reader:
+                assert reader is not None
+                self.fold(
+                    lambda r=reader: r.objects(),
+                    frozen.objects_in(None, None, None, self.now_ms()),
+                    "objects at a checkpoint after GC",
+                )
+
+
 def run_machine(machine: type[BookieMachine], kind: str) -> Counter[str]:
     machine.tally = Counter()
     run_state_machine_as_test(machine, settings=machine_settings(kind))
@@ -1524,6 +1755,14 @@ def test_machine_on_memory() -> None:
     assert tally["merges_seen"] > 0
     assert tally["crashes"] > 0 and tally["takeovers"] > 0
     assert tally["segments_lost"] > 0
+
+
+def test_machine_with_a_compactor() -> None:
+    tally = run_machine(ExternalMachine, "external")
+    print(dict(tally))
+    assert tally["compactor_rounds"] > 0 and tally["compactor_merges"] > 0
+    assert tally["compactors_fenced"] > 0 and tally["compactors_fenced_mid_merge"] > 0
+    assert tally["crashes"] > 0 and tally["takeovers"] > 0
 
 
 def test_machine_on_failing_store() -> None:

@@ -8,7 +8,11 @@ URL``) does, in any process. The protocol (DESIGN.md section 7, "External compac
    epoch is no longer the manifest's is fenced: every commit it makes checks E inside its CAS
    change (:func:`~inkpen.manifest.merging.check_compactor`) and raises
    :class:`~inkpen.errors.FencedError` without writing, so a superseded compactor changes
-   nothing any manifest names (what it stored is an orphan that GC removes).
+   nothing any manifest names (what it stored is an orphan that GC removes). The claim is
+   refused (:class:`~inkpen.errors.UsageError`, nothing written) while the manifest records the
+   writer epoch as ``compaction="internal"``, unless ``force`` says that writer is gone; a
+   writer epoch recorded as internal later fences the compactor the same way
+   (:func:`~inkpen.manifest.merging.check_writer_mode`).
 2. **Merge.** From the latest manifest the merge policy (the ``merge_policy`` option, as in the
    writer) chooses one job; the inputs are read, merged and written as new SSTs, and one CAS
    commits :func:`~inkpen.manifest.merging.replace_ssts` against whatever manifest is latest
@@ -58,6 +62,8 @@ from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, GcReport, run_
 from inkpen.manifest.merging import (
     ManifestConflict,
     check_compactor,
+    check_writer_mode,
+    internal_writer,
     replace_journal_files,
     replace_ssts,
 )
@@ -122,6 +128,7 @@ class Compactor:
         *,
         owns_store: bool,
         interval: float,
+        force: bool = False,
     ) -> None:
         self._store = store
         self._owns_store = owns_store
@@ -138,10 +145,19 @@ class Compactor:
         self._scored: tuple[frozenset[str], int] | None = None
         """The journal files and persisted SQN a round last scored and found nothing to do."""
         claimed = self.manifests.update(
-            _bump_compactor_epoch, timeout=options.manifest_update_timeout
+            _claim(store.url, force=force), timeout=options.manifest_update_timeout
         )
         self.epoch = claimed.manifest.compactor_epoch
-        log.info("compactor.claimed", url=store.url, epoch=self.epoch, manifest=claimed.id)
+        manifest = claimed.manifest
+        self._tolerated = manifest.writer_epoch if internal_writer(manifest) else None
+        """The internal writer's epoch ``force`` declared gone (None: the writer is external)."""
+        log.info(
+            "compactor.claimed",
+            url=store.url,
+            epoch=self.epoch,
+            manifest=claimed.id,
+            forced_past_writer=self._tolerated,
+        )
 
     @property
     def url(self) -> str:
@@ -229,8 +245,14 @@ class Compactor:
         if latest is None:
             raise NotFoundError(f"no inkpen database at {self.url}")
         require_live(latest, self.url)
-        check_compactor(latest.manifest, self.epoch)
+        self._check(latest.manifest)
         return latest
+
+    def _check(self, manifest: Manifest) -> None:
+        """Inside every commit's CAS: still this database's compactor, beside no writer that
+        merges itself (else :class:`FencedError`, nothing written)."""
+        check_compactor(manifest, self.epoch)
+        check_writer_mode(manifest, self.epoch, self._tolerated)
 
     def _run_job(self, job: MergeJob[SstDescriptor]) -> tuple[SstDescriptor, ...]:
         """The job's new files (none for a move), stored and in flight until the commit."""
@@ -262,7 +284,7 @@ class Compactor:
         added = job.outputs(outputs)
 
         def change(current: VersionedManifest) -> Manifest:
-            check_compactor(current.manifest, self.epoch)
+            self._check(current.manifest)
             return replace_ssts(current.manifest, removed, job.target_level, added)
 
         try:
@@ -333,7 +355,7 @@ class Compactor:
         removed = [d.name for d in chosen]
 
         def change(current: VersionedManifest) -> Manifest:
-            check_compactor(current.manifest, self.epoch)
+            self._check(current.manifest)
             floor = current.manifest.feed_floor(time.time())
             if floor is not None and floor < max_sqn:
                 raise ManifestConflict(
@@ -485,9 +507,24 @@ class Compactor:
         return f"Compactor({self.url!r}, epoch={self.epoch})"
 
 
-def _bump_compactor_epoch(current: VersionedManifest) -> Manifest:
-    manifest = current.manifest
-    return dataclasses.replace(manifest, compactor_epoch=manifest.compactor_epoch + 1)
+def _claim(url: str, *, force: bool) -> Callable[[VersionedManifest], Manifest]:
+    """The claim's CAS change: ``compactor_epoch`` + 1; refused (nothing written) beside a
+    writer opened with ``compaction="internal"`` unless ``force``."""
+
+    def change(current: VersionedManifest) -> Manifest:
+        manifest = current.manifest
+        if internal_writer(manifest) and not force:
+            raise UsageError(
+                f"the writer of {url} (writer epoch {manifest.writer_epoch}) was opened with "
+                'compaction="internal": it runs its own merges and GC, and a compactor beside '
+                'it would merge the same files. Reopen the writer with compaction="external". '
+                "If that writer has closed or crashed, pass force=True (inkpen compactor "
+                "--force); the compactor still stops once a writer opened with "
+                'compaction="internal" claims the database again'
+            )
+        return dataclasses.replace(manifest, compactor_epoch=manifest.compactor_epoch + 1)
+
+    return change
 
 
 def _describe(job: MergeJob[Any]) -> str:
@@ -504,6 +541,7 @@ def open_compactor(
     /,
     *,
     interval: float = 30.0,
+    force: bool = False,
     **overrides: Any,
 ) -> Compactor:
     """Claim the compactor role of the database at ``url`` (bumping ``compactor_epoch``, which
@@ -512,7 +550,15 @@ def open_compactor(
     ``options`` and keyword overrides are :class:`~inkpen.Options` (the merge policy and its
     sizes, SST sizes, ``gc_min_age``, ``compute_workers`` — 0 by default here: the compactor is
     a process of its own). ``interval``: seconds between rounds of :meth:`Compactor.run`.
-    Pair it with a writer opened with ``compaction="external"``."""
+    Pair it with a writer opened with ``compaction="external"``: beside a writer whose epoch
+    the manifest records as ``compaction="internal"`` (it merges and collects itself) the claim
+    is refused with :class:`~inkpen.errors.UsageError`, writing nothing. Object storage cannot
+    tell a live writer from one that closed or crashed: ``force=True`` says that internal
+    writer is gone and claims anyway. Either way the compactor stops with
+    :class:`~inkpen.errors.FencedError` at its next commit once an internal writer claims a
+    newer writer epoch."""
+    if not isinstance(force, bool):
+        raise UsageError(f"force must be True or False, got {force!r}")
     overrides.setdefault("compute_workers", 0)
     opts = Options.build(options, **overrides)
     if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
@@ -526,7 +572,7 @@ def open_compactor(
     else:
         raise UsageError(f"url must be a store URL or an ObjectStore, got {type(url).__name__}")
     try:
-        return Compactor(store, opts, owns_store=owns, interval=float(interval))
+        return Compactor(store, opts, owns_store=owns, interval=float(interval), force=force)
     except BaseException:
         if owns:
             store.close()

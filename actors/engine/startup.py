@@ -138,7 +138,11 @@ class Engine:
         limit_heap_growth(options.malloc_mmap_threshold)
         manifests = ManifestStore(store)
         open_in_mode(manifests, options.head_only)
-        claim = claim_writer(manifests, allow_missing_segments=options.allow_missing_segments)
+        claim = claim_writer(
+            manifests,
+            allow_missing_segments=options.allow_missing_segments,
+            compaction=options.compaction,
+        )
         keeper = ManifestKeeper(
             manifests,
             epoch=claim.epoch,

@@ -4,7 +4,8 @@ It claims the compactor epoch (fencing any earlier compactor; never a writer) an
 of ledger merges and a GC pass (:mod:`inkpen.actors.engine.compactor`): once with ``--once``,
 else every ``--interval`` until interrupted (SIGINT or SIGTERM end it after the current round).
 Each round prints a one-line report (or JSON). Pair it with a writer opened with
-``compaction="external"``.
+``compaction="external"``; beside a writer the manifest records as ``compaction="internal"``
+the claim is refused unless ``--force`` says that writer is gone.
 """
 
 from __future__ import annotations
@@ -51,11 +52,18 @@ def report_document(report: CompactorReport) -> dict[str, Any]:
     help="Time between rounds when running on.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print each round's report as JSON.")
-def compactor(url: str, once: bool, interval: float, as_json: bool) -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help='Claim even though the last writer was opened with compaction="internal": say so only '
+    "when that writer has closed or crashed.",
+)
+def compactor(url: str, once: bool, interval: float, as_json: bool, force: bool) -> None:
     """Run merges and GC for the database at URL in this process.
 
     Claims the compactor epoch: an older compactor is fenced at its next commit; writers are
-    never fenced. The writer should be opened with compaction="external".
+    never fenced. The writer must be opened with compaction="external": beside a writer
+    opened with compaction="internal" the claim is refused (--force once that writer is gone).
 
     \b
     Example:
@@ -72,7 +80,7 @@ def compactor(url: str, once: bool, interval: float, as_json: bool) -> None:
         else:
             click.echo(report.summary())
 
-    with open_compactor(url, interval=interval if interval > 0 else 30.0) as role:
+    with open_compactor(url, interval=interval if interval > 0 else 30.0, force=force) as role:
         if not as_json:
             click.echo(f"compactor epoch {role.epoch} claimed for {url}")
         if once:

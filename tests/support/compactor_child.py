@@ -1,14 +1,19 @@
 """Processes for the external-compaction tests: a writer opened with compaction="external",
 and a compactor, each reporting on stdout (one flushed line per event).
 
-``python compactor_child.py writer DIR URL``: opens the database, then puts ``k<n>`` (bucket
-``c``, values ``v<n>-...``, keys repeating so later puts replace earlier ones) until the file
-``DIR/stop`` appears; then closes. Lines: ``OPENED EPOCH``, ``ACK KEY VALUE`` after each put
-returned, ``L0 COUNT`` every 25 puts (the writer's L0 files), ``CLOSED``.
+``python compactor_child.py ROLE DIR URL`` imports inkpen, prints ``READY`` and waits for a line
+``go [START]`` on stdin before it starts (a test spawns the next process ahead of time, so a
+round pays no interpreter start-up), then:
 
-``python compactor_child.py compactor DIR URL``: claims the compactor role and runs rounds
-every 20 ms until killed. Lines: ``CLAIMED EPOCH``, ``ROUND MERGES L0``, and ``FENCED`` when a
-newer compactor superseded it (it then exits with status 0).
+- ``writer``: opens the database, then puts ``k<n>`` (bucket ``c``, values ``v<n>-...``, ``n``
+  counting from ``START``, keys repeating so later puts replace earlier ones) until the file
+  ``DIR/stop`` appears; then closes. Lines: ``OPENED EPOCH``, ``ACK KEY VALUE`` after each put
+  returned, ``L0 COUNT`` every 25 puts (the writer's L0 files), ``CLOSED``.
+- ``compactor``: claims the compactor role and runs rounds every 20 ms until killed. Lines:
+  ``CLAIMED EPOCH``, ``ROUND MERGES L0``, and ``FENCED`` when a newer compactor superseded it
+  (it then exits with status 0).
+
+Standard input closed before ``go`` ends the process without touching the database.
 """
 
 from __future__ import annotations
@@ -29,14 +34,18 @@ def say(*words: object) -> None:
     print(*words, flush=True)
 
 
-def writer(directory: Path, url: str) -> None:
+def put_of(n: int) -> tuple[str, str]:
+    """The key and value of put number ``n``."""
+    return f"k{n % KEYS:05d}", f"v{n}-" + "x" * (n % 13)
+
+
+def writer(directory: Path, url: str, start: int) -> None:
     stop = directory / "stop"
     book = inkpen.open(url, **OPTIONS, compaction="external")
     say("OPENED", book.stats().get("writer_epoch", ""))
-    n = 0
+    n = start
     while not stop.exists():
-        key = f"k{n % KEYS:05d}"
-        value = f"v{n}-" + "x" * (n % 13)
+        key, value = put_of(n)
         book.put("c", key, value.encode())
         say("ACK", key, value)
         n += 1
@@ -57,8 +66,12 @@ def compactor(url: str) -> None:
 
 def main() -> None:
     role, directory, url = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    say("READY")
+    words = sys.stdin.readline().split()
+    if not words or words[0] != "go":
+        return
     if role == "writer":
-        writer(directory, url)
+        writer(directory, url, int(words[1]) if len(words) > 1 else 0)
     else:
         compactor(url)
 

@@ -34,6 +34,7 @@ class Budget:
 _BUDGETS: dict[str, dict[str, Budget]] = {
     "inkpen-ci": {
         "memory": Budget(80, 50),
+        "external": Budget(20, 40),
         "faulty": Budget(40, 50),
         "local": Budget(25, 40),
         "s3": Budget(20, 40),
@@ -42,6 +43,7 @@ _BUDGETS: dict[str, dict[str, Budget]] = {
     },
     DEEP_PROFILE: {
         "memory": Budget(800, 100),
+        "external": Budget(200, 80),
         "faulty": Budget(600, 100),
         "local": Budget(120, 60),
         "s3": Budget(60, 50),
