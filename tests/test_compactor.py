@@ -387,3 +387,47 @@ def test_cli_compactor_refuses_an_internal_writer_unless_forced(
     with inkpen.open(url, **TINY) as book:
         for i in range(30):
             assert book.get("b", f"k{i:04d}".encode()) == b"z" * 30
+
+
+def test_an_external_writer_opens_without_a_compactor_when_replay_overflows_l0(
+    store_url: str,
+) -> None:
+    """An external writer's open replays the journal into L0 on its own: it must not wait for a
+    compactor that may not be running (it would wait for ever). L0 may go past its bound until
+    one merges; the writer's puts then wait for it, as usual."""
+    roomy = {**TINY, "l0_cache_entries": 100_000, "ledger_cache_entries": 8}
+    book = inkpen.open(store_url, **roomy)
+    model = {f"k{i:05d}".encode(): f"v{i}".encode() * 4 for i in range(300)}
+    for key, value in model.items():
+        book.put("b", key, value)
+    book.abandon()  # nothing reached L0: all 300 puts live only in the journal
+    assert all(not level for level in _levels(store_url))
+
+    opened: list[inkpen.Bookie] = []
+    errors: list[BaseException] = []
+
+    def reopen() -> None:
+        try:
+            opened.append(inkpen.open(store_url, **EXTERNAL))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    opener = threading.Thread(target=reopen, name="reopen-external", daemon=True)
+    opener.start()
+    opener.join(DEADLINE)
+    assert not opener.is_alive(), "the external writer's open waited for a compactor"
+    assert not errors, errors
+    book = opened[0]
+    try:
+        assert len(_levels(store_url)[0]) > EXTERNAL["max_l0_files"]
+        assert book.get_many("b", list(model)) == list(model.values())
+    finally:
+        book.close()
+    compactor = inkpen.open_compactor(store_url)
+    try:
+        compactor.run_once()
+    finally:
+        compactor.close()
+    assert len(_levels(store_url)[0]) <= EXTERNAL["max_l0_files"]
+    with inkpen.open(store_url, **EXTERNAL) as again:
+        assert again.get_many("b", list(model)) == list(model.values())

@@ -688,16 +688,21 @@ class Inker(FileOwner):
         """Push one replayed table, waiting while the Penciller has no room; ends with the
         writer's error once it is halted (fenced, failed, closed). A writer fenced during its
         own start-up commits nothing that would tell it, so a wait that lasts asks the manifest
-        every ``REPLAY_PROBE_AFTER`` seconds."""
+        every ``REPLAY_PROBE_AFTER`` seconds.
+
+        A writer with ``compaction="external"`` does not wait for merges here: no compactor may
+        be running while it opens, so a refused push writes L0 past ``max_l0_files``, which
+        only costs reads until a compactor merges it (its puts, after open, wait as usual)."""
         assert self.penciller is not None
         room = self.ctx.ledger_room
+        external = self.ctx.options.compaction == "external"
         deadline = time.monotonic() + 600.0
         while True:
             halted = self.ctx.throttle.error
             if halted is not None:
                 raise halted
             room.clear()
-            if penciller_actor.push_mem(self.penciller, (table,)):
+            if penciller_actor.push_mem(self.penciller, (table,), past_l0_limit=external):
                 return
             left = deadline - time.monotonic()
             if left <= 0:

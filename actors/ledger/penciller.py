@@ -89,10 +89,13 @@ class _PushMem:
     """Take these ledger tables (newest first); answers True if taken.
 
     ``force`` takes them even when the Penciller's memory is over its limit (close, replay
-    of last resort)."""
+    of last resort). ``past_l0_limit``: when refused, write memory to L0 even if
+    ``max_l0_files`` already wait (the replay of a writer whose merges are a compactor's, which
+    may not be running: its room must come from L0 writes alone)."""
 
     tables: tuple[MemTable, ...]
     force: bool = False
+    past_l0_limit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +218,7 @@ class Penciller(FileOwner):
         if self.stopped:
             return False
         if not message.force and self._mem_entries() >= 2 * self.ctx.options.l0_cache_entries:
-            self._maybe_flush(force=True, respect_l0_limit=True)
+            self._maybe_flush(force=True, respect_l0_limit=not message.past_l0_limit)
             return False
         self.mem[0:0] = list(message.tables)
         self._publish()
@@ -602,10 +605,15 @@ def load_levels(
 
 
 def push_mem(
-    penciller: pykka.ActorRef[Penciller], tables: tuple[MemTable, ...], *, force: bool = False
+    penciller: pykka.ActorRef[Penciller],
+    tables: tuple[MemTable, ...],
+    *,
+    force: bool = False,
+    past_l0_limit: bool = False,
 ) -> bool:
-    """Hand ledger tables (newest first) to the Penciller; True if it took them."""
-    taken: bool = call(penciller, _PushMem(tables, force))
+    """Hand ledger tables (newest first) to the Penciller; True if it took them.
+    ``past_l0_limit``: a refusal still starts an L0 write when L0 is full (see ``_PushMem``)."""
+    taken: bool = call(penciller, _PushMem(tables, force, past_l0_limit))
     return taken
 
 
