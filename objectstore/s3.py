@@ -115,16 +115,12 @@ class S3Options:
         )
 
 
-class S3Store(StoreBase):
-    """Objects under one bucket + prefix of an S3-compatible service.
+class S3Base(StoreBase):
+    """What both S3 stores share: the bucket, the prefix their keys live under, the URL, the
+    options and the closed state. Each subclass sends the requests through its own client."""
 
-    Opening checks that the bucket exists (a missing bucket is a :class:`UsageError` that says
-    to create it; an unreachable endpoint is a definite :class:`StoreError`).
-    """
-
-    def __init__(
-        self, bucket: str, prefix: str = "", options: Mapping[str, str] | None = None
-    ) -> None:
+    def _settle(self, bucket: str, prefix: str, options: Mapping[str, str] | None) -> S3Options:
+        """Check and keep the location; answers the parsed options (the subclass's client)."""
         if not isinstance(bucket, str) or not bucket:
             raise UsageError("an S3 store needs a bucket name: s3://bucket/prefix")
         settings = S3Options.from_mapping(options or {})
@@ -137,20 +133,8 @@ class S3Store(StoreBase):
         self._url = f"s3://{bucket}" + (f"/{self._prefix}" if self._prefix else "")
         self._url += f"?{query}" if query else ""
         self._where = f"s3://{bucket}/{self._prefix} (endpoint {self._endpoint or 'AWS'})"
-        self._client = _new_session().create_client(
-            "s3",
-            endpoint_url=settings.endpoint,
-            region_name=settings.region,
-            config=Config(
-                retries={"mode": "adaptive", "total_max_attempts": settings.max_attempts},
-                connect_timeout=settings.connect_timeout,
-                read_timeout=settings.read_timeout,
-                max_pool_connections=MAX_POOL_CONNECTIONS,
-                s3={"addressing_style": "path"} if settings.endpoint else None,
-            ),
-        )
         self._closed = False
-        self._check_bucket()
+        return settings
 
     @property
     def bucket(self) -> str:
@@ -165,6 +149,45 @@ class S3Store(StoreBase):
     def endpoint(self) -> str | None:
         """The endpoint URL, or None for AWS itself."""
         return self._endpoint
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError(f"the store {self._url} is closed; open it again to use it")
+
+    def _full(self, key: str) -> str:
+        self._check_open()
+        full = self._root + check_key(key)
+        if len(full.encode("utf-8")) > MAX_KEY_BYTES:
+            raise UsageError(
+                f"object key {key!r} makes an S3 key longer than {MAX_KEY_BYTES} bytes"
+            )
+        return full
+
+
+class S3Store(S3Base):
+    """Objects under one bucket + prefix of an S3-compatible service.
+
+    Opening checks that the bucket exists (a missing bucket is a :class:`UsageError` that says
+    to create it; an unreachable endpoint is a definite :class:`StoreError`).
+    """
+
+    def __init__(
+        self, bucket: str, prefix: str = "", options: Mapping[str, str] | None = None
+    ) -> None:
+        settings = self._settle(bucket, prefix, options)
+        self._client = _new_session().create_client(
+            "s3",
+            endpoint_url=settings.endpoint,
+            region_name=settings.region,
+            config=Config(
+                retries={"mode": "adaptive", "total_max_attempts": settings.max_attempts},
+                connect_timeout=settings.connect_timeout,
+                read_timeout=settings.read_timeout,
+                max_pool_connections=MAX_POOL_CONNECTIONS,
+                s3={"addressing_style": "path"} if settings.endpoint else None,
+            ),
+        )
+        self._check_bucket()
 
     @property
     def client(self) -> Any:
@@ -323,19 +346,6 @@ class S3Store(StoreBase):
             self._client.close()
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError(f"the store {self._url} is closed; open it again to use it")
-
-    def _full(self, key: str) -> str:
-        self._check_open()
-        full = self._root + check_key(key)
-        if len(full.encode("utf-8")) > MAX_KEY_BYTES:
-            raise UsageError(
-                f"object key {key!r} makes an S3 key longer than {MAX_KEY_BYTES} bytes"
-            )
-        return full
 
     def _error(
         self, exc: Exception, action: str, key: str | None, *, where: str | None = None

@@ -36,7 +36,6 @@ import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
 
 from inkpen.errors import AlreadyExistsError, InkpenError, NotFoundError, StoreError, UsageError
 
@@ -46,16 +45,14 @@ from .base import (
     ListPage,
     ObjectInfo,
     ObjectStore,
-    StoreBase,
     check_data,
-    check_key,
     check_metadata,
     check_page,
     check_prefix,
     check_range,
     innermost,
 )
-from .s3 import MAX_KEY_BYTES, MAX_POOL_CONNECTIONS, S3Options
+from .s3 import MAX_POOL_CONNECTIONS, S3Base
 
 try:
     import obstore
@@ -71,7 +68,7 @@ _CONFLICT_BACKOFF = 0.05
 _CREDENTIAL_LIFETIME = timedelta(minutes=5)
 
 
-class ObstoreS3Store(StoreBase):
+class ObstoreS3Store(S3Base):
     """Objects under one bucket + prefix of an S3-compatible service, through obstore.
 
     Opening checks that the bucket exists, as :class:`~inkpen.objectstore.s3.S3Store` does.
@@ -85,18 +82,7 @@ class ObstoreS3Store(StoreBase):
                 "the S3 option client=obstore needs the obstore package; install it with "
                 "pip install 'inkpen[obstore]' or leave the option out to use boto3"
             )
-        if not isinstance(bucket, str) or not bucket:
-            raise UsageError("an S3 store needs a bucket name: s3://bucket/prefix")
-        settings = S3Options.from_mapping(options or {})
-        self._bucket = bucket
-        self._prefix = prefix.strip("/")
-        self._root = f"{self._prefix}/" if self._prefix else ""
-        self._endpoint = settings.endpoint
-        self._region = settings.region
-        query = urlencode(sorted((options or {}).items()), safe=":/")
-        self._url = f"s3://{bucket}" + (f"/{self._prefix}" if self._prefix else "")
-        self._url += f"?{query}" if query else ""
-        self._where = f"s3://{bucket}/{self._prefix} (endpoint {self._endpoint or 'AWS'})"
+        settings = self._settle(bucket, prefix, options)
         config: dict[str, Any] = {"region": settings.region}
         if settings.endpoint:
             config["endpoint"] = settings.endpoint
@@ -119,22 +105,7 @@ class ObstoreS3Store(StoreBase):
             credential_provider=_boto_credentials(),
             **config,
         )
-        self._closed = False
         self._check_bucket()
-
-    @property
-    def bucket(self) -> str:
-        return self._bucket
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix (without trailing ``/``) under which this store's objects live."""
-        return self._prefix
-
-    @property
-    def endpoint(self) -> str | None:
-        """The endpoint URL, or None for AWS itself."""
-        return self._endpoint
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -278,19 +249,6 @@ class ObstoreS3Store(StoreBase):
         self._closed = True
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError(f"the store {self._url} is closed; open it again to use it")
-
-    def _full(self, key: str) -> str:
-        self._check_open()
-        full = self._root + check_key(key)
-        if len(full.encode("utf-8")) > MAX_KEY_BYTES:
-            raise UsageError(
-                f"object key {key!r} makes an S3 key longer than {MAX_KEY_BYTES} bytes"
-            )
-        return full
 
     def _error(
         self, exc: Exception, action: str, key: str | None, *, where: str | None = None
