@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 
-from inkpen.actors.read.path import READ_ATTEMPTS, ViewSource, is_live, values_of
+from inkpen.actors.read.path import READ_ATTEMPTS, ViewSource, is_live, place_records, values_of
 from inkpen.actors.read.views import CacheView, JournalView, LedgerView, Level
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.formats.bloom import bloom_hash
@@ -280,29 +280,19 @@ def journal_bodies(journal: object, rows: list[Row]) -> _Window:
 def _view_bodies(journal: JournalView, rows: list[Row]) -> _Window:
     window = _Window(len(rows))
     bodies = window.bodies
-    by_file: dict[int, list[Record]] = {}
     files = journal.files
-    for at, (sqn, key) in enumerate(rows):
-        place = journal.place(sqn)
-        if place is None:
-            continue
-        if type(place) is not int:
-            entry = place.entries.get(sqn)  # type: ignore[union-attr]
-            if entry is not None and entry.ledger_key == key and entry.kind == _OBJECT:
-                bodies[at] = entry.value or b""
-            continue
-        reader = files[place].reader  # type: ignore[index]
-        where = reader.locate(sqn, _OBJECT, key)
-        if where is None:
-            continue
-        record_key, offset, length = where
-        record = reader.cached_record(offset, length)
-        if record is not None:
-            body = reader.body_of(record, record_key, offset)
-            if body is not None:
-                bodies[at] = body
-                continue
-        by_file.setdefault(place, []).append((offset, length, at, record_key))  # type: ignore[arg-type]
+    placed = place_records(journal, ((key, sqn) for sqn, key in rows), bodies)
+    by_file: dict[int, list[Record]] = {}
+    for index, records in placed.items():
+        reader = files[index].reader
+        for offset, length, at, record_key in records:
+            record = reader.cached_record(offset, length)
+            if record is not None:
+                body = reader.body_of(record, record_key, offset)
+                if body is not None:
+                    bodies[at] = body
+                    continue
+            by_file.setdefault(index, []).append((offset, length, at, record_key))
     tasks: list[Callable[[], None]] = []
     for index, records in by_file.items():
         records.sort()

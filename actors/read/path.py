@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal, Protocol, cast
@@ -442,6 +442,33 @@ SCAN_RUN = 4 * 1024 * 1024
 """The largest single read of a scan."""
 
 
+def place_records(
+    journal: JournalView, rows: Iterable[tuple[bytes, int]], bodies: list[bytes | None]
+) -> dict[int, list[tuple[int, int, int, bytes]]]:
+    """Where each row's (``(key, sqn)``) object body lives in ``journal``, reading nothing:
+    a body held by an unrolled segment goes into ``bodies`` at the row's index; a record in a
+    journal file, located through its hash region, is answered per file (its index in the view)
+    as ``(offset, length, row index, record key)``, unsorted. Rows the view does not hold stay
+    None."""
+    kind = Kind.OBJECT
+    files = journal.files
+    by_file: dict[int, list[tuple[int, int, int, bytes]]] = {}
+    for at, (key, sqn) in enumerate(rows):
+        found = journal.place(sqn)
+        if found is None:
+            continue
+        if type(found) is not int:
+            entry = found.entries.get(sqn)  # type: ignore[union-attr]
+            if entry is not None and entry.ledger_key == key and entry.kind == kind:
+                bodies[at] = entry.value or b""
+            continue
+        where = files[found].reader.locate(sqn, kind, key)  # type: ignore[index]
+        if where is not None:
+            record_key, offset, length = where
+            by_file.setdefault(found, []).append((offset, length, at, record_key))  # type: ignore[arg-type]
+    return by_file
+
+
 class WindowReads:
     """The value reads of one scan over one journal view, window by window.
 
@@ -460,24 +487,8 @@ class WindowReads:
         """Per file (its index in the view): the kept runs' starts, sorted, and their bytes."""
 
     def __call__(self, rows: list[tuple[bytes, int]]) -> list[bytes | None]:
-        journal = self.journal
-        kind = Kind.OBJECT
         bodies: list[bytes | None] = [None] * len(rows)
-        by_file: dict[int, list[tuple[int, int, int, bytes]]] = {}
-        for at, (key, sqn) in enumerate(rows):
-            found = journal.place(sqn)
-            if found is None:
-                continue
-            if type(found) is not int:
-                entry = found.entries.get(sqn)  # type: ignore[union-attr]
-                if entry is not None and entry.ledger_key == key and entry.kind == kind:
-                    bodies[at] = entry.value or b""
-                continue
-            where = journal.files[found].reader.locate(sqn, kind, key)  # type: ignore[index]
-            if where is not None:
-                record_key, offset, length = where
-                by_file.setdefault(found, []).append((offset, length, at, record_key))  # type: ignore[arg-type]
-        for file_index, wanted in by_file.items():
+        for file_index, wanted in place_records(self.journal, rows, bodies).items():
             wanted.sort()
             self._read_file(file_index, wanted, rows, bodies)
         return bodies
