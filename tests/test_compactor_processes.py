@@ -26,12 +26,9 @@ from pathlib import Path
 import pytest
 
 import inkpen
-from inkpen.manifest.gc import GcOptions, run_gc
-from inkpen.manifest.paths import is_journal_file_key, is_sst_key, parse_manifest_key
-from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.compactor_child import OPTIONS, put_of
-from support.engine import TINY, missing_objects
+from support.engine import TINY, gc_leaves_no_orphans, missing_objects
 
 CHILD = Path(__file__).parent / "support" / "compactor_child.py"
 DEADLINE = 120.0
@@ -205,7 +202,7 @@ def test_compactor_and_writer_processes_killed_at_random_lose_nothing(
         assert missing_objects(store) == []
     finally:
         store.close()
-    _check_only_orphans_left(url)
+    gc_leaves_no_orphans(url)
     with inkpen.open(url, **TINY) as book:
         for key, values in allowed.items():
             found = book.get("c", key)
@@ -213,25 +210,3 @@ def test_compactor_and_writer_processes_killed_at_random_lose_nothing(
         present = set(k.decode() for k in book.keys("c"))
         assert present <= set(allowed)
         assert {k for k, v in allowed.items() if None not in v} <= present
-
-
-def _check_only_orphans_left(url: str) -> None:
-    """With no writer and no compactor running, one GC pass leaves no SST or journal file that
-    no remaining manifest names: whatever the kills left unnamed was an orphan GC removes."""
-    report = run_gc(url, options=GcOptions(min_age=0.0, offline=True))
-    store = open_store(url)
-    try:
-        manifests = ManifestStore(store)
-        listing = [info.key for info in store.list("")]
-        named: set[str] = set()
-        for key in listing:
-            manifest_id = parse_manifest_key(key)
-            if manifest_id is not None:
-                named.update(n for root, n in manifests.read(manifest_id).referenced_objects())
-        assert missing_objects(store) == []
-    finally:
-        store.close()
-    files = {key for key in listing if is_sst_key(key) or is_journal_file_key(key)}
-    assert files <= named, (
-        f"GC ({report.counts()}) left files no manifest names: {sorted(files - named)}"
-    )

@@ -33,11 +33,9 @@ from pathlib import Path
 import pytest
 
 import inkpen
-from inkpen.manifest.gc import GcOptions, run_gc
-from inkpen.manifest.paths import is_journal_file_key, is_sst_key, parse_manifest_key
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.objectstore import open_store
-from support.engine import TINY
+from support.engine import TINY, gc_leaves_no_orphans
 from support.profiles import budget
 from support.torture_writer import BUCKET, HOT_KEYS, INDEX_FIELD, PHASES, Operation, operations
 
@@ -248,22 +246,7 @@ def check_no_orphans(url: str, state: State) -> None:
     """With no writer running, one GC pass leaves no SST or journal file that no remaining
     manifest names (killed flushes, merges and compactions leave orphans; GC must find them),
     and the database still reads exactly as before."""
-    report = run_gc(url, options=GcOptions(min_age=0.0, offline=True))
-    store = open_store(url)
-    try:
-        manifests = ManifestStore(store)
-        listing = [info.key for info in store.list("")]
-        named: set[str] = set()
-        for key in listing:
-            manifest_id = parse_manifest_key(key)
-            if manifest_id is not None:
-                named.update(n for root, n in manifests.read(manifest_id).referenced_objects())
-    finally:
-        store.close()
-    files = {key for key in listing if is_sst_key(key) or is_journal_file_key(key)}
-    assert files <= named, (
-        f"GC ({report.counts()}) left files no manifest names: {sorted(files - named)}"
-    )
+    gc_leaves_no_orphans(url)
     with inkpen.open(url, **TINY) as book:
         assert read_state(book) == state.visible(), "the database reads differently after GC"
 

@@ -9,9 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import inkpen
-from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
-from support.engine import TINY
+from support.engine import TINY, checkpoints
 
 
 @pytest.fixture
@@ -153,12 +152,6 @@ def test_arguments_out_of_every_range_are_usage_errors(
         call(book)
     assert (book.stats()["sqn"], checkpoints(store_url)) == before
     assert book.get("b", "k") == b"original"
-
-
-def checkpoints(url: str) -> tuple[object, ...]:
-    latest = ManifestStore(open_store(url)).latest()
-    assert latest is not None
-    return latest.manifest.checkpoints
 
 
 @pytest.mark.parametrize(

@@ -17,11 +17,11 @@ from pyspark.sql import functions as F
 
 import inkpen
 from inkpen.manifest.gc import GcOptions, run_gc
-from inkpen.manifest.model import Checkpoint
 from inkpen.manifest.paths import JOURNAL_FILES_PREFIX, LEDGER_PREFIX
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from inkpen.pipeline import pinned_checkpoint
+from support.engine import checkpoints
 
 if TYPE_CHECKING:
     from support.spark import JobWatch
@@ -186,16 +186,6 @@ def test_a_held_checkpoint_is_read_and_released_when_the_block_ends(
     assert held not in [cp.id for cp in checkpoints(url)]
     with pytest.raises(Exception, match=f"no checkpoint {held}"):
         read(spark, url, checkpoint=held)
-
-
-def checkpoints(url: str) -> tuple[Checkpoint, ...]:
-    store = open_store(url)
-    try:
-        latest = ManifestStore(store).latest()
-        assert latest is not None
-        return latest.manifest.checkpoints
-    finally:
-        store.close()
 
 
 def filters_spark_applies(frame: DataFrame) -> list[str]:

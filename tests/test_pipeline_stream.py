@@ -13,11 +13,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 import inkpen
-from inkpen.manifest.model import Checkpoint
-from inkpen.manifest.store import ManifestStore
-from inkpen.objectstore import open_store
 from inkpen.pipeline.pinning import HOLDER
-from support.engine import TINY
+from support.engine import TINY, checkpoints
 
 pytest_plugins = ("support.spark",)
 pytestmark = pytest.mark.spark
@@ -86,16 +83,6 @@ def test_stream_available_now_then_restart_resumes_exactly(
     with inkpen.open(url, **TINY) as book:
         # the restart committed the first run's batch; its own last one waits for the next
         assert {c.name: c.sqn for c in book.feed_cursors()}["lake"] in (100, 150)
-
-
-def checkpoints(url: str) -> tuple[Checkpoint, ...]:
-    store = open_store(url)
-    try:
-        latest = ManifestStore(store).latest()
-        assert latest is not None
-        return latest.manifest.checkpoints
-    finally:
-        store.close()
 
 
 def spark_pins(url: str) -> list[str]:
