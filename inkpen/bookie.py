@@ -36,7 +36,7 @@ from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
 
 from .batch import Batch
-from .errors import UsageError
+from .errors import FencedError, InkpenError, NotFoundError, UsageError
 from .options import Options, check_flag, check_seconds, check_text
 from .read_api import ReadAPI
 from .snapshot import PartsSource, Snapshot
@@ -203,6 +203,26 @@ class Bookie(ReadAPI):
         engine = self._engine
         parts = engine.take_snapshot(long_running=long_running, ledger_only=False)
         return PartsSource(parts, lambda: engine.release_snapshot(parts.snapshot_id))
+
+    def _vanished(self, error: NotFoundError) -> InkpenError:
+        """A file gone under a fenced Bookie was replaced by the newer writer: say so. A Bookie
+        that has not yet learnt of a fence asks the manifest (which fences it if so)."""
+        keeper = self._engine.ctx.keeper
+        fenced = keeper.fenced
+        if fenced is None:
+            try:
+                keeper.refresh()
+            except FencedError as exc:
+                fenced = exc
+            except InkpenError:
+                return error
+        if fenced is None:
+            return error
+        return FencedError(
+            f"{fenced}; since then the newer writer has replaced {error.key or 'a file'}, which "
+            "this handle's reads still named. Close it, and read through the newer writer or an "
+            "inkpen.open_reader handle"
+        )
 
     # -- snapshots and maintenance ------------------------------------------------------------
 

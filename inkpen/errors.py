@@ -102,8 +102,10 @@ class CorruptionError(InkpenError):
 class FencedError(InkpenError):
     """A newer writer has opened this database; this handle may no longer write.
 
-    Reads from what the handle already has keep working. Close the handle; open the database
-    again if this process should become the writer.
+    Reads from what the handle already has keep working while its files last: once the newer
+    writer's merges and GC have replaced a file the handle would read, that read raises this
+    error too. Close the handle; open the database again if this process should become the
+    writer, or open a Reader to read.
     """
 
 

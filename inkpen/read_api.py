@@ -36,7 +36,7 @@ from inkpen.actors.read.path import (
 from inkpen.formats.keys import MAX_KEY_BYTES, Tag, object_key
 from inkpen.formats.tictac import TicTacTree, check_segments
 
-from .errors import UsageError
+from .errors import InkpenError, NotFoundError, UsageError
 from .options import check_flag
 
 T = TypeVar("T")
@@ -110,6 +110,26 @@ class ReadAPI:
         """A source for one fold: must have ``views()``, ``journal_for_scan`` and ``release()``."""
         raise NotImplementedError
 
+    # -- files found missing ----------------------------------------------------------------
+
+    def _vanished(self, error: NotFoundError) -> InkpenError:
+        """The error a read raises when a file its views name is gone (after the read path's
+        own retries): by default the store's ``NotFoundError`` itself."""
+        return error
+
+    def _guarded(self, read: Callable[[], T]) -> T:
+        """Run one point read, turning a vanished file into :meth:`_vanished`'s error."""
+        try:
+            return read()
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
+
+    def _guarded_items(self, items: Iterator[T]) -> Iterator[T]:
+        try:
+            yield from items
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
+
     # -- point reads ------------------------------------------------------------------------
 
     def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
@@ -118,7 +138,7 @@ class ReadAPI:
         lk = object_key(
             as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
         )
-        return read_value(self._point_source(), lk, self._now_ms())
+        return self._guarded(lambda: read_value(self._point_source(), lk, self._now_ms()))
 
     def get_many(self, bucket: str | bytes, keys: Iterable[str | bytes]) -> list[bytes | None]:
         """The values of many keys of ``bucket``, in the order of ``keys`` (None where absent),
@@ -130,7 +150,7 @@ class ReadAPI:
         lks = [object_key(b, as_bytes("key", k, MAX_KEY_BYTES)) for k in keys]
         if not lks:
             return []
-        return read_values(self._point_source(), lks, self._now_ms())
+        return self._guarded(lambda: read_values(self._point_source(), lks, self._now_ms()))
 
     def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
         """The object's metadata (SQN, size, content hash, last-modified) from the ledger alone."""
@@ -138,7 +158,7 @@ class ReadAPI:
         lk = object_key(
             as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
         )
-        return read_head(self._point_source(), lk, self._now_ms())
+        return self._guarded(lambda: read_head(self._point_source(), lk, self._now_ms()))
 
     # -- folds ------------------------------------------------------------------------------
 
@@ -148,7 +168,8 @@ class ReadAPI:
         self._check_open()
         source = self._fold_source(long_running=long_running)
         try:
-            items = run(source, self._now_ms())
+            now = self._now_ms()
+            items = self._guarded_items(self._guarded(lambda: run(source, now)))
         except BaseException:
             source.release()
             raise
@@ -255,7 +276,7 @@ class ReadAPI:
             as_bytes("subkey", subkey, MAX_KEY_BYTES, allow_empty=True),
             tag=Tag.HEAD,
         )
-        return read_head_only(self._point_source(), lk, self._now_ms())
+        return self._guarded(lambda: read_head_only(self._point_source(), lk, self._now_ms()))
 
     def objects(
         self,

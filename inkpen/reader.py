@@ -23,13 +23,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
 from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since, scan_changes
 from inkpen.actors.read.follower import Follower
-from inkpen.actors.read.path import Head
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
@@ -241,34 +240,12 @@ class Reader(ReadAPI):
         self._follower.refresh()
         self._check_pin()
 
-    def _guarded_items(self, items: Iterator[T]) -> Iterator[T]:
-        try:
-            yield from items
-        except NotFoundError as exc:
-            raise self._vanished(exc) from exc
-
-    def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
-        return self._guarded(lambda: ReadAPI.get(self, bucket, key))
-
-    def get_many(self, bucket: str | bytes, keys: Iterable[str | bytes]) -> list[bytes | None]:
-        return self._guarded(lambda: ReadAPI.get_many(self, bucket, keys))
-
-    def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
-        return self._guarded(lambda: ReadAPI.head(self, bucket, key))
-
-    def head_only_get(
-        self, bucket: str | bytes, key: str | bytes, subkey: str | bytes = b""
-    ) -> bytes | None:
-        return self._guarded(lambda: ReadAPI.head_only_get(self, bucket, key, subkey))
-
     def _fold(
         self, run: Callable[[Any, int], Iterator[T]], *, long_running: bool
     ) -> FoldIterator[T]:
         self._check_open()
         self._check_pin()
-        return super()._fold(
-            lambda source, now: self._guarded_items(run(source, now)), long_running=long_running
-        )
+        return super()._fold(run, long_running=long_running)
 
     def changes(
         self,

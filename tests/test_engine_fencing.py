@@ -32,7 +32,8 @@ def test_second_open_fences_the_first(store_url: str) -> None:
     first = inkpen.open(store_url, **TINY)
     for i in range(30):
         first.put("b", f"k{i}", b"first")
-    second = inkpen.open(store_url, **TINY)
+    # No merges or GC in the second writer: the first's files stay, so it reads what it has.
+    second = inkpen.open(store_url, **{**TINY, "compaction": "external"})
     with pytest.raises(inkpen.FencedError):
         first.put("b", "after-fence", b"first")
     with pytest.raises(inkpen.FencedError):
@@ -48,6 +49,50 @@ def test_second_open_fences_the_first(store_url: str) -> None:
         assert third.get("b", "k0") == b"first"
         assert third.get("b", "k3") == b"second"
         assert third.stats()["writer_epoch"] == 3
+
+
+def test_a_fenced_bookie_whose_files_were_replaced_says_it_was_fenced(store_url: str) -> None:
+    """Once the newer writer's merges have replaced and deleted files the fenced Bookie's views
+    name, its reads of them raise FencedError (telling what to do), never a bare NotFoundError,
+    and never a wrong value."""
+    uncached = {**TINY, "block_cache_bytes": 0, "journal_cache_bytes": 0}
+    first = inkpen.open(store_url, **uncached)
+    keys = [f"k{i:03}" for i in range(60)]
+    for key in keys:
+        first.put("b", key, b"first")
+    first.flush()
+    store = open_store(store_url)
+    first_era = {info.key for info in store.list(LEDGER_PREFIX)}
+    second = inkpen.open(store_url, **TINY)
+    for key in keys:
+        second.put("b", key, b"second")
+    second.compact_ledger()
+
+    def replaced() -> set[str]:
+        from inkpen.manifest.store import ManifestStore
+
+        latest = ManifestStore(store).latest()
+        assert latest is not None
+        named = {name for root, name in latest.manifest.referenced_objects() if root is None}
+        return first_era - named
+
+    def deleted() -> bool:
+        present = {info.key for info in store.list(LEDGER_PREFIX)}
+        return not replaced() & present
+
+    wait_for(deleted, DEADLINE, "the newer writer deletes the ledger files it replaced")
+    assert replaced(), "the newer writer's merges replaced none of the first writer's files"
+    outcomes = []
+    for key in keys:
+        try:
+            outcomes.append(first.get("b", key))
+        except inkpen.FencedError as exc:
+            assert "Close it" in str(exc)
+            outcomes.append("fenced")
+    assert set(outcomes) <= {b"first", "fenced"}
+    assert "fenced" in outcomes
+    first.close()
+    second.close()
 
 
 def test_writes_racing_a_fence_either_land_or_fail(store_url: str) -> None:
