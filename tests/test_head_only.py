@@ -16,6 +16,7 @@ import inkpen
 from inkpen import TicTacTree
 from inkpen.errors import UsageError
 from inkpen.formats.keys import content_hash
+from inkpen.manifest.model import Manifest
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.cli import inkpen_command, ok
@@ -82,6 +83,14 @@ def check_lookups(book: inkpen.Bookie | inkpen.Reader, model: Model) -> None:
             for subkey in ("", "x", "y"):
                 found = book.head_only_get(bucket, f"k{k:02d}", subkey)
                 assert found == model.get((bucket, f"k{k:02d}", subkey))
+
+
+def manifest_at(url: str, manifest_id: int) -> Manifest:
+    store = open_store(url)
+    try:
+        return ManifestStore(store).read(manifest_id)
+    finally:
+        store.close()
 
 
 def manifest_of(url: str):
@@ -189,14 +198,18 @@ def test_trim_journal_drops_persisted_files_and_keeps_the_rest(store_url: str) -
         files_before = manifest_of(store_url).manifest.journal.files
         assert files_before, "rolls wrote journal files"
         report = book.trim_journal()
-        latest = manifest_of(store_url).manifest
-        persisted = latest.ledger.persisted_sqn
-        # A roll may add a file between the listing above and the trim: the trim drops every
-        # persisted file it saw, so at least those listed here, and keeps exactly the rest.
-        assert set(report.compacted) >= {f.name for f in files_before if f.max_sqn <= persisted}
+        kept_above, trimmed_at = report.kept_above, report.manifest_id
+        assert kept_above is not None and trimmed_at is not None
+        trimmed = manifest_at(store_url, trimmed_at)
+        assert kept_above <= trimmed.ledger.persisted_sqn
+        # The ledger persists more and rolls add files while the trim runs, so judge the trim by
+        # the SQN it kept above: it drops every file listed here wholly at or below that SQN and
+        # keeps the others; a file at or below it in the trim's manifest came from a later roll.
+        before = {f.name for f in files_before}
+        assert set(report.compacted) >= {f.name for f in files_before if f.max_sqn <= kept_above}
         assert report.compacted and report.written == ()
-        assert all(f.max_sqn > persisted for f in latest.journal.files)
-        assert not set(report.compacted) & {f.name for f in latest.journal.files}
+        assert not {f.name for f in trimmed.journal.files if f.max_sqn <= kept_above} & before
+        assert not set(report.compacted) & {f.name for f in trimmed.journal.files}
         check_lookups(book, model)
         # Changes after the trim live only in the journal until they are persisted: a crash now
         # must keep them.

@@ -288,6 +288,7 @@ class InkerClerk(InkpenActor):
             compacted=tuple(h.name for h in trimmed),
             bytes_before=sum(h.descriptor.size for h in trimmed),
             entries_dropped=sum(h.descriptor.entry_count for h in trimmed),
+            kept_above=persisted,
         )
         return report, report.compacted, ()
 
