@@ -41,8 +41,10 @@ Each table has twice as many slots as entries, so probes stay short. A slot name
 offset and length, so one ranged read fetches it whole.
 
 Every byte is covered by a checksum: the header's, each record's, and the hash region's (checked
-once when the region is loaded). A damaged file raises :class:`CorruptionError` naming the object
-and the offset of the damaged part; damaged bytes are never returned as data.
+when a reader opens the file). A reader either holds the region or pages it: at open it computes
+a CRC-32 of every 1 KiB page of slots and later checks each page it reads against it. A damaged
+file raises :class:`CorruptionError` naming the object and the offset of the damaged part;
+damaged bytes are never returned as data.
 
 A file with no entries is only a header (:data:`EMPTY_JOURNAL_SIZE` bytes): a writer writes one
 into the next segment slot to fence older writers, and a listing can recognise it by its size.
@@ -50,8 +52,10 @@ into the next segment slot to fence older writers, and a listing can recognise i
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
@@ -62,6 +66,7 @@ import snappy
 
 from inkpen.errors import CorruptionError
 
+from .cache import BlockCache
 from .fetching import Fetch, fetch_exact, short_read
 
 MAGIC = b"INKJNL"
@@ -337,21 +342,56 @@ def read_header(data: bytes, name: str) -> JournalHeader:
     return header
 
 
+_PAGE_SHIFT = 6
+_PAGE_SLOTS = 1 << _PAGE_SHIFT
+_PAGE_MASK = _PAGE_SLOTS - 1
+PAGE_BYTES = _PAGE_SLOTS * _SLOT.size
+"""A hash region's slots are read and cached in pages of this many bytes (64 slots): small, so
+that a cold get stays within 16 KiB read with its SST block and record."""
+PAGE_WEIGHT = PAGE_BYTES + 160
+"""What a cached page weighs: its bytes and the cache entry, key and object headers around them."""
+_OPEN_PIECE = 1024 * PAGE_BYTES
+"""Open reads a hash region in pieces of at most this many slot bytes (1 MiB)."""
+_tokens = itertools.count()
+
+
 class _HashIndex:
-    """The loaded hash region of one journal file: table descriptors and the raw slot bytes."""
+    """The hash region of one journal file: its table directory and its slots.
 
-    __slots__ = ("region", "tables")
+    Held whole (``region``: the region's bytes, checked once) or paged: open reads the region
+    once in pieces, checks its CRC and keeps only the directory and a CRC-32 per page of
+    :data:`PAGE_BYTES` of slots (4 bytes per 32 entries); a lookup then takes the page its
+    probe needs from ``cache`` (a byte-weighted LRU shared by the database's journal files) or
+    reads that page alone and checks it against its CRC before using or caching it.
+    """
 
-    def __init__(self, region: bytes, header: JournalHeader, name: str) -> None:
-        body_length = len(region) - _CRC.size
-        (stored_crc,) = _CRC.unpack_from(region, body_length)
-        if zlib.crc32(memoryview(region)[:body_length]) != stored_crc:
-            raise CorruptionError(
-                name, "journal hash region checksum mismatch", offset=header.hash_offset
-            )
-        tables = list(_TABLE.iter_unpack(memoryview(region)[:_DIRECTORY_SIZE]))
+    __slots__ = (
+        "cache",
+        "fetch",
+        "name",
+        "page_crcs",
+        "region",
+        "slots_at",
+        "slots_end",
+        "tables",
+        "token",
+    )
+
+    def __init__(
+        self,
+        directory: bytes,
+        header: JournalHeader,
+        name: str,
+        *,
+        region: bytes | None = None,
+        page_crcs: array | None = None,
+        cache: BlockCache | None = None,
+        fetch: Fetch | None = None,
+    ) -> None:
+        tables = array("I", struct.unpack(f">{2 * _TABLE_COUNT}I", directory))
         expected_first = 0
-        for first, count in tables:
+        for at in range(0, 2 * _TABLE_COUNT, 2):
+            first, count = tables[at], tables[at + 1]
             if first != expected_first or count % 2:
                 raise CorruptionError(
                     name, "journal hash table directory is inconsistent", offset=header.hash_offset
@@ -363,22 +403,104 @@ class _HashIndex:
                 f"journal hash tables hold {expected_first} slots for {header.entry_count} entries",
                 offset=header.hash_offset,
             )
-        self.region = region
+        self.name = name
         self.tables = tables
+        self.region = region
+        self.page_crcs = page_crcs
+        self.cache = cache
+        self.fetch = fetch
+        self.slots_at = header.hash_offset + _DIRECTORY_SIZE
+        self.slots_end = header.size - _CRC.size
+        self.token = next(_tokens)
+
+    @classmethod
+    def whole(cls, region: bytes, header: JournalHeader, name: str) -> _HashIndex:
+        """The index of a region read whole: its CRC checked, its bytes held."""
+        body_length = len(region) - _CRC.size
+        (stored_crc,) = _CRC.unpack_from(region, body_length)
+        if zlib.crc32(memoryview(region)[:body_length]) != stored_crc:
+            raise CorruptionError(
+                name, "journal hash region checksum mismatch", offset=header.hash_offset
+            )
+        return cls(bytes(region[:_DIRECTORY_SIZE]), header, name, region=region)
+
+    @classmethod
+    def paged(cls, fetch: Fetch, header: JournalHeader, name: str, cache: BlockCache) -> _HashIndex:
+        """Read the region of the file behind ``fetch`` in pieces, check its CRC, and keep the
+        directory and the CRC of every page; the slots are left on the store."""
+        fetch = getattr(fetch, "direct", fetch)  # past the journal cache: slots are not records
+        start = header.hash_offset
+        size = header.size
+        slots_end = size - _CRC.size
+        crcs = array("I")
+        crc = 0
+        directory = b""
+        stored = -1
+        pos = start
+        while pos < size:
+            end = min(size, (start + _DIRECTORY_SIZE if pos == start else pos) + _OPEN_PIECE)
+            piece = fetch_exact(fetch, pos, end, name)
+            view = memoryview(piece)
+            if pos == start:
+                directory = bytes(view[:_DIRECTORY_SIZE])
+            if end == size:
+                (stored,) = _CRC.unpack_from(piece, len(piece) - _CRC.size)
+                view = view[: len(piece) - _CRC.size]
+            crc = zlib.crc32(view, crc)
+            slots = view[_DIRECTORY_SIZE:] if pos == start else view
+            for at in range(0, len(slots), PAGE_BYTES):
+                crcs.append(zlib.crc32(slots[at : at + PAGE_BYTES]))
+            pos = end
+        if crc != stored or len(directory) != _DIRECTORY_SIZE or slots_end < start:
+            raise CorruptionError(name, "journal hash region checksum mismatch", offset=start)
+        return cls(
+            directory,
+            header,
+            name,
+            page_crcs=crcs,
+            cache=cache,
+            fetch=fetch,
+        )
+
+    def _page(self, number: int) -> bytes:
+        """Slot page ``number``, from the cache or read alone and checked against its CRC."""
+        key = (self.token, number)
+        cache = self.cache
+        page = cache.get(key)  # type: ignore[union-attr]
+        if page is None:
+            start = self.slots_at + number * PAGE_BYTES
+            end = min(start + PAGE_BYTES, self.slots_end)
+            page = fetch_exact(self.fetch, start, end, self.name)  # type: ignore[arg-type]
+            if zlib.crc32(page) != self.page_crcs[number]:  # type: ignore[index]
+                raise CorruptionError(
+                    self.name, "journal hash region checksum mismatch", offset=start
+                )
+            cache.put(key, page, PAGE_WEIGHT)  # type: ignore[union-attr]
+        return page  # type: ignore[return-value]
 
     def candidates(self, key_hash: int) -> Iterator[tuple[int, int]]:
         """Yield ``(offset, length)`` of every record whose slot carries ``key_hash``."""
-        first, count = self.tables[key_hash & 255]
+        table = (key_hash & 255) << 1
+        tables = self.tables
+        count = tables[table + 1]
         if not count:
             return
+        first = tables[table]
         position = (key_hash >> 8) % count
-        region = self.region
         unpack = _SLOT.unpack_from
-        slot_size = _SLOT.size
+        region = self.region
+        page = b""
+        page_number = -1
         for _ in range(count):
-            slot_hash, offset, length = unpack(
-                region, _DIRECTORY_SIZE + (first + position) * slot_size
-            )
+            slot = first + position
+            if region is not None:
+                slot_hash, offset, length = unpack(region, _DIRECTORY_SIZE + slot * _SLOT.size)
+            else:
+                number = slot >> _PAGE_SHIFT
+                if number != page_number:
+                    page = self._page(number)
+                    page_number = number
+                slot_hash, offset, length = unpack(page, (slot & _PAGE_MASK) * _SLOT.size)
             if not length:
                 return
             if slot_hash == key_hash:
@@ -386,8 +508,21 @@ class _HashIndex:
             position = position + 1 if position + 1 < count else 0
 
     def locations(self) -> list[tuple[int, int]]:
-        """``(offset, length)`` of every record, in file order."""
-        body = memoryview(self.region)[_DIRECTORY_SIZE : len(self.region) - _CRC.size]
+        """``(offset, length)`` of every record, in file order; a paged index reads its slots
+        whole for this (past the cache) and checks every page."""
+        region = self.region
+        if region is not None:
+            body = memoryview(region)[_DIRECTORY_SIZE : len(region) - _CRC.size]
+        else:
+            body = memoryview(fetch_exact(self.fetch, self.slots_at, self.slots_end, self.name))  # type: ignore[arg-type]
+            crcs = self.page_crcs
+            for number, at in enumerate(range(0, len(body), PAGE_BYTES)):
+                if zlib.crc32(body[at : at + PAGE_BYTES]) != crcs[number]:  # type: ignore[index]
+                    raise CorruptionError(
+                        self.name,
+                        "journal hash region checksum mismatch",
+                        offset=self.slots_at + at,
+                    )
         return sorted((offset, length) for _, offset, length in _SLOT.iter_unpack(body) if length)
 
 
@@ -534,7 +669,7 @@ def _check_whole(data: bytes, name: str) -> JournalHeader:
             name, f"object is {len(data)} bytes but its header says {header.size}", offset=0
         )
     if header.entry_count:
-        _HashIndex(bytes(data[header.hash_offset :]), header, name)
+        _HashIndex.whole(bytes(data[header.hash_offset :]), header, name)
     return header
 
 
@@ -589,8 +724,20 @@ class JournalReader:
         self._index = index
 
     @classmethod
-    def open(cls, name: str, size: int, fetch: Fetch, *, sqn_base: int = 0) -> JournalReader:
-        """Open journal object ``name`` of ``size`` bytes, read through ``fetch(start, end)``."""
+    def open(
+        cls,
+        name: str,
+        size: int,
+        fetch: Fetch,
+        *,
+        sqn_base: int = 0,
+        index_cache: BlockCache | None = None,
+    ) -> JournalReader:
+        """Open journal object ``name`` of ``size`` bytes, read through ``fetch(start, end)``.
+
+        Without ``index_cache`` the hash region is held for the reader's life; with one it is
+        paged: the reader keeps about 4 bytes per 32 entries and lookups take the slot pages
+        they need from ``index_cache`` (one more ranged read of a page when it misses)."""
         header = read_header(fetch_exact(fetch, 0, min(size, HEADER_SIZE), name), name)
         if header.size != size:
             raise CorruptionError(
@@ -598,8 +745,11 @@ class JournalReader:
             )
         index = None
         if header.entry_count:
-            region = fetch_exact(fetch, header.hash_offset, size, name)
-            index = _HashIndex(region, header, name)
+            if index_cache is None:
+                region = fetch_exact(fetch, header.hash_offset, size, name)
+                index = _HashIndex.whole(region, header, name)
+            else:
+                index = _HashIndex.paged(fetch, header, name, index_cache)
         return cls(name, size, fetch, header, index, sqn_base)
 
     @property
@@ -620,45 +770,28 @@ class JournalReader:
     def get(self, sqn: int, kind: Kind, ledger_key: bytes) -> JournalEntry | None:
         """The entry with this key, or None; costs one ranged read when the key is present.
 
-        Every point read ends here, so the hash-table probe is written out in place rather
-        than through :meth:`_HashIndex.candidates`.
+        A paged index may cost one more ranged read, of the slot page the probe needs.
         """
         index = self._index
         stored_sqn = sqn - self.sqn_base
         if index is None or not 0 <= stored_sqn < _U64:
             return None
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
-        key_hash = zlib.crc32(key)
-        first, count = index.tables[key_hash & 255]
-        if not count:
-            return None
-        region = index.region
-        unpack = _SLOT.unpack_from
-        position = (key_hash >> 8) % count
-        for _ in range(count):
-            slot_hash, offset, length = unpack(
-                region, _DIRECTORY_SIZE + (first + position) * _SLOT.size
+        for offset, length in index.candidates(zlib.crc32(key)):
+            data = self._fetch(offset, offset + length)
+            if len(data) != length:
+                raise short_read(self.name, offset, offset + length, len(data))
+            record_key, entry, end = _parse_record(
+                data, 0, length, self.name, offset, self.sqn_base
             )
-            if not length:
-                return None
-            if slot_hash == key_hash:
-                data = self._fetch(offset, offset + length)
-                if len(data) != length:
-                    raise short_read(self.name, offset, offset + length, len(data))
-                record_key, entry, end = _parse_record(
-                    data, 0, length, self.name, offset, self.sqn_base
+            if end != length:
+                raise CorruptionError(
+                    self.name,
+                    "journal record length disagrees with its hash slot",
+                    offset=offset,
                 )
-                if end != length:
-                    raise CorruptionError(
-                        self.name,
-                        "journal record length disagrees with its hash slot",
-                        offset=offset,
-                    )
-                if record_key == key:
-                    return entry
-            position += 1
-            if position == count:
-                position = 0
+            if record_key == key:
+                return entry
         return None
 
     def value(self, sqn: int, kind: Kind, ledger_key: bytes) -> bytes | None:
@@ -673,33 +806,18 @@ class JournalReader:
         if index is None or not 0 <= stored_sqn < _U64:
             return None
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
-        key_hash = zlib.crc32(key)
-        first, count = index.tables[key_hash & 255]
-        if not count:
-            return None
-        region = index.region
-        unpack = _SLOT.unpack_from
-        position = (key_hash >> 8) % count
-        for _ in range(count):
-            slot_hash, offset, length = unpack(
-                region, _DIRECTORY_SIZE + (first + position) * _SLOT.size
-            )
-            if not length:
-                return None
-            if slot_hash == key_hash:
-                data = self._fetch(offset, offset + length)
-                if len(data) != length:
-                    raise short_read(self.name, offset, offset + length, len(data))
-                body = _record_body(data, key, self.name, offset)
-                if body is not None:
-                    return body
-            position += 1
-            if position == count:
-                position = 0
+        for offset, length in index.candidates(zlib.crc32(key)):
+            data = self._fetch(offset, offset + length)
+            if len(data) != length:
+                raise short_read(self.name, offset, offset + length, len(data))
+            body = _record_body(data, key, self.name, offset)
+            if body is not None:
+                return body
         return None
 
     def locate(self, sqn: int, kind: Kind, ledger_key: bytes) -> tuple[bytes, int, int] | None:
-        """Where the entry with this key would be, from the hash region alone (no read):
+        """Where the entry with this key would be, from the hash region alone (no record read;
+        a paged index may read a slot page):
         ``(record key, offset, length)`` of the first slot whose hash matches, or None when no
         slot does (the file does not hold the key). A scan sorts these by offset and reads them
         with :meth:`values_at`; a slot whose record turns out to hold another key (two keys
@@ -709,24 +827,8 @@ class JournalReader:
         if index is None or not 0 <= stored_sqn < _U64:
             return None
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
-        key_hash = zlib.crc32(key)
-        first, count = index.tables[key_hash & 255]
-        if not count:
-            return None
-        region = index.region
-        unpack = _SLOT.unpack_from
-        position = (key_hash >> 8) % count
-        for _ in range(count):  # the probe of :meth:`get`, written out: a scan runs it per row
-            slot_hash, offset, length = unpack(
-                region, _DIRECTORY_SIZE + (first + position) * _SLOT.size
-            )
-            if not length:
-                return None
-            if slot_hash == key_hash:
-                return key, offset, length
-            position += 1
-            if position == count:
-                position = 0
+        for offset, length in index.candidates(zlib.crc32(key)):
+            return key, offset, length
         return None
 
     def values_at(

@@ -127,7 +127,11 @@ class Options:
         is one.
 
     Caches and limits
-        ``block_cache_bytes``: decoded SST blocks; ``journal_cache_bytes``: journal file chunks.
+        ``block_cache_bytes``: decoded SST blocks; ``journal_cache_bytes``: journal file chunks;
+        ``journal_index_cache_bytes``: pages of the journal files' hash tables (32 bytes per
+        entry on the store; a lookup whose page is not cached reads that 1 KiB page). Each bounds
+        the memory it names whatever the amount of data; a journal file held open costs about
+        4 bytes per 32 entries beyond it.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
 
     ``clock``: the wall clock in seconds (TTL expiry and last-modified times); tests inject one.
@@ -181,6 +185,7 @@ class Options:
 
     block_cache_bytes: int = 64 * MiB
     journal_cache_bytes: int = 64 * MiB
+    journal_index_cache_bytes: int = 32 * MiB
     journal_chunk_bytes: int = 256 * KiB
 
     max_key_bytes: int = 64 * KiB
@@ -230,6 +235,7 @@ class Options:
             "compaction_sample_size": (1, 1_000_000),
             "block_cache_bytes": (0, 1 << 40),
             "journal_cache_bytes": (0, 1 << 40),
+            "journal_index_cache_bytes": (0, 1 << 40),
             "journal_chunk_bytes": (4 * KiB, 64 * MiB),
             "max_key_bytes": (1, 64 * KiB),
             "max_value_bytes": (0, 1024 * MiB),

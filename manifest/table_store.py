@@ -109,7 +109,9 @@ class TableStore:
     ``resolver`` finds the stores of files a clone inherited (its own store must be ``store``);
     without one only this database's own files can be opened. ``block_cache`` keeps decoded SST
     blocks, ``journal_cache`` journal chunks of ``journal_chunk_bytes`` (default: the option's
-    default); without a cache a reader reads the store directly.
+    default); without a cache a reader reads the store directly. ``journal_index_cache`` keeps
+    pages of the journal files' hash tables; without one each journal reader holds its whole
+    hash region.
     ``on_write`` is told each new file's name just before it is stored.
     """
 
@@ -121,12 +123,14 @@ class TableStore:
         block_cache: LruCache | None = None,
         journal_cache: LruCache | None = None,
         journal_chunk_bytes: int | None = None,
+        journal_index_cache: LruCache | None = None,
         on_write: Callable[[str], object] | None = None,
     ) -> None:
         self.store = store
         self._resolver = resolver
         self.block_cache = block_cache
         self.journal_cache = journal_cache
+        self.journal_index_cache = journal_index_cache
         self._chunk = (
             Options().journal_chunk_bytes if journal_chunk_bytes is None else journal_chunk_bytes
         )
@@ -152,6 +156,7 @@ class TableStore:
                 LruCache(options.journal_cache_bytes) if options.journal_cache_bytes else None
             ),
             journal_chunk_bytes=options.journal_chunk_bytes,
+            journal_index_cache=LruCache(options.journal_index_cache_bytes),
             on_write=on_write,
         )
 
@@ -270,7 +275,13 @@ class TableStore:
             if cache is not None
             else DirectFetch(store, name)
         )
-        return JournalReader.open(name, descriptor.size, fetch, sqn_base=descriptor.sqn_base)
+        return JournalReader.open(
+            name,
+            descriptor.size,
+            fetch,
+            sqn_base=descriptor.sqn_base,
+            index_cache=self.journal_index_cache,
+        )
 
     def read(self, descriptor: SstDescriptor | JournalFileDescriptor) -> bytes:
         """The whole stored file ``descriptor`` names (a merge's input)."""

@@ -1,0 +1,172 @@
+"""Journal hash regions paged through a byte-bounded cache (``journal_index_cache_bytes``).
+
+A paged reader keeps only the table directory and a CRC per slot page; lookups take pages from
+a shared :class:`LruCache`. These tests check that answers equal a model dict and the whole-region
+reader's, that the cache never weighs more than its budget however many files are open, and that
+damaged slot bytes are caught by the page CRCs, at open and after it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+import inkpen
+from inkpen.errors import CorruptionError, UsageError
+from inkpen.formats.cache import LruCache
+from inkpen.formats.journal import (
+    PAGE_BYTES,
+    PAGE_WEIGHT,
+    JournalEntry,
+    JournalReader,
+    Kind,
+    build_journal,
+    read_header,
+)
+from inkpen.objectstore import CountingStore, open_store
+from inkpen.options import Options
+
+FILES = 24
+PER_FILE = 400
+
+
+class Fetch:
+    """Ranged reads over bytes that a test may damage after the reader opened them."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, start: int, end: int) -> bytes:
+        self.calls.append((start, end))
+        return self.data[start:end]
+
+
+def make_files(rng: random.Random) -> list[tuple[str, bytes, list[JournalEntry]]]:
+    files = []
+    sqn = 1
+    for number in range(FILES):
+        entries = []
+        for _ in range(PER_FILE):
+            key = b"k%08d" % rng.randrange(10**8)
+            entries.append(JournalEntry(sqn, Kind.OBJECT, key, rng.randbytes(20), (), None, sqn))
+            sqn += 1
+        name = f"journal/{number:020d}.jnl"
+        files.append((name, build_journal(entries, writer_epoch=1), entries))
+    return files
+
+
+def test_paged_lookups_equal_a_model_and_the_cache_stays_within_its_budget() -> None:
+    rng = random.Random(11)
+    files = make_files(rng)
+    budget = 6 * PAGE_WEIGHT
+    cache = LruCache(budget)
+    paged: list[tuple[JournalReader, Fetch]] = []
+    whole: list[JournalReader] = []
+    model: dict[tuple[int, bytes], tuple[int, bytes]] = {}
+    for number, (name, data, entries) in enumerate(files):
+        fetch = Fetch(data)
+        paged.append((JournalReader.open(name, len(data), fetch, index_cache=cache), fetch))
+        whole.append(JournalReader.open(name, len(data), lambda s, e, d=data: d[s:e]))
+        for entry in entries:
+            model[(entry.sqn, entry.ledger_key)] = (number, entry.value or b"")
+    assert cache.weight == 0  # open keeps no slots
+    slot_bytes = sum(2 * PER_FILE * 16 for _ in files)
+    assert slot_bytes > 20 * budget  # the tables could never all fit
+
+    asks = list(model)
+    asks += [(sqn + 10**6, key) for sqn, key in rng.sample(list(model), 300)]  # absent
+    asks += [(sqn, key + b"x") for sqn, key in rng.sample(list(model), 300)]  # absent
+    rng.shuffle(asks)
+    weights = []
+    for sqn, key in asks:
+        expected = model.get((sqn, key))
+        for number, (reader, fetch) in enumerate(paged):
+            fetch.calls.clear()
+            got = reader.value(sqn, Kind.OBJECT, key)
+            want = expected[1] if expected is not None and expected[0] == number else None
+            assert got == want
+            assert whole[number].value(sqn, Kind.OBJECT, key) == want
+            pages = [call for call in fetch.calls if call[0] >= reader.header.hash_offset]
+            assert len(pages) <= 2 and all(end - start <= PAGE_BYTES for start, end in pages)
+            weights.append(cache.weight)
+    assert max(weights) <= budget
+    assert min(weights[100:]) > budget - PAGE_WEIGHT  # it was used, not bypassed
+    stats = cache.stats()
+    assert stats.hits > 0 and stats.misses > 0
+
+
+def test_a_paged_reader_answers_every_read_path_like_a_whole_one() -> None:
+    name, data, entries = make_files(random.Random(12))[0]
+    reader = JournalReader.open(name, len(data), Fetch(data), index_cache=LruCache(0))
+    held = JournalReader.open(name, len(data), lambda s, e: data[s:e])
+    assert reader.locations() == held.locations()
+    for entry in entries:
+        assert reader.get(entry.sqn, entry.kind, entry.ledger_key) == entry
+        located = reader.locate(entry.sqn, entry.kind, entry.ledger_key)
+        assert located == held.locate(entry.sqn, entry.kind, entry.ledger_key)
+        assert located is not None
+        assert reader.values_at([located]) == [entry.value]
+    assert reader.get(entries[0].sqn, Kind.TOMBSTONE, entries[0].ledger_key) is None
+
+
+def flip(data: bytes, offset: int) -> bytes:
+    return data[:offset] + bytes([data[offset] ^ 0x41]) + data[offset + 1 :]
+
+
+def test_every_damaged_slot_byte_is_caught_at_open_and_after_it() -> None:
+    name, data, entries = make_files(random.Random(13))[0]
+    header = read_header(data, name)
+    for offset in range(header.hash_offset, len(data), 7):
+        damaged = flip(data, offset)
+        with pytest.raises(CorruptionError) as info:
+            JournalReader.open(name, len(data), Fetch(damaged), index_cache=LruCache(1 << 20))
+        assert info.value.object_name == name
+
+        fetch = Fetch(data)
+        reader = JournalReader.open(name, len(data), fetch, index_cache=LruCache(0))
+        fetch.data = damaged  # the bytes change under an open reader
+        errors = 0
+        for entry in entries:
+            try:
+                assert reader.get(entry.sqn, entry.kind, entry.ledger_key) == entry
+            except CorruptionError as exc:
+                assert exc.object_name == name
+                errors += 1
+        if header.hash_offset + 2048 <= offset < len(data) - 4:  # a slot (the rest is held)
+            assert errors, f"a flipped slot byte at {offset} went unnoticed by every get"
+            with pytest.raises(CorruptionError):
+                reader.locations()
+        else:
+            assert errors == 0
+
+
+def test_the_option_is_checked() -> None:
+    assert Options().journal_index_cache_bytes == 32 * 1024 * 1024
+    for bad in (-1, 1.5, True, "32MiB"):
+        with pytest.raises(UsageError, match="journal_index_cache_bytes"):
+            Options(journal_index_cache_bytes=bad)  # type: ignore[arg-type]
+
+
+def test_a_database_reads_right_through_a_tiny_index_cache(
+    make_store_url: Callable[[str], str],
+) -> None:
+    url = make_store_url("local")
+    rng = random.Random(14)
+    options = {"roll_segments": 4, "journal_index_cache_bytes": 2 * PAGE_WEIGHT}
+    model = {b"key%06d" % i: rng.randbytes(60) for i in range(3000)}
+    with inkpen.open(url, **options) as book:
+        for key, value in model.items():
+            book.put("b", key, value)
+    store = CountingStore(open_store(url))
+    try:
+        assert len(list(store.list("journal/"))) > 4  # several journal files
+        with inkpen.open(store, **options) as book:
+            for key in rng.sample(sorted(model), 500):
+                assert book.get("b", key) == model[key]
+            with book.objects("b") as rows:
+                assert {key: value for _, key, value in rows} == model
+    finally:
+        store.close()
