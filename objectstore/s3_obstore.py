@@ -1,8 +1,8 @@
-"""``s3://bucket/prefix?client=obstore``: the S3 store on obstore (the Rust ``object_store`` crate).
+"""``s3://bucket/prefix``: the S3 store on obstore (the Rust ``object_store`` crate), the default.
 
 The same contract, options and object layout as :class:`~inkpen.objectstore.s3.S3Store` (boto3):
-either client reads what the other wrote. Chosen by the URL option ``client=obstore`` (or
-``INKPEN_S3_CLIENT=obstore``); needs the ``obstore`` extra (``pip install 'inkpen[obstore]'``).
+either client reads what the other wrote. The default S3 client; the URL option ``client=boto3``
+(or ``INKPEN_S3_CLIENT=boto3``) picks boto3 instead.
 Credentials come from boto3's usual chain when it finds any (profiles, SSO, instance roles),
 else from obstore's own (environment, instance metadata).
 
@@ -87,8 +87,9 @@ class ObstoreS3Store(S3Base):
     ) -> None:
         if obstore is None:
             raise UsageError(
-                "the S3 option client=obstore needs the obstore package; install it with "
-                "pip install 'inkpen[obstore]' or leave the option out to use boto3"
+                "the S3 client obstore (the default) needs the obstore package, a dependency of "
+                "inkpen: reinstall inkpen (pip install --force-reinstall inkpen), or use boto3 "
+                "with the URL option client=boto3"
             )
         settings = self._settle(bucket, prefix, options)
         config: dict[str, Any] = {"region": settings.region}

@@ -22,8 +22,6 @@ from support.engine import TINY
 from support.lossy_proxy import LossyProxy
 from support.seaweed import SeaweedServer
 
-pytest.importorskip("obstore")
-
 pytestmark = pytest.mark.s3
 
 CLIENTS = ("boto3", "obstore")
