@@ -195,6 +195,8 @@ class LossyProxy:
         with self._lock:
             self._closed = True
             sockets = list(self._sockets)
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
         self._listener.close()
         for sock in sockets:
             _abort(sock)
@@ -255,12 +257,12 @@ class LossyProxy:
                 if rule is not None:
                     rule.status = int(response.start_line.split(" ", 2)[1])
                     rule.request_line = request.start_line
+                    rule.lost.set()  # before the drop, which the client may see at once
                     if rule.how == "reset":
                         _abort(client)
                     else:
                         client.shutdown(socket.SHUT_RDWR)
                         client.close()
-                    rule.lost.set()
                     return
                 client.sendall(response.raw())
                 if (response.header("Connection") or "").lower() == "close":
