@@ -199,7 +199,8 @@ class LossyProxy:
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
         self._listener.close()
         for sock in sockets:
-            _abort(sock)
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked reading it
         for thread in [self._acceptor, *self._threads]:
             thread.join(timeout=10)
 
