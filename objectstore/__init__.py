@@ -4,8 +4,8 @@ One protocol (:class:`ObjectStore`, in :mod:`.base`) and three implementations c
 
 - ``memory://NAME[/prefix]``: in-process, for unit tests (:mod:`.memory`);
 - a directory path or ``file:///abs/path``: the embedded default (:mod:`.local`);
-- ``s3://bucket/prefix[?endpoint=...&region=...]``: S3 or any S3-compatible store (:mod:`.s3`,
-  boto3; with ``client=obstore``, :mod:`.s3_obstore`).
+- ``s3://bucket/prefix[?endpoint=...&region=...]``: S3 or any S3-compatible store
+  (:mod:`.s3_obstore`, obstore; with ``client=boto3``, :mod:`.s3`).
 
 Two wrappers work around any store: :class:`FaultyStore` injects seeded failures and
 :class:`CountingStore` counts requests and bytes.

@@ -4,8 +4,8 @@ Options come from the URL's query (``?endpoint=http://host:port&region=eu-west-1
 absent, from the standard AWS variables (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``,
 ``AWS_REGION``, ``AWS_DEFAULT_REGION``); credentials come from boto3's usual chain. Tuning
 options: ``max_attempts`` (tries per request, default 5), ``connect_timeout`` and
-``read_timeout`` (seconds, default 5 and 30). ``client`` picks the HTTP client: ``boto3`` (the
-default, this module) or ``obstore`` (:mod:`.s3_obstore`, the Rust ``object_store`` crate); when
+``read_timeout`` (seconds, default 5 and 30). ``client`` picks the HTTP client: ``obstore`` (the
+default, :mod:`.s3_obstore`, the Rust ``object_store`` crate) or ``boto3`` (this module); when
 absent it comes from ``INKPEN_S3_CLIENT``.
 
 One boto3 (botocore) client per store, shared by every thread (the clients are thread-safe),
@@ -64,7 +64,7 @@ MAX_POOL_CONNECTIONS = 64
 MAX_KEY_BYTES = 1024
 OPTIONS = ("endpoint", "region", "max_attempts", "connect_timeout", "read_timeout", "client")
 CLIENTS = ("boto3", "obstore")
-DEFAULT_CLIENT = "boto3"
+DEFAULT_CLIENT = "obstore"
 
 _CONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _CONFLICT_ROUNDS = 6

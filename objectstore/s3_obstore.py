@@ -1,8 +1,8 @@
-"""``s3://bucket/prefix?client=obstore``: the S3 store on obstore (the Rust ``object_store`` crate).
+"""``s3://bucket/prefix``: the S3 store on obstore (the Rust ``object_store`` crate), the default.
 
 The same contract, options and object layout as :class:`~inkpen.objectstore.s3.S3Store` (boto3):
-either client reads what the other wrote. Chosen by the URL option ``client=obstore`` (or
-``INKPEN_S3_CLIENT=obstore``); needs the ``obstore`` extra (``pip install 'inkpen[obstore]'``).
+either client reads what the other wrote. The default S3 client; the URL option ``client=boto3``
+(or ``INKPEN_S3_CLIENT=boto3``) picks boto3 instead.
 Credentials come from boto3's usual chain when it finds any (profiles, SSO, instance roles),
 else from obstore's own (environment, instance metadata).
 
@@ -21,10 +21,17 @@ Where ``object_store`` differs from S3's own API, this module bridges it:
   the put id (``inkpen-put-id``) on the object, and its own id means an earlier attempt of this
   very call landed. A refusal whose object is gone when read back (deleted since, or a conflict
   in flight: 409) is tried again after a short random pause.
+- **a create that got no answer**: object_store re-sends a create whose connection closed
+  cleanly before the answer (412 then follows), but not one whose connection was reset or timed
+  out after the request went out (a create is not idempotent to it); it reports a transport
+  error although the object may have landed. The store then reads the put id back as after a
+  refusal: its own id is a success, another's is "already exists", no object means the create
+  is sent once more.
 
 Failures map to :mod:`inkpen.errors` as with boto3 (see :mod:`.s3_errors`), from the HTTP status
 object_store reports; an error with no status is a definite failure when the connection was
-never made and an indefinite one otherwise.
+never made (object_store's transport error kind ``Connect``) and an indefinite one otherwise
+(a reset connection, ``Interrupted``, may have delivered the whole request).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 
 _USER_METADATA = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _STATUS = re.compile(r"status code: (\d{3})")
+_HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
 _CONFLICT_ROUNDS = 6
 _CONFLICT_BACKOFF = 0.05
 _CREDENTIAL_LIFETIME = timedelta(minutes=5)
@@ -79,8 +87,9 @@ class ObstoreS3Store(S3Base):
     ) -> None:
         if obstore is None:
             raise UsageError(
-                "the S3 option client=obstore needs the obstore package; install it with "
-                "pip install 'inkpen[obstore]' or leave the option out to use boto3"
+                "the S3 client obstore (the default) needs the obstore package, a dependency of "
+                "inkpen: reinstall inkpen (pip install --force-reinstall inkpen), or use boto3 "
+                "with the URL option client=boto3"
             )
         settings = self._settle(bucket, prefix, options)
         config: dict[str, Any] = {"region": settings.region}
@@ -116,22 +125,40 @@ class ObstoreS3Store(S3Base):
         body = check_data(data)
         put_id = uuid.uuid4().hex
         tagged = {**check_metadata(metadata), PUT_ID_METADATA_KEY: put_id}
+        unanswered: InkpenError | None = None
+        resent = False
         for round_ in range(_CONFLICT_ROUNDS):
             try:
                 obstore.put(self._store, full, body, mode="create", attributes=tagged)
                 return
             except (ob_errors.AlreadyExistsError, ob_errors.PreconditionError):
-                pass
+                unanswered = None
             except Exception as exc:
-                if _status(exc) != 409:
-                    raise self._error(exc, "put_if_absent", key) from None
-            owner = self._put_id_of(key, full)
+                status = _status(exc)
+                if status == 409:
+                    unanswered = None
+                else:
+                    error = self._error(exc, "put_if_absent", key)
+                    if status is not None or not _may_have_landed(error):
+                        raise error from None
+                    # No answer (connection reset mid-request, timeout): object_store does not
+                    # re-send a create then, yet the request may have landed. Read back.
+                    unanswered = error
+            owner = self._put_id_of(key, full, unanswered)
             if owner == put_id:
                 return  # an earlier attempt of this very call landed
             if owner is not None:
                 raise AlreadyExistsError(f"object {key!r} already exists in {self._url}", key=key)
-            # Refused, yet nothing there now: deleted since, or another write was in flight.
+            # Refused or unanswered, yet nothing there now: deleted since, another write was in
+            # flight, or ours never landed. The create stays conditional, so send it again (after
+            # no answer only once: the endpoint may be down, and each send has its own retries).
+            if unanswered is not None:
+                if resent:
+                    raise unanswered
+                resent = True
             time.sleep(random.uniform(0, _CONFLICT_BACKOFF * 2**round_))
+        if unanswered is not None:
+            raise unanswered
         raise StoreError(
             f"S3 put_if_absent of {key!r} at {self._where} kept conflicting with writes in "
             "flight; read the key to see whether it landed",
@@ -255,16 +282,18 @@ class ObstoreS3Store(S3Base):
     ) -> InkpenError:
         return map_obstore_error(exc, action=action, key=key, where=where or self._where)
 
-    def _put_id_of(self, key: str, full: str) -> str | None:
-        """The put id on the object now at ``full``; None when there is no object."""
+    def _put_id_of(self, key: str, full: str, unanswered: InkpenError | None) -> str | None:
+        """The put id on the object now at ``full``; None when there is no object.
+        ``unanswered``: the error of a create that got no answer (None when it was refused)."""
         try:
             result = obstore.get(self._store, full, options={"head": True})
         except Exception as exc:
             if isinstance(exc, ob_errors.NotFoundError) or _status(exc) == 404:
                 return None
+            what = "got no answer" if unanswered is not None else "was refused"
             raise StoreError(
-                f"S3 put_if_absent of {key!r} at {self._where} was refused and the object could "
-                f"not be read back to see whose write won ({_first_line(exc)}); read the key to "
+                f"S3 put_if_absent of {key!r} at {self._where} {what} and the object could not "
+                f"be read back to see whose write won ({_first_line(exc)}); read the key to "
                 "find out",
                 definite=False,
                 key=key,
@@ -329,7 +358,7 @@ def map_obstore_error(exc: Exception, *, action: str, key: str | None, where: st
         return StoreError(f"{subject} failed on the server ({reason})", definite=False, key=key)
     if status is not None:
         return StoreError(f"{subject} was rejected ({reason})", definite=True, key=key)
-    if "kind: Connect" in text or "tcp connect error" in text:
+    if _http_kind(text) == "Connect" or "tcp connect error" in text:
         return StoreError(
             f"{subject} could not connect: {reason}; check that the endpoint is right and running",
             definite=True,
@@ -342,6 +371,18 @@ def _status(exc: Exception) -> int | None:
     """The HTTP status object_store reports in ``exc``'s message, if any."""
     found = _STATUS.search(str(exc))
     return int(found.group(1)) if found else None
+
+
+def _http_kind(text: str) -> str | None:
+    """The kind of transport failure (``Connect``, ``Interrupted``, ``Timeout``, ...) in an
+    obstore message's debug dump, if any."""
+    found = _HTTP_KIND.search(text)
+    return found.group(1) if found else None
+
+
+def _may_have_landed(error: InkpenError) -> bool:
+    """Whether a write that failed with ``error`` may still have taken effect."""
+    return isinstance(error, StoreError) and error.definite is False
 
 
 def _first_line(exc: Exception) -> str:

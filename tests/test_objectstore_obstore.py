@@ -1,7 +1,8 @@
-"""The S3 store on obstore (``client=obstore``) against the real SeaweedFS the suite starts.
+"""The S3 store on obstore (the default client) against the real SeaweedFS the suite starts.
 
-The whole conformance suite (``test_objectstore.py``) runs on it with ``INKPEN_S3_CLIENT=obstore``;
-these cases run in every suite run: choosing the client, reading what the other client wrote,
+The whole conformance suite (``test_objectstore.py``) runs on it by default, and on boto3 with
+``INKPEN_S3_CLIENT=boto3``; these cases run in every suite run, naming both clients:
+choosing the client, reading what the other client wrote,
 inkpen's string prefixes over object_store's segment listing, the create-if-absent race and its
 read-back, and the errors a user meets first.
 """
@@ -17,15 +18,11 @@ import pytest
 
 import inkpen
 from inkpen.errors import AlreadyExistsError, StoreError, UsageError
-from inkpen.objectstore import open_store
+from inkpen.objectstore import open_store, s3_obstore
 from inkpen.objectstore.base import PUT_ID_METADATA_KEY
 from inkpen.objectstore.s3 import S3Store
-from support.seaweed import SeaweedServer, free_loopback_ports
-
-pytest.importorskip("obstore")
-
-from inkpen.objectstore import s3_obstore
 from inkpen.objectstore.s3_obstore import ObstoreS3Store
+from support.seaweed import SeaweedServer, free_loopback_ports
 
 pytestmark = pytest.mark.s3
 RACERS = 8
@@ -38,12 +35,21 @@ def urls(make_store_url: Callable[[str], str]) -> tuple[str, str]:
     return url + "&client=boto3", url + "&client=obstore"
 
 
-def test_the_url_option_picks_the_client(urls: tuple[str, str]) -> None:
+def test_the_url_option_picks_the_client(
+    urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     boto_url, ob_url = urls
     with open_store(boto_url) as boto, open_store(ob_url) as ob:
         assert isinstance(boto, S3Store)
         assert isinstance(ob, ObstoreS3Store)
         assert "client=obstore" in ob.url
+    plain = boto_url.replace("&client=boto3", "")
+    monkeypatch.delenv("INKPEN_S3_CLIENT", raising=False)
+    with open_store(plain) as default:
+        assert isinstance(default, ObstoreS3Store)  # obstore is the default client
+    monkeypatch.setenv("INKPEN_S3_CLIENT", "boto3")
+    with open_store(plain) as chosen:
+        assert isinstance(chosen, S3Store)
     with pytest.raises(UsageError, match="client='curl' must be one of boto3, obstore"):
         open_store(boto_url.replace("client=boto3", "client=curl"))
 

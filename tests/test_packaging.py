@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STEP_TIMEOUT = 900
 
 USE = """
-import asyncio, inkpen, inkpen.aio
+import asyncio, inkpen, inkpen.aio, inkpen.objectstore.s3_obstore, obstore
 with inkpen.open("memory://wheel") as book:
     book.put("b", "k", b"v")
     assert book.get("b", "k") == b"v"
@@ -66,6 +66,9 @@ def test_wheel_metadata_and_contents(wheel: Path) -> None:
     assert "inkpen/py.typed" in names and "inkpen/aio.py" in names
     assert "inkpen/operations.py" in names and "pyspark_inkpen.py" in names
     assert "Provides-Extra: spark" in metadata
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert "Requires-Dist: obstore>=0.12" in requires  # the default S3 client, a core dependency
+    assert "Requires-Dist: boto3>=1.35.10" in requires  # still there for client=boto3
 
 
 def _fresh(tmp_path: Path, wheel: Path, spec: str) -> Path:
