@@ -75,8 +75,10 @@ _MIN_BLOCK_SIZE = 64
 _MAX_BLOCK_SIZE = 64 * 1024 * 1024
 _MAKE_VALUE = LedgerValue._make
 _new_tuple = tuple.__new__
-_POINT = 0
-"""The last part of the cache key of a block decoded for point lookups (keys and raw values)."""
+_STORED = 1
+"""The last part of the cache key of a block's stored bytes (snappy, CRC checked when read)."""
+_STORED_OVERHEAD = 100
+"""Memory of a cached bytes object and its cache entry beyond the bytes themselves."""
 _VALUE_LENGTHS = {len(LedgerValue._fields), len(LedgerValue._fields) + 1}
 """Six fields, or seven for a head-only object whose value the ledger keeps (``head_value``)."""
 _SQN_OF = itemgetter(0)
@@ -566,20 +568,13 @@ class SstReader:
                 return values[position]
             return None
         found = cache.get((self.name, block, self.sqn_base))
-        if found is not None and type(found) is not bytes:
+        if found is not None:
             keys, values = found  # type: ignore[misc]
             position = bisect_left(keys, key)
             if position < len(keys) and keys[position] == key:
                 return values[position]  # type: ignore[no-any-return]
             return None
-        light_key = (self.name, block, self.sqn_base, _POINT)
-        light = cache.get(light_key)
-        if light is None:
-            stored = found if found is not None else self._read_run(block, cache, self._point_ahead)
-            light, weight = self._decode_raw(block, stored)  # type: ignore[arg-type]
-            cache.put(light_key, light, weight)
-        point_keys: tuple[bytes, ...] = light[0]  # type: ignore[index]
-        raw_values: tuple[tuple, ...] = light[1]  # type: ignore[index]
+        point_keys, raw_values = self._decode_raw(block, self._stored(block, cache))
         position = bisect_left(point_keys, key)
         if position < len(point_keys) and point_keys[position] == key:
             return self._one_value(raw_values[position], block)
@@ -606,19 +601,15 @@ class SstReader:
             block_keys, values = self._block(block)
             return [_search_decoded(block_keys, values, key) for key in keys]
         found = cache.get((self.name, block, self.sqn_base))
-        if found is not None and type(found) is not bytes:
+        if found is not None:
             block_keys, values = found  # type: ignore[misc]
             return [_search_decoded(block_keys, values, key) for key in keys]
-        light_key = (self.name, block, self.sqn_base, _POINT)
-        light = cache.get(light_key)
-        if light is None:
-            if found is None and cached_only:
+        stored = cache.get((self.name, block, self.sqn_base, _STORED))
+        if stored is None:
+            if cached_only:
                 return None
-            stored = found if found is not None else self._read_run(block, cache, self._point_ahead)
-            light, weight = self._decode_raw(block, stored)  # type: ignore[arg-type]
-            cache.put(light_key, light, weight)
-        point_keys: tuple[bytes, ...] = light[0]  # type: ignore[index]
-        raw_values: tuple[tuple, ...] = light[1]  # type: ignore[index]
+            stored = self._read_run(block, cache, self._point_ahead)
+        point_keys, raw_values = self._decode_raw(block, stored)  # type: ignore[arg-type]
         out: list[LedgerValue | None] = []
         for key in keys:
             position = bisect_left(point_keys, key)
@@ -645,27 +636,25 @@ class SstReader:
             return LedgerValue(raw[0] + self.sqn_base, *raw[1:])
         return _new_tuple(LedgerValue, raw)  # type: ignore[no-any-return]
 
-    def _decode_raw(
-        self, block: int, data: bytes
-    ) -> tuple[tuple[tuple[bytes, ...], tuple[tuple, ...]], int]:
-        """Check and decode ``block`` for point lookups: its keys and its values as msgpack
-        gives them (each is made a LedgerValue, and its length checked, only when found)."""
-        name = self.name
-        offset = self._block_offsets[block]
-        length = self._block_lengths[block]
-        stored = _unframe(data, 0, length, name, offset, f"data block {block}")
+    def _decode_raw(self, block: int, stored: bytes) -> tuple[tuple[bytes, ...], tuple[tuple, ...]]:
+        """Decode the checked stored bytes of ``block`` for point lookups: its keys and its
+        values as msgpack gives them (each is made a LedgerValue, and its length checked, only
+        when found). One snappy and one msgpack call, both in C."""
         try:
-            raw = snappy.decompress(stored)
-            keys, raw_values = msgpack.unpackb(raw, use_list=False, raw=False)
+            keys, raw_values = msgpack.unpackb(snappy.decompress(stored), use_list=False, raw=False)
         except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
             raise CorruptionError(
-                name, f"SST data block {block} does not decode: {exc}", offset=offset
+                self.name,
+                f"SST data block {block} does not decode: {exc}",
+                offset=self._block_offsets[block],
             ) from exc
         if not keys or len(keys) != len(raw_values) or keys[0] != self._first_keys[block]:
             raise CorruptionError(
-                name, f"SST data block {block} does not match the index", offset=offset
+                self.name,
+                f"SST data block {block} does not match the index",
+                offset=self._block_offsets[block],
             )
-        return (keys, raw_values), len(raw) + _DECODED_ENTRY_WEIGHT * len(keys)
+        return keys, raw_values
 
     def iter_range(
         self, start: bytes | None = None, end: bytes | None = None
@@ -704,22 +693,37 @@ class SstReader:
     def _block(self, block: int) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
         cache = self._cache
         if cache is None:
-            name = self.name
             offset = self._block_offsets[block]
             length = self._block_lengths[block]
-            return self._decode(block, fetch_exact(self._fetch, offset, offset + length, name))[0]
+            data = fetch_exact(self._fetch, offset, offset + length, self.name)
+            return self._decode(block, self._checked(block, data, 0))[0]
         cache_key = (self.name, block, self.sqn_base)
         found = cache.get(cache_key)
-        if found is not None and type(found) is not bytes:
+        if found is not None:
             return found  # type: ignore[return-value]
-        stored = found if found is not None else self._read_run(block, cache, self._readahead)
-        decoded, weight = self._decode(block, stored)  # type: ignore[arg-type]
+        decoded, weight = self._decode(block, self._stored(block, cache, self._readahead))
         cache.put(cache_key, decoded, weight)
         return decoded
 
+    def _stored(self, block: int, cache: BlockCache, readahead: int = 0) -> bytes:
+        """The checked stored bytes of ``block`` (snappy, without the CRC): from the cache, or
+        read with the blocks after it up to ``readahead`` (at most ``POINT_READAHEAD`` when 0)."""
+        found = cache.get((self.name, block, self.sqn_base, _STORED))
+        if found is not None:
+            return found  # type: ignore[return-value]
+        return self._read_run(block, cache, readahead or self._point_ahead)
+
+    def _checked(self, block: int, data: bytes, at: int) -> bytes:
+        """The stored bytes of ``block`` found at ``data[at:]``, its CRC checked."""
+        offset = self._block_offsets[block]
+        length = self._block_lengths[block]
+        return _unframe(data, at, length, self.name, offset - at, f"data block {block}")
+
     def _read_run(self, block: int, cache: BlockCache, readahead: int) -> bytes:
         """Read ``block`` and the blocks after it up to ``readahead`` bytes in one ranged read;
-        leave the others in the cache still encoded (decoded only if they are asked for)."""
+        check each block's CRC and cache its stored bytes (snappy, weighed by their length), so
+        that a block is checked once per read from the store and decoded only when asked for.
+        A neighbour that fails its check is left out (it fails again when it is asked for)."""
         offsets = self._block_offsets
         lengths = self._block_lengths
         start = offsets[block]
@@ -729,22 +733,26 @@ class SstReader:
             last += 1
         end = offsets[last] + lengths[last]
         data = fetch_exact(self._fetch, start, end, self.name)
+        name, base = self.name, self.sqn_base
+        stored = self._checked(block, data, 0)
+        cache.put((name, block, base, _STORED), stored, len(stored) + _STORED_OVERHEAD)
         for other in range(block + 1, last + 1):
-            key = (self.name, other, self.sqn_base)
+            key = (name, other, base, _STORED)
             if cache.get(key) is None:
-                at = offsets[other] - start
-                cache.put(key, data[at : at + lengths[other]], lengths[other])
-        return data[: lengths[block]] if last > block else data
+                try:
+                    neighbour = self._checked(other, data, offsets[other] - start)
+                except CorruptionError:
+                    continue
+                cache.put(key, neighbour, len(neighbour) + _STORED_OVERHEAD)
+        return stored
 
     def _decode(
-        self, block: int, data: bytes
+        self, block: int, stored: bytes
     ) -> tuple[tuple[tuple[bytes, ...], list[LedgerValue]], int]:
-        """Check and decode the stored bytes of ``block`` (with their CRC); answer the decoded
-        block and its weight for the cache."""
+        """Decode the checked stored bytes of ``block``; answer the decoded block and its
+        weight for the cache."""
         name = self.name
         offset = self._block_offsets[block]
-        length = self._block_lengths[block]
-        stored = _unframe(data, 0, length, name, offset, f"data block {block}")
         try:
             raw = snappy.decompress(stored)
             keys, raw_values = msgpack.unpackb(raw, use_list=False, raw=False)
