@@ -33,12 +33,13 @@ of the damaged block; damaged bytes are never returned as data.
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from itertools import accumulate, chain, repeat
+from operator import add, itemgetter
 from typing import Any
 
 import msgpack
@@ -52,7 +53,9 @@ from .fetching import Fetch, fetch_exact
 from .keys import LedgerValue
 
 MAGIC = b"INKSST"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version 2 lays out a data block for point lookups without decoding it (see the module
+docstring); version 1 files, written before, are read as they are."""
 DEFAULT_BLOCK_SIZE = 4096
 DEFAULT_READAHEAD = 256 * 1024
 POINT_READAHEAD = 12 * 1024
@@ -81,6 +84,16 @@ _STORED_OVERHEAD = 100
 """Memory of a cached bytes object and its cache entry beyond the bytes themselves."""
 _VALUE_LENGTHS = {len(LedgerValue._fields), len(LedgerValue._fields) + 1}
 """Six fields, or seven for a head-only object whose value the ledger keeps (``head_value``)."""
+_V2_HEAD = struct.Struct(">BI")
+"""A version 2 block's head: the width of its offsets (2 or 4) and its entry count."""
+_V2_OFFSETS = {2: "<%dH", 4: "<%dI"}
+_V2_CASTS = {2: "H", 4: "I"}
+_CAST_OFFSETS = (
+    sys.byteorder == "little" and struct.calcsize("H") == 2 and struct.calcsize("I") == 4
+)
+"""Little-endian offsets are read in place (a memoryview cast) where the machine's order is
+the file's; elsewhere they are unpacked."""
+_packb = msgpack.packb
 _SQN_OF = itemgetter(0)
 _STATUS_OF = itemgetter(1)
 
@@ -134,6 +147,7 @@ class SstBuilder:
         "_chunks",
         "_finished",
         "_first_key",
+        "_format_version",
         "_hashes",
         "_index_key_bytes",
         "_index_keys",
@@ -154,7 +168,12 @@ class SstBuilder:
         *,
         block_size: int = DEFAULT_BLOCK_SIZE,
         bloom_bits_per_key: int = DEFAULT_BITS_PER_KEY,
+        format_version: int = FORMAT_VERSION,
     ) -> None:
+        if format_version not in (1, FORMAT_VERSION):
+            raise ValueError(
+                f"format_version must be 1 or {FORMAT_VERSION}, got {format_version!r}"
+            )
         if not isinstance(block_size, int) or not _MIN_BLOCK_SIZE <= block_size <= _MAX_BLOCK_SIZE:
             raise ValueError(
                 f"block_size must be an int in [{_MIN_BLOCK_SIZE}, {_MAX_BLOCK_SIZE}], "
@@ -166,6 +185,7 @@ class SstBuilder:
             )
         self._block_size = block_size
         self._bloom_bits = bloom_bits_per_key
+        self._format_version = format_version
         self._chunks: list[bytes] = []
         self._offset = 0
         self._keys: list[bytes] = []
@@ -238,7 +258,10 @@ class SstBuilder:
         if high > self._max_sqn:
             self._max_sqn = high
         self._tombstones += sum(map(_STATUS_OF, values))  # TOMBSTONE is 1, ACTIVE 0
-        stored = snappy.compress(msgpack.packb([keys, values], use_bin_type=True))
+        if self._format_version == 1:
+            stored = snappy.compress(msgpack.packb([keys, values], use_bin_type=True))
+        else:
+            stored = snappy.compress(_pack_block(keys, values))
         block = _framed(stored)
         self._index_keys.append(keys[0])
         self._index_key_bytes += len(keys[0])
@@ -299,7 +322,7 @@ class SstBuilder:
         meta_offset = bloom_offset + len(bloom)
         footer_body = _FOOTER_BODY.pack(
             MAGIC,
-            FORMAT_VERSION,
+            self._format_version,
             index_offset,
             len(index),
             bloom_offset,
@@ -322,14 +345,39 @@ class SstBuilder:
         return data, info
 
 
+def _array_header(items: int) -> bytes:
+    if items < 16:
+        return bytes((0x90 | items,))
+    if items < 0x10000:
+        return b"\xdc" + items.to_bytes(2, "big")
+    return b"\xdd" + items.to_bytes(4, "big")
+
+
+def _pack_block(keys: list[bytes], values: list[LedgerValue]) -> bytes:
+    """A version 2 data block before compression: head, offsets, flat msgpack array."""
+    count = len(keys)
+    array = [_array_header(2 * count)]
+    array.extend(chain.from_iterable(zip(map(_packb, keys), map(_packb, values), strict=True)))
+    lengths = list(map(len, array))
+    offsets = list(accumulate(map(add, lengths[1::2], lengths[2::2]), initial=lengths[0]))
+    width = 2 if offsets.pop() <= 0xFFFF else 4
+    table = struct.pack(_V2_OFFSETS[width] % count, *offsets)
+    return b"".join([_V2_HEAD.pack(width, count), table, *array])
+
+
 def build_sst(
     entries: Iterable[tuple[bytes, LedgerValue]],
     *,
     block_size: int = DEFAULT_BLOCK_SIZE,
     bloom_bits_per_key: int = DEFAULT_BITS_PER_KEY,
+    format_version: int = FORMAT_VERSION,
 ) -> tuple[bytes, SstInfo]:
     """Build one SST from entries in strictly increasing key order."""
-    builder = SstBuilder(block_size=block_size, bloom_bits_per_key=bloom_bits_per_key)
+    builder = SstBuilder(
+        block_size=block_size,
+        bloom_bits_per_key=bloom_bits_per_key,
+        format_version=format_version,
+    )
     for key, value in entries:
         builder.add(key, value)
     return builder.finish()
@@ -348,7 +396,7 @@ def _unframe(data: bytes, start: int, length: int, name: str, base: int, what: s
 class _Layout:
     """The decoded footer of an SST: where its index, bloom and meta blocks are."""
 
-    __slots__ = ("bloom_length", "index_length", "index_offset", "meta_length")
+    __slots__ = ("bloom_length", "index_length", "index_offset", "meta_length", "version")
 
     def __init__(self, footer: bytes, size: int, name: str) -> None:
         at = size - FOOTER_SIZE
@@ -389,6 +437,7 @@ class _Layout:
         self.index_length = index_length
         self.bloom_length = bloom_length
         self.meta_length = meta_length
+        self.version = version
 
 
 def _index_matches(
@@ -418,7 +467,7 @@ def _index_matches(
 class _Tail:
     """The decoded index, bloom and meta blocks of an SST (everything after the data blocks)."""
 
-    __slots__ = ("bloom", "first_keys", "info", "lengths", "offsets")
+    __slots__ = ("bloom", "first_keys", "info", "lengths", "offsets", "version")
 
     def __init__(self, tail: bytes, layout: _Layout, size: int, name: str, sqn_base: int) -> None:
         base = layout.index_offset
@@ -454,6 +503,7 @@ class _Tail:
         self.lengths: list[int] = lengths
         self.bloom = bloom
         self.info = info
+        self.version = layout.version
 
 
 def _search_decoded(
@@ -486,6 +536,7 @@ class SstReader:
         "name",
         "size",
         "sqn_base",
+        "version",
     )
 
     def __init__(
@@ -509,6 +560,8 @@ class SstReader:
         self._block_lengths = tail.lengths
         self._bloom = tail.bloom
         self.info = tail.info
+        self.version = tail.version
+        """The file's format version (1 or 2)."""
 
     @classmethod
     def open(
@@ -574,7 +627,10 @@ class SstReader:
             if position < len(keys) and keys[position] == key:
                 return values[position]  # type: ignore[no-any-return]
             return None
-        point_keys, raw_values = self._decode_raw(block, self._stored(block, cache))
+        stored = self._stored(block, cache)
+        if self.version > 1:
+            return self._lookup(block, self._payload(block, stored), key)
+        point_keys, raw_values = self._decode_raw(block, stored)
         position = bisect_left(point_keys, key)
         if position < len(point_keys) and point_keys[position] == key:
             return self._one_value(raw_values[position], block)
@@ -609,6 +665,9 @@ class SstReader:
             if cached_only:
                 return None
             stored = self._read_run(block, cache, self._point_ahead)
+        if self.version > 1:
+            payload = self._payload(block, stored)  # type: ignore[arg-type]
+            return [self._lookup(block, payload, key) for key in keys]
         point_keys, raw_values = self._decode_raw(block, stored)  # type: ignore[arg-type]
         out: list[LedgerValue | None] = []
         for key in keys:
@@ -636,12 +695,77 @@ class SstReader:
             return LedgerValue(raw[0] + self.sqn_base, *raw[1:])
         return _new_tuple(LedgerValue, raw)  # type: ignore[no-any-return]
 
+    def _payload(self, block: int, stored: bytes) -> bytes:
+        """The decompressed bytes of a block's checked stored bytes."""
+        try:
+            return snappy.decompress(stored)  # type: ignore[no-any-return]
+        except Exception as exc:  # snappy raises assorted types on damaged input
+            raise CorruptionError(
+                self.name,
+                f"SST data block {block} does not decode: {exc}",
+                offset=self._block_offsets[block],
+            ) from exc
+
+    def _lookup(self, block: int, payload: bytes, key: bytes) -> LedgerValue | None:
+        """``key``'s value in a version 2 block, decoding that value alone.
+
+        The key's msgpack encoding is searched for in the block's array (a C search); a match
+        counts only where an entry starts (the offsets table says where; a key's bytes may
+        also appear inside another key or a value), and the value is what follows it up to
+        the next entry."""
+        try:
+            width, count = _V2_HEAD.unpack_from(payload, 0)
+            start = _V2_HEAD.size + width * count
+            needle = _packb(key)
+            probe = needle.rstrip(b"\x00")  # a common last byte slows the search in C
+            at = payload.find(probe, start)
+            if at < 0:
+                return None
+            if _CAST_OFFSETS:
+                offsets = memoryview(payload)[_V2_HEAD.size : start].cast(_V2_CASTS[width])
+            else:
+                offsets = struct.unpack_from(_V2_OFFSETS[width] % count, payload, _V2_HEAD.size)
+            while at >= 0:
+                position = bisect_left(offsets, at - start)
+                if (
+                    position < count
+                    and offsets[position] == at - start
+                    and payload.startswith(needle, at)
+                ):
+                    end = start + offsets[position + 1] if position + 1 < count else len(payload)
+                    raw = msgpack.unpackb(
+                        memoryview(payload)[at + len(needle) : end], use_list=False, raw=False
+                    )
+                    break
+                at = payload.find(probe, at + 1)
+            else:
+                return None
+        except Exception as exc:  # struct, msgpack and dict lookups raise assorted types
+            raise CorruptionError(
+                self.name,
+                f"SST data block {block} does not decode: {exc}",
+                offset=self._block_offsets[block],
+            ) from exc
+        return self._one_value(raw, block)
+
+    def _entries(self, raw: bytes) -> tuple[tuple[bytes, ...], tuple[tuple, ...]]:
+        """A decompressed block's keys and values as msgpack gives them (one C call)."""
+        if self.version == 1:
+            return msgpack.unpackb(raw, use_list=False, raw=False)  # type: ignore[no-any-return]
+        width, count = _V2_HEAD.unpack_from(raw, 0)
+        flat = msgpack.unpackb(
+            memoryview(raw)[_V2_HEAD.size + width * count :], use_list=False, raw=False
+        )
+        if type(flat) is not tuple or len(flat) != 2 * count:
+            raise ValueError(f"a block of {count} entries holds {len(flat)} items")
+        return flat[0::2], flat[1::2]
+
     def _decode_raw(self, block: int, stored: bytes) -> tuple[tuple[bytes, ...], tuple[tuple, ...]]:
         """Decode the checked stored bytes of ``block`` for point lookups: its keys and its
         values as msgpack gives them (each is made a LedgerValue, and its length checked, only
         when found). One snappy and one msgpack call, both in C."""
         try:
-            keys, raw_values = msgpack.unpackb(snappy.decompress(stored), use_list=False, raw=False)
+            keys, raw_values = self._entries(snappy.decompress(stored))
         except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
             raise CorruptionError(
                 self.name,
@@ -755,7 +879,7 @@ class SstReader:
         offset = self._block_offsets[block]
         try:
             raw = snappy.decompress(stored)
-            keys, raw_values = msgpack.unpackb(raw, use_list=False, raw=False)
+            keys, raw_values = self._entries(raw)
             base = self.sqn_base
             if base:
                 values = [_new_tuple(LedgerValue, (v[0] + base, *v[1:])) for v in raw_values]
