@@ -1,18 +1,23 @@
 """SST files: immutable sorted runs of ledger entries ``(encoded key, LedgerValue)``.
 
-Layout (all integers big-endian; every block is followed by the CRC-32 of its stored bytes, and
-each offset/length below spans a block together with its CRC)::
+Layout (integers big-endian unless said; every block is followed by the CRC-32 of its stored
+bytes, and each offset/length below spans a block together with its CRC)::
 
-    data blocks     one after another from offset 0; each is
-                    snappy(msgpack [[key, ...], [[sqn, status, expiry|nil, hash, size, lmd], ...]])
-                    holding about ``block_size`` bytes of entries before compression
+    data blocks     one after another from offset 0, each holding about ``block_size`` bytes
+                    of entries before compression; a value is
+                    [sqn, status, expiry|nil, hash, size, lmd(, head value)]; version 2:
+                      snappy(head, offsets, msgpack [key, value, key, value, ...])
+                      head     u8 width of an offset (2 or 4), u32 entry count
+                      offsets  little-endian, one per entry: where its key starts in the array
+                    version 1 (written before; still read):
+                      snappy(msgpack [[key, ...], [value, ...]])
     index block     snappy(msgpack [[first key of each block], [offset], [length]])
     bloom block     the serialized BloomFilter of every key (see inkpen.formats.bloom)
     meta block      msgpack map: first_key, last_key, entries, tombstones, min_sqn, max_sqn,
                     block_size, bloom_bits, blocks
     footer, the last 48 bytes
       0   6  magic b"INKSST"
-      6   2  format version (u16), currently 1
+      6   2  format version (u16), 2 (1 is read too)
       8   8  index block offset (u64)
       16  4  index block length (u32)
       20  8  bloom block offset (u64)
@@ -23,8 +28,12 @@ each offset/length below spans a block together with its CRC)::
 
 Index, bloom and meta are contiguous and end where the footer starts, so a reader opens a file
 with two ranged reads: the footer, then everything from the index offset to the footer. A point
-lookup then costs a bloom probe, a bisect of the index and at most one block read, and a block
-found in the cache is already decoded into parallel key and value sequences ready to bisect.
+lookup then costs a bloom probe, a bisect of the index and at most one block read. The shared
+cache holds a block as its stored (snappy) bytes, CRC checked as they were read from the store
+and weighed by their size; a point lookup decompresses them and, in a version 2 block, searches
+for the key's msgpack encoding, counts a match only where the offsets table says an entry
+starts, and decodes that entry's value alone. Scans and merges decode whole blocks (one msgpack
+call) and cache them decoded.
 
 Any damaged byte fails a CRC and raises :class:`CorruptionError` naming the object and the offset
 of the damaged block; damaged bytes are never returned as data.

@@ -127,7 +127,8 @@ class Options:
         is one.
 
     Caches and limits
-        ``block_cache_bytes``: decoded SST blocks; ``journal_cache_bytes``: journal file chunks.
+        ``block_cache_bytes``: SST blocks (as stored, or decoded by scans);
+        ``journal_cache_bytes``: journal file chunks.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
 
     ``clock``: the wall clock in seconds (TTL expiry and last-modified times); tests inject one.
