@@ -96,7 +96,6 @@ _VALUE_LENGTHS = {len(LedgerValue._fields), len(LedgerValue._fields) + 1}
 _V2_HEAD = struct.Struct(">BI")
 """A version 2 block's head: the width of its offsets (2 or 4) and its entry count."""
 _V2_OFFSETS = {2: "<%dH", 4: "<%dI"}
-_V2_CASTS = {2: "H", 4: "I"}
 _CAST_OFFSETS = (
     sys.byteorder == "little" and struct.calcsize("H") == 2 and struct.calcsize("I") == 4
 )
@@ -730,8 +729,10 @@ class SstReader:
             at = payload.find(probe, start)
             if at < 0:
                 return None
+            offsets: Sequence[int]
             if _CAST_OFFSETS:
-                offsets = memoryview(payload)[_V2_HEAD.size : start].cast(_V2_CASTS[width])
+                table = memoryview(payload)[_V2_HEAD.size : start]
+                offsets = table.cast("H") if width == 2 else table.cast("I")
             else:
                 offsets = struct.unpack_from(_V2_OFFSETS[width] % count, payload, _V2_HEAD.size)
             while at >= 0:
