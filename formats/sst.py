@@ -1,18 +1,23 @@
 """SST files: immutable sorted runs of ledger entries ``(encoded key, LedgerValue)``.
 
-Layout (all integers big-endian; every block is followed by the CRC-32 of its stored bytes, and
-each offset/length below spans a block together with its CRC)::
+Layout (integers big-endian unless said; every block is followed by the CRC-32 of its stored
+bytes, and each offset/length below spans a block together with its CRC)::
 
-    data blocks     one after another from offset 0; each is
-                    snappy(msgpack [[key, ...], [[sqn, status, expiry|nil, hash, size, lmd], ...]])
-                    holding about ``block_size`` bytes of entries before compression
+    data blocks     one after another from offset 0, each holding about ``block_size`` bytes
+                    of entries before compression; a value is
+                    [sqn, status, expiry|nil, hash, size, lmd(, head value)]; version 2:
+                      snappy(head, offsets, msgpack [key, value, key, value, ...])
+                      head     u8 width of an offset (2 or 4), u32 entry count
+                      offsets  little-endian, one per entry: where its key starts in the array
+                    version 1 (written before; still read):
+                      snappy(msgpack [[key, ...], [value, ...]])
     index block     snappy(msgpack [[first key of each block], [offset], [length]])
     bloom block     the serialized BloomFilter of every key (see inkpen.formats.bloom)
     meta block      msgpack map: first_key, last_key, entries, tombstones, min_sqn, max_sqn,
                     block_size, bloom_bits, blocks
     footer, the last 48 bytes
       0   6  magic b"INKSST"
-      6   2  format version (u16), currently 1
+      6   2  format version (u16), 2 (1 is read too)
       8   8  index block offset (u64)
       16  4  index block length (u32)
       20  8  bloom block offset (u64)
@@ -23,8 +28,12 @@ each offset/length below spans a block together with its CRC)::
 
 Index, bloom and meta are contiguous and end where the footer starts, so a reader opens a file
 with two ranged reads: the footer, then everything from the index offset to the footer. A point
-lookup then costs a bloom probe, a bisect of the index and at most one block read, and a block
-found in the cache is already decoded into parallel key and value sequences ready to bisect.
+lookup then costs a bloom probe, a bisect of the index and at most one block read. The shared
+cache holds a block as its stored (snappy) bytes, CRC checked as they were read from the store
+and weighed by their size; a point lookup decompresses them and, in a version 2 block, searches
+for the key's msgpack encoding, counts a match only where the offsets table says an entry
+starts, and decodes that entry's value alone. Scans and merges decode whole blocks (one msgpack
+call) and cache them decoded.
 
 Any damaged byte fails a CRC and raises :class:`CorruptionError` naming the object and the offset
 of the damaged block; damaged bytes are never returned as data.
@@ -33,12 +42,13 @@ of the damaged block; damaged bytes are never returned as data.
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from itertools import accumulate, chain, repeat
+from operator import add, itemgetter
 from typing import Any
 
 import msgpack
@@ -52,7 +62,9 @@ from .fetching import Fetch, fetch_exact
 from .keys import LedgerValue
 
 MAGIC = b"INKSST"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version 2 lays out a data block for point lookups without decoding it (see the module
+docstring); version 1 files, written before, are read as they are."""
 DEFAULT_BLOCK_SIZE = 4096
 DEFAULT_READAHEAD = 256 * 1024
 POINT_READAHEAD = 12 * 1024
@@ -75,10 +87,21 @@ _MIN_BLOCK_SIZE = 64
 _MAX_BLOCK_SIZE = 64 * 1024 * 1024
 _MAKE_VALUE = LedgerValue._make
 _new_tuple = tuple.__new__
-_POINT = 0
-"""The last part of the cache key of a block decoded for point lookups (keys and raw values)."""
+_STORED = 1
+"""The last part of the cache key of a block's stored bytes (snappy, CRC checked when read)."""
+_STORED_OVERHEAD = 100
+"""Memory of a cached bytes object and its cache entry beyond the bytes themselves."""
 _VALUE_LENGTHS = {len(LedgerValue._fields), len(LedgerValue._fields) + 1}
 """Six fields, or seven for a head-only object whose value the ledger keeps (``head_value``)."""
+_V2_HEAD = struct.Struct(">BI")
+"""A version 2 block's head: the width of its offsets (2 or 4) and its entry count."""
+_V2_OFFSETS = {2: "<%dH", 4: "<%dI"}
+_CAST_OFFSETS = (
+    sys.byteorder == "little" and struct.calcsize("H") == 2 and struct.calcsize("I") == 4
+)
+"""Little-endian offsets are read in place (a memoryview cast) where the machine's order is
+the file's; elsewhere they are unpacked."""
+_packb = msgpack.packb
 _SQN_OF = itemgetter(0)
 _STATUS_OF = itemgetter(1)
 
@@ -132,6 +155,7 @@ class SstBuilder:
         "_chunks",
         "_finished",
         "_first_key",
+        "_format_version",
         "_hashes",
         "_index_key_bytes",
         "_index_keys",
@@ -152,7 +176,12 @@ class SstBuilder:
         *,
         block_size: int = DEFAULT_BLOCK_SIZE,
         bloom_bits_per_key: int = DEFAULT_BITS_PER_KEY,
+        format_version: int = FORMAT_VERSION,
     ) -> None:
+        if format_version not in (1, FORMAT_VERSION):
+            raise ValueError(
+                f"format_version must be 1 or {FORMAT_VERSION}, got {format_version!r}"
+            )
         if not isinstance(block_size, int) or not _MIN_BLOCK_SIZE <= block_size <= _MAX_BLOCK_SIZE:
             raise ValueError(
                 f"block_size must be an int in [{_MIN_BLOCK_SIZE}, {_MAX_BLOCK_SIZE}], "
@@ -164,6 +193,7 @@ class SstBuilder:
             )
         self._block_size = block_size
         self._bloom_bits = bloom_bits_per_key
+        self._format_version = format_version
         self._chunks: list[bytes] = []
         self._offset = 0
         self._keys: list[bytes] = []
@@ -236,7 +266,10 @@ class SstBuilder:
         if high > self._max_sqn:
             self._max_sqn = high
         self._tombstones += sum(map(_STATUS_OF, values))  # TOMBSTONE is 1, ACTIVE 0
-        stored = snappy.compress(msgpack.packb([keys, values], use_bin_type=True))
+        if self._format_version == 1:
+            stored = snappy.compress(msgpack.packb([keys, values], use_bin_type=True))
+        else:
+            stored = snappy.compress(_pack_block(keys, values))
         block = _framed(stored)
         self._index_keys.append(keys[0])
         self._index_key_bytes += len(keys[0])
@@ -297,7 +330,7 @@ class SstBuilder:
         meta_offset = bloom_offset + len(bloom)
         footer_body = _FOOTER_BODY.pack(
             MAGIC,
-            FORMAT_VERSION,
+            self._format_version,
             index_offset,
             len(index),
             bloom_offset,
@@ -320,14 +353,39 @@ class SstBuilder:
         return data, info
 
 
+def _array_header(items: int) -> bytes:
+    if items < 16:
+        return bytes((0x90 | items,))
+    if items < 0x10000:
+        return b"\xdc" + items.to_bytes(2, "big")
+    return b"\xdd" + items.to_bytes(4, "big")
+
+
+def _pack_block(keys: list[bytes], values: list[LedgerValue]) -> bytes:
+    """A version 2 data block before compression: head, offsets, flat msgpack array."""
+    count = len(keys)
+    array = [_array_header(2 * count)]
+    array.extend(chain.from_iterable(zip(map(_packb, keys), map(_packb, values), strict=True)))
+    lengths = list(map(len, array))
+    offsets = list(accumulate(map(add, lengths[1::2], lengths[2::2]), initial=lengths[0]))
+    width = 2 if offsets.pop() <= 0xFFFF else 4
+    table = struct.pack(_V2_OFFSETS[width] % count, *offsets)
+    return b"".join([_V2_HEAD.pack(width, count), table, *array])
+
+
 def build_sst(
     entries: Iterable[tuple[bytes, LedgerValue]],
     *,
     block_size: int = DEFAULT_BLOCK_SIZE,
     bloom_bits_per_key: int = DEFAULT_BITS_PER_KEY,
+    format_version: int = FORMAT_VERSION,
 ) -> tuple[bytes, SstInfo]:
     """Build one SST from entries in strictly increasing key order."""
-    builder = SstBuilder(block_size=block_size, bloom_bits_per_key=bloom_bits_per_key)
+    builder = SstBuilder(
+        block_size=block_size,
+        bloom_bits_per_key=bloom_bits_per_key,
+        format_version=format_version,
+    )
     for key, value in entries:
         builder.add(key, value)
     return builder.finish()
@@ -346,7 +404,7 @@ def _unframe(data: bytes, start: int, length: int, name: str, base: int, what: s
 class _Layout:
     """The decoded footer of an SST: where its index, bloom and meta blocks are."""
 
-    __slots__ = ("bloom_length", "index_length", "index_offset", "meta_length")
+    __slots__ = ("bloom_length", "index_length", "index_offset", "meta_length", "version")
 
     def __init__(self, footer: bytes, size: int, name: str) -> None:
         at = size - FOOTER_SIZE
@@ -387,6 +445,7 @@ class _Layout:
         self.index_length = index_length
         self.bloom_length = bloom_length
         self.meta_length = meta_length
+        self.version = version
 
 
 def _index_matches(
@@ -416,7 +475,7 @@ def _index_matches(
 class _Tail:
     """The decoded index, bloom and meta blocks of an SST (everything after the data blocks)."""
 
-    __slots__ = ("bloom", "first_keys", "info", "lengths", "offsets")
+    __slots__ = ("bloom", "first_keys", "info", "lengths", "offsets", "version")
 
     def __init__(self, tail: bytes, layout: _Layout, size: int, name: str, sqn_base: int) -> None:
         base = layout.index_offset
@@ -452,6 +511,7 @@ class _Tail:
         self.lengths: list[int] = lengths
         self.bloom = bloom
         self.info = info
+        self.version = layout.version
 
 
 def _search_decoded(
@@ -484,6 +544,7 @@ class SstReader:
         "name",
         "size",
         "sqn_base",
+        "version",
     )
 
     def __init__(
@@ -507,6 +568,8 @@ class SstReader:
         self._block_lengths = tail.lengths
         self._bloom = tail.bloom
         self.info = tail.info
+        self.version = tail.version
+        """The file's format version (1 or 2)."""
 
     @classmethod
     def open(
@@ -566,20 +629,16 @@ class SstReader:
                 return values[position]
             return None
         found = cache.get((self.name, block, self.sqn_base))
-        if found is not None and type(found) is not bytes:
+        if found is not None:
             keys, values = found  # type: ignore[misc]
             position = bisect_left(keys, key)
             if position < len(keys) and keys[position] == key:
                 return values[position]  # type: ignore[no-any-return]
             return None
-        light_key = (self.name, block, self.sqn_base, _POINT)
-        light = cache.get(light_key)
-        if light is None:
-            stored = found if found is not None else self._read_run(block, cache, self._point_ahead)
-            light, weight = self._decode_raw(block, stored)  # type: ignore[arg-type]
-            cache.put(light_key, light, weight)
-        point_keys: tuple[bytes, ...] = light[0]  # type: ignore[index]
-        raw_values: tuple[tuple, ...] = light[1]  # type: ignore[index]
+        stored = self._stored(block, cache)
+        if self.version > 1:
+            return self._lookup(block, self._payload(block, stored), key)
+        point_keys, raw_values = self._decode_raw(block, stored)
         position = bisect_left(point_keys, key)
         if position < len(point_keys) and point_keys[position] == key:
             return self._one_value(raw_values[position], block)
@@ -606,19 +665,18 @@ class SstReader:
             block_keys, values = self._block(block)
             return [_search_decoded(block_keys, values, key) for key in keys]
         found = cache.get((self.name, block, self.sqn_base))
-        if found is not None and type(found) is not bytes:
+        if found is not None:
             block_keys, values = found  # type: ignore[misc]
             return [_search_decoded(block_keys, values, key) for key in keys]
-        light_key = (self.name, block, self.sqn_base, _POINT)
-        light = cache.get(light_key)
-        if light is None:
-            if found is None and cached_only:
+        stored = cache.get((self.name, block, self.sqn_base, _STORED))
+        if stored is None:
+            if cached_only:
                 return None
-            stored = found if found is not None else self._read_run(block, cache, self._point_ahead)
-            light, weight = self._decode_raw(block, stored)  # type: ignore[arg-type]
-            cache.put(light_key, light, weight)
-        point_keys: tuple[bytes, ...] = light[0]  # type: ignore[index]
-        raw_values: tuple[tuple, ...] = light[1]  # type: ignore[index]
+            stored = self._read_run(block, cache, self._point_ahead)
+        if self.version > 1:
+            payload = self._payload(block, stored)  # type: ignore[arg-type]
+            return [self._lookup(block, payload, key) for key in keys]
+        point_keys, raw_values = self._decode_raw(block, stored)  # type: ignore[arg-type]
         out: list[LedgerValue | None] = []
         for key in keys:
             position = bisect_left(point_keys, key)
@@ -645,27 +703,92 @@ class SstReader:
             return LedgerValue(raw[0] + self.sqn_base, *raw[1:])
         return _new_tuple(LedgerValue, raw)  # type: ignore[no-any-return]
 
-    def _decode_raw(
-        self, block: int, data: bytes
-    ) -> tuple[tuple[tuple[bytes, ...], tuple[tuple, ...]], int]:
-        """Check and decode ``block`` for point lookups: its keys and its values as msgpack
-        gives them (each is made a LedgerValue, and its length checked, only when found)."""
-        name = self.name
-        offset = self._block_offsets[block]
-        length = self._block_lengths[block]
-        stored = _unframe(data, 0, length, name, offset, f"data block {block}")
+    def _payload(self, block: int, stored: bytes) -> bytes:
+        """The decompressed bytes of a block's checked stored bytes."""
         try:
-            raw = snappy.decompress(stored)
-            keys, raw_values = msgpack.unpackb(raw, use_list=False, raw=False)
+            return snappy.decompress(stored)  # type: ignore[no-any-return]
+        except Exception as exc:  # snappy raises assorted types on damaged input
+            raise CorruptionError(
+                self.name,
+                f"SST data block {block} does not decode: {exc}",
+                offset=self._block_offsets[block],
+            ) from exc
+
+    def _lookup(self, block: int, payload: bytes, key: bytes) -> LedgerValue | None:
+        """``key``'s value in a version 2 block, decoding that value alone.
+
+        The key's msgpack encoding is searched for in the block's array (a C search); a match
+        counts only where an entry starts (the offsets table says where; a key's bytes may
+        also appear inside another key or a value), and the value is what follows it up to
+        the next entry."""
+        try:
+            width, count = _V2_HEAD.unpack_from(payload, 0)
+            start = _V2_HEAD.size + width * count
+            needle = _packb(key)
+            probe = needle.rstrip(b"\x00")  # a common last byte slows the search in C
+            at = payload.find(probe, start)
+            if at < 0:
+                return None
+            offsets: Sequence[int]
+            if _CAST_OFFSETS:
+                table = memoryview(payload)[_V2_HEAD.size : start]
+                offsets = table.cast("H") if width == 2 else table.cast("I")
+            else:
+                offsets = struct.unpack_from(_V2_OFFSETS[width] % count, payload, _V2_HEAD.size)
+            while at >= 0:
+                position = bisect_left(offsets, at - start)
+                if (
+                    position < count
+                    and offsets[position] == at - start
+                    and payload.startswith(needle, at)
+                ):
+                    end = start + offsets[position + 1] if position + 1 < count else len(payload)
+                    raw = msgpack.unpackb(
+                        memoryview(payload)[at + len(needle) : end], use_list=False, raw=False
+                    )
+                    break
+                at = payload.find(probe, at + 1)
+            else:
+                return None
+        except Exception as exc:  # struct, msgpack and dict lookups raise assorted types
+            raise CorruptionError(
+                self.name,
+                f"SST data block {block} does not decode: {exc}",
+                offset=self._block_offsets[block],
+            ) from exc
+        return self._one_value(raw, block)
+
+    def _entries(self, raw: bytes) -> tuple[tuple[bytes, ...], tuple[tuple, ...]]:
+        """A decompressed block's keys and values as msgpack gives them (one C call)."""
+        if self.version == 1:
+            return msgpack.unpackb(raw, use_list=False, raw=False)  # type: ignore[no-any-return]
+        width, count = _V2_HEAD.unpack_from(raw, 0)
+        flat = msgpack.unpackb(
+            memoryview(raw)[_V2_HEAD.size + width * count :], use_list=False, raw=False
+        )
+        if type(flat) is not tuple or len(flat) != 2 * count:
+            raise ValueError(f"a block of {count} entries holds {len(flat)} items")
+        return flat[0::2], flat[1::2]
+
+    def _decode_raw(self, block: int, stored: bytes) -> tuple[tuple[bytes, ...], tuple[tuple, ...]]:
+        """Decode the checked stored bytes of ``block`` for point lookups: its keys and its
+        values as msgpack gives them (each is made a LedgerValue, and its length checked, only
+        when found). One snappy and one msgpack call, both in C."""
+        try:
+            keys, raw_values = self._entries(snappy.decompress(stored))
         except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
             raise CorruptionError(
-                name, f"SST data block {block} does not decode: {exc}", offset=offset
+                self.name,
+                f"SST data block {block} does not decode: {exc}",
+                offset=self._block_offsets[block],
             ) from exc
         if not keys or len(keys) != len(raw_values) or keys[0] != self._first_keys[block]:
             raise CorruptionError(
-                name, f"SST data block {block} does not match the index", offset=offset
+                self.name,
+                f"SST data block {block} does not match the index",
+                offset=self._block_offsets[block],
             )
-        return (keys, raw_values), len(raw) + _DECODED_ENTRY_WEIGHT * len(keys)
+        return keys, raw_values
 
     def iter_range(
         self, start: bytes | None = None, end: bytes | None = None
@@ -704,22 +827,37 @@ class SstReader:
     def _block(self, block: int) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
         cache = self._cache
         if cache is None:
-            name = self.name
             offset = self._block_offsets[block]
             length = self._block_lengths[block]
-            return self._decode(block, fetch_exact(self._fetch, offset, offset + length, name))[0]
+            data = fetch_exact(self._fetch, offset, offset + length, self.name)
+            return self._decode(block, self._checked(block, data, 0))[0]
         cache_key = (self.name, block, self.sqn_base)
         found = cache.get(cache_key)
-        if found is not None and type(found) is not bytes:
+        if found is not None:
             return found  # type: ignore[return-value]
-        stored = found if found is not None else self._read_run(block, cache, self._readahead)
-        decoded, weight = self._decode(block, stored)  # type: ignore[arg-type]
+        decoded, weight = self._decode(block, self._stored(block, cache, self._readahead))
         cache.put(cache_key, decoded, weight)
         return decoded
 
+    def _stored(self, block: int, cache: BlockCache, readahead: int = 0) -> bytes:
+        """The checked stored bytes of ``block`` (snappy, without the CRC): from the cache, or
+        read with the blocks after it up to ``readahead`` (at most ``POINT_READAHEAD`` when 0)."""
+        found = cache.get((self.name, block, self.sqn_base, _STORED))
+        if found is not None:
+            return found  # type: ignore[return-value]
+        return self._read_run(block, cache, readahead or self._point_ahead)
+
+    def _checked(self, block: int, data: bytes, at: int) -> bytes:
+        """The stored bytes of ``block`` found at ``data[at:]``, its CRC checked."""
+        offset = self._block_offsets[block]
+        length = self._block_lengths[block]
+        return _unframe(data, at, length, self.name, offset - at, f"data block {block}")
+
     def _read_run(self, block: int, cache: BlockCache, readahead: int) -> bytes:
         """Read ``block`` and the blocks after it up to ``readahead`` bytes in one ranged read;
-        leave the others in the cache still encoded (decoded only if they are asked for)."""
+        check each block's CRC and cache its stored bytes (snappy, weighed by their length), so
+        that a block is checked once per read from the store and decoded only when asked for.
+        A neighbour that fails its check is left out (it fails again when it is asked for)."""
         offsets = self._block_offsets
         lengths = self._block_lengths
         start = offsets[block]
@@ -729,25 +867,29 @@ class SstReader:
             last += 1
         end = offsets[last] + lengths[last]
         data = fetch_exact(self._fetch, start, end, self.name)
+        name, base = self.name, self.sqn_base
+        stored = self._checked(block, data, 0)
+        cache.put((name, block, base, _STORED), stored, len(stored) + _STORED_OVERHEAD)
         for other in range(block + 1, last + 1):
-            key = (self.name, other, self.sqn_base)
+            key = (name, other, base, _STORED)
             if cache.get(key) is None:
-                at = offsets[other] - start
-                cache.put(key, data[at : at + lengths[other]], lengths[other])
-        return data[: lengths[block]] if last > block else data
+                try:
+                    neighbour = self._checked(other, data, offsets[other] - start)
+                except CorruptionError:
+                    continue
+                cache.put(key, neighbour, len(neighbour) + _STORED_OVERHEAD)
+        return stored
 
     def _decode(
-        self, block: int, data: bytes
+        self, block: int, stored: bytes
     ) -> tuple[tuple[tuple[bytes, ...], list[LedgerValue]], int]:
-        """Check and decode the stored bytes of ``block`` (with their CRC); answer the decoded
-        block and its weight for the cache."""
+        """Decode the checked stored bytes of ``block``; answer the decoded block and its
+        weight for the cache."""
         name = self.name
         offset = self._block_offsets[block]
-        length = self._block_lengths[block]
-        stored = _unframe(data, 0, length, name, offset, f"data block {block}")
         try:
             raw = snappy.decompress(stored)
-            keys, raw_values = msgpack.unpackb(raw, use_list=False, raw=False)
+            keys, raw_values = self._entries(raw)
             base = self.sqn_base
             if base:
                 values = [_new_tuple(LedgerValue, (v[0] + base, *v[1:])) for v in raw_values]

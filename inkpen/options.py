@@ -127,11 +127,11 @@ class Options:
         is one.
 
     Caches and limits
-        ``block_cache_bytes``: decoded SST blocks; ``journal_cache_bytes``: journal file chunks;
-        ``journal_index_cache_bytes``: pages of the journal files' hash tables (32 bytes per
-        entry on the store; a lookup whose page is not cached reads that 1 KiB page). Each bounds
-        the memory it names whatever the amount of data; a journal file held open costs about
-        4 bytes per 32 entries beyond it.
+        ``block_cache_bytes``: SST blocks (as stored, or decoded by scans);
+        ``journal_cache_bytes``: journal file chunks; ``journal_index_cache_bytes``: pages of the
+        journal files' hash tables (32 bytes per entry on the store; a lookup whose page is not
+        cached reads that 1 KiB page). Each bounds the memory it names whatever the amount of
+        data; a journal file held open costs about 4 bytes per 32 entries beyond it.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
 
     ``clock``: the wall clock in seconds (TTL expiry and last-modified times); tests inject one.

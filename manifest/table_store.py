@@ -107,11 +107,11 @@ class TableStore:
     """Writes, opens and deletes the SST and journal files of the database at ``store``.
 
     ``resolver`` finds the stores of files a clone inherited (its own store must be ``store``);
-    without one only this database's own files can be opened. ``block_cache`` keeps decoded SST
-    blocks, ``journal_cache`` journal chunks of ``journal_chunk_bytes`` (default: the option's
-    default); without a cache a reader reads the store directly. ``journal_index_cache`` keeps
-    pages of the journal files' hash tables; without one each journal reader holds its whole
-    hash region.
+    without one only this database's own files can be opened. ``block_cache`` keeps SST blocks
+    (as stored, or decoded by scans), ``journal_cache`` journal chunks of ``journal_chunk_bytes``
+    (default: the option's default); without a cache a reader reads the store directly.
+    ``journal_index_cache`` keeps pages of the journal files' hash tables; without one each
+    journal reader holds its whole hash region.
     ``on_write`` is told each new file's name just before it is stored.
     """
 
