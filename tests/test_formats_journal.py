@@ -28,6 +28,7 @@ from inkpen.formats.journal import (
 from inkpen.formats.keys import MAX_KEY_BYTES, index_key, object_key
 from inkpen.formats.manifest_codec import encode_manifest
 from inkpen.formats.sst import build_sst
+from support.fetching import CountingFetch
 
 NAME = "journal/00000000000000000187.jnl"
 U64 = st.integers(0, 2**64 - 1)
@@ -61,18 +62,6 @@ def to_entries(first_sqn: int, raws: list[tuple]) -> list[JournalEntry]:
         payload = body if kind is Kind.OBJECT else None
         entries.append(JournalEntry(sqn, kind, key, payload, specs, expiry, modified))
     return entries
-
-
-class CountingFetch:
-    """A fetch over bytes in memory that records every ranged read."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.calls: list[tuple[int, int]] = []
-
-    def __call__(self, start: int, end: int) -> bytes:
-        self.calls.append((start, end))
-        return self.data[start:end]
 
 
 def open_reader(data: bytes, **kw: int) -> JournalReader:

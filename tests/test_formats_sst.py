@@ -27,6 +27,7 @@ from inkpen.formats.sst import (
     SstReader,
     build_sst,
 )
+from support.fetching import CountingFetch
 
 NAME = "ledger/0000000000001-abc.sst"
 U64 = st.integers(0, 2**64 - 1)
@@ -42,18 +43,6 @@ ledger_values = st.builds(
 entry_lists = st.dictionaries(st.binary(max_size=40), ledger_values, min_size=1, max_size=120).map(
     lambda found: sorted(found.items())
 )
-
-
-class CountingFetch:
-    """A fetch over bytes in memory that records every ranged read."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.calls: list[tuple[int, int]] = []
-
-    def __call__(self, start: int, end: int) -> bytes:
-        self.calls.append((start, end))
-        return self.data[start:end]
 
 
 def value(sqn: int, status: int = ACTIVE) -> LedgerValue:

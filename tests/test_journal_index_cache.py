@@ -27,21 +27,10 @@ from inkpen.formats.journal import (
 )
 from inkpen.objectstore import CountingStore, open_store
 from inkpen.options import Options
+from support.fetching import CountingFetch
 
 FILES = 24
 PER_FILE = 400
-
-
-class Fetch:
-    """Ranged reads over bytes that a test may damage after the reader opened them."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.calls: list[tuple[int, int]] = []
-
-    def __call__(self, start: int, end: int) -> bytes:
-        self.calls.append((start, end))
-        return self.data[start:end]
 
 
 def make_files(rng: random.Random) -> list[tuple[str, bytes, list[JournalEntry]]]:
@@ -63,11 +52,11 @@ def test_paged_lookups_equal_a_model_and_the_cache_stays_within_its_budget() -> 
     files = make_files(rng)
     budget = 6 * PAGE_WEIGHT
     cache = LruCache(budget)
-    paged: list[tuple[JournalReader, Fetch]] = []
+    paged: list[tuple[JournalReader, CountingFetch]] = []
     whole: list[JournalReader] = []
     model: dict[tuple[int, bytes], tuple[int, bytes]] = {}
     for number, (name, data, entries) in enumerate(files):
-        fetch = Fetch(data)
+        fetch = CountingFetch(data)
         paged.append((JournalReader.open(name, len(data), fetch, index_cache=cache), fetch))
         whole.append(JournalReader.open(name, len(data), lambda s, e, d=data: d[s:e]))
         for entry in entries:
@@ -100,7 +89,7 @@ def test_paged_lookups_equal_a_model_and_the_cache_stays_within_its_budget() -> 
 
 def test_a_paged_reader_answers_every_read_path_like_a_whole_one() -> None:
     name, data, entries = make_files(random.Random(12))[0]
-    reader = JournalReader.open(name, len(data), Fetch(data), index_cache=LruCache(0))
+    reader = JournalReader.open(name, len(data), CountingFetch(data), index_cache=LruCache(0))
     held = JournalReader.open(name, len(data), lambda s, e: data[s:e])
     assert reader.locations() == held.locations()
     for entry in entries:
@@ -122,10 +111,12 @@ def test_every_damaged_slot_byte_is_caught_at_open_and_after_it() -> None:
     for offset in range(header.hash_offset, len(data), 7):
         damaged = flip(data, offset)
         with pytest.raises(CorruptionError) as info:
-            JournalReader.open(name, len(data), Fetch(damaged), index_cache=LruCache(1 << 20))
+            JournalReader.open(
+                name, len(data), CountingFetch(damaged), index_cache=LruCache(1 << 20)
+            )
         assert info.value.object_name == name
 
-        fetch = Fetch(data)
+        fetch = CountingFetch(data)
         reader = JournalReader.open(name, len(data), fetch, index_cache=LruCache(0))
         fetch.data = damaged  # the bytes change under an open reader
         errors = 0
