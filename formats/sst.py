@@ -364,8 +364,9 @@ def _array_header(items: int) -> bytes:
 def _pack_block(keys: list[bytes], values: list[LedgerValue]) -> bytes:
     """A version 2 data block before compression: head, offsets, flat msgpack array."""
     count = len(keys)
+    pack = msgpack.Packer().pack  # one packer per block: half the cost of packb per item
     array = [_array_header(2 * count)]
-    array.extend(chain.from_iterable(zip(map(_packb, keys), map(_packb, values), strict=True)))
+    array.extend(chain.from_iterable(zip(map(pack, keys), map(pack, values), strict=True)))
     lengths = list(map(len, array))
     offsets = list(accumulate(map(add, lengths[1::2], lengths[2::2]), initial=lengths[0]))
     width = 2 if offsets.pop() <= 0xFFFF else 4
