@@ -16,9 +16,10 @@ names the file until the caller commits a manifest holding that descriptor.
 **Opening.** A file is read from the root that holds it: the descriptor's ``root`` (None for this
 database's own files; a clone's inherited files live in its parent's store, found through the
 :class:`~inkpen.manifest.clones.StoreResolver`). SST readers read straight from the store and
-keep decoded blocks in the block cache; journal readers read aligned chunks through the journal
-cache shared by every journal file (:mod:`inkpen.manifest.fetch`). Both apply the descriptor's
-``sqn_base`` (bulk-loaded files store local SQNs).
+keep blocks in the block cache (as stored for point lookups, decoded for scans and merges);
+journal readers read aligned chunks through the journal cache shared by every journal file
+(:mod:`inkpen.manifest.fetch`). Both apply the descriptor's ``sqn_base`` (bulk-loaded files
+store local SQNs).
 
 **Reading unrolled segments** (:meth:`TableStore.read_segments`). The journal segments a manifest
 has not rolled yet (``journal/<id>.jnl`` in its own store) are read back, in parallel, decoded,

@@ -2,9 +2,10 @@
 
 Whenever the ledger changes, the Penciller offers the clerk its current view
 (:func:`offer_work`); the clerk asks the engine's merge policy
-(:mod:`inkpen.actors.ledger.merge_policy`, by default Leveled's: all of L0 into L1 first, then one
-file of the deepest level over its target) for at most one :class:`MergeJob`, passing the number
-of jobs asked for before (the policy's grooming alternation), and runs whatever job it chose.
+(:mod:`inkpen.actors.ledger.merge_policy`, by default Leveled's: all of L0 into L1 unless a level
+is fuller than L0, otherwise one file of the deepest level over its target) for at most one
+:class:`MergeJob`, passing the number of jobs asked for before (the policy's grooming
+alternation), and runs whatever job it chose.
 
 A **move** job (a source file with no overlap in the level below) is answered at once: the
 Penciller commits it as a manifest change alone, no bytes rewritten. Otherwise the clerk reads
