@@ -471,12 +471,14 @@ class _HashIndex:
             start = self.slots_at + number * PAGE_BYTES
             end = min(start + PAGE_BYTES, self.slots_end)
             page = fetch_exact(self.fetch, start, end, self.name)  # type: ignore[arg-type]
-            if zlib.crc32(page) != self.page_crcs[number]:  # type: ignore[index]
-                raise CorruptionError(
-                    self.name, "journal hash region checksum mismatch", offset=start
-                )
+            self._check_page(number, page, start)
             cache.put(key, page, PAGE_WEIGHT)  # type: ignore[union-attr]
         return page  # type: ignore[return-value]
+
+    def _check_page(self, number: int, page: bytes | memoryview, offset: int) -> None:
+        """Raise unless slot page ``number`` (read at ``offset``) has the CRC taken at open."""
+        if zlib.crc32(page) != self.page_crcs[number]:  # type: ignore[index]
+            raise CorruptionError(self.name, "journal hash region checksum mismatch", offset=offset)
 
     def candidates(self, key_hash: int) -> Iterator[tuple[int, int]]:
         """Yield ``(offset, length)`` of every record whose slot carries ``key_hash``."""
@@ -515,14 +517,8 @@ class _HashIndex:
             body = memoryview(region)[_DIRECTORY_SIZE : len(region) - _CRC.size]
         else:
             body = memoryview(fetch_exact(self.fetch, self.slots_at, self.slots_end, self.name))  # type: ignore[arg-type]
-            crcs = self.page_crcs
             for number, at in enumerate(range(0, len(body), PAGE_BYTES)):
-                if zlib.crc32(body[at : at + PAGE_BYTES]) != crcs[number]:  # type: ignore[index]
-                    raise CorruptionError(
-                        self.name,
-                        "journal hash region checksum mismatch",
-                        offset=self.slots_at + at,
-                    )
+                self._check_page(number, body[at : at + PAGE_BYTES], self.slots_at + at)
         return sorted((offset, length) for _, offset, length in _SLOT.iter_unpack(body) if length)
 
 
