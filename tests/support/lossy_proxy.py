@@ -98,21 +98,20 @@ class _Reader:
         taken, self._buffer = self._buffer[:n], self._buffer[n:]
         return taken
 
-    def _line(self) -> bytes:
-        while b"\r\n" not in self._buffer:
+    def _through(self, end: bytes, what: str) -> bytes:
+        """The bytes up to and including the first ``end``."""
+        while end not in self._buffer:
             if len(self._buffer) > _HEAD_LIMIT:
-                raise ValueError("HTTP line too long")
+                raise ValueError(f"HTTP {what} too long")
             self._fill()
-        line, self._buffer = self._buffer.split(b"\r\n", 1)
-        return line + b"\r\n"
+        taken, self._buffer = self._buffer.split(end, 1)
+        return taken + end
+
+    def _line(self) -> bytes:
+        return self._through(b"\r\n", "line")
 
     def head(self) -> bytes:
-        while b"\r\n\r\n" not in self._buffer:
-            if len(self._buffer) > _HEAD_LIMIT:
-                raise ValueError("HTTP head too long")
-            self._fill()
-        head, self._buffer = self._buffer.split(b"\r\n\r\n", 1)
-        return head + b"\r\n\r\n"
+        return self._through(b"\r\n\r\n", "head")
 
     def body(self, message: _Message, *, until_close: bool = False) -> bytes:
         encoding = (message.header("Transfer-Encoding") or "").lower()
