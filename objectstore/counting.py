@@ -9,7 +9,7 @@ bytes a get returns. A server-side copy moves no bytes through the caller.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
 from inkpen.errors import UsageError
@@ -92,6 +92,25 @@ class CountingStore(StoreBase):
         return self._request(
             "lists", lambda: self.inner.list_page(prefix, token=token, limit=limit)
         )
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """The inner store's listing (which may walk its objects once rather than page by
+        page), counted as the requests a paged listing makes: one per page of
+        :data:`DEFAULT_PAGE_SIZE` objects."""
+        listed = 0
+        try:
+            for info in self.inner.list(prefix):
+                if listed % DEFAULT_PAGE_SIZE == 0:
+                    self._add("lists")
+                listed += 1
+                yield info
+        except (UsageError, GeneratorExit):  # a bad prefix, or the caller stopped reading
+            raise
+        except BaseException:
+            self._add("lists")
+            raise
+        if not listed:
+            self._add("lists")
 
     def delete(self, key: str) -> None:
         self._request("deletes", lambda: self.inner.delete(key))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import operator
 import os
 import stat
 import uuid
@@ -211,23 +212,33 @@ class LocalStore(StoreBase):
         self._check_open()
         check_prefix(prefix)
         check_page(token, limit)
-        start_key = prefix.rpartition("/")[0]
-        start_dir = os.path.join(self._root, start_key) if start_key else self._root
-        walk = _walk(start_dir, f"{start_key}/" if start_key else "", prefix, token)
         found: list[ObjectInfo] = []
         examined: str | None = None
-        count = 0
-        for key, entry in walk:
+        for count, (key, entry) in enumerate(self._walk_from(prefix, token)):
             if count == limit:
                 return ListPage(tuple(found), examined)
-            count += 1
             examined = key
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # deleted since the directory was read
-            found.append(ObjectInfo(key, st.st_size, _changed_at(st)))
+            info = _info(key, entry)
+            if info is not None:
+                found.append(info)
         return ListPage(tuple(found), None)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object under ``prefix`` in key order, in one walk of the tree: paging through
+        :meth:`list_page` walks each directory again from the token for every page, which for
+        a directory of many thousand files (the segments awaiting GC) costs a scan and a sort of
+        the whole directory per page."""
+        self._check_open()
+        check_prefix(prefix)
+        for key, entry in self._walk_from(prefix, None):
+            info = _info(key, entry)
+            if info is not None:
+                yield info
+
+    def _walk_from(self, prefix: str, after: str | None) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        start_key = prefix.rpartition("/")[0]
+        start_dir = os.path.join(self._root, start_key) if start_key else self._root
+        return _walk(start_dir, f"{start_key}/" if start_key else "", prefix, after)
 
     def close(self) -> None:
         self._closed = True
@@ -422,7 +433,10 @@ def _walk(
 
     Directory entries are sorted with a directory standing for ``name/``, which makes the walk
     order equal the order of the full key strings. Subtrees wholly outside the prefix or wholly
-    at or before ``after`` are not entered.
+    at or before ``after`` are not entered, and entries that cannot be wanted are dropped by
+    name before anything else is asked of them: a listing of a large directory pages through
+    it, and each page walks it again from its token, so a page must cost what it returns and
+    what follows the token, not the whole directory.
     """
     try:
         with os.scandir(directory) as it:
@@ -431,17 +445,27 @@ def _walk(
         return
     ranked: list[tuple[str, bool, os.DirEntry[str]]] = []
     for entry in entries:
-        if not dir_key and entry.name.startswith(RESERVED_PREFIX):
+        name = entry.name
+        if not dir_key and name.startswith(RESERVED_PREFIX):
+            continue
+        full = dir_key + name
+        if after is not None and full < after:
+            # As a file it sorts before the token; as a directory (``full/``) all its keys do
+            # too, unless that still sorts after the token or the token lies inside it.
+            as_dir = f"{full}/"
+            if as_dir < after and not after.startswith(as_dir):
+                continue
+        if not (full.startswith(prefix) or prefix.startswith(full)):
             continue
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
         except OSError:
             continue
         if is_dir:
-            ranked.append((f"{dir_key}{entry.name}/", True, entry))
+            ranked.append((f"{full}/", True, entry))
         elif entry.is_file(follow_symlinks=False):
-            ranked.append((dir_key + entry.name, False, entry))
-    ranked.sort(key=lambda item: item[0])
+            ranked.append((full, False, entry))
+    ranked.sort(key=_first)
     for key, is_dir, entry in ranked:
         if is_dir:
             if not (key.startswith(prefix) or prefix.startswith(key)):
@@ -451,6 +475,18 @@ def _walk(
             yield from _walk(entry.path, key, prefix, after)
         elif key.startswith(prefix) and (after is None or key > after):
             yield key, entry
+
+
+_first = operator.itemgetter(0)
+
+
+def _info(key: str, entry: os.DirEntry[str]) -> ObjectInfo | None:
+    """The listing's entry for a file the walk found, or None if it was deleted since."""
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return ObjectInfo(key, st.st_size, _changed_at(st))
 
 
 def _keep(st: os.stat_result) -> None:

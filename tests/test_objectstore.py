@@ -27,6 +27,8 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 from botocore.httpsession import URLLib3Session
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inkpen.errors import AlreadyExistsError, NotFoundError, StoreError, UsageError
 from inkpen.objectstore import (
@@ -813,3 +815,48 @@ def test_s3_missing_credentials_are_a_usage_error() -> None:
     mapped = map_s3_error(NoCredentialsError(), action="open", key=None, where="s3://b/p")
     assert isinstance(mapped, UsageError)
     assert "AWS_ACCESS_KEY_ID" in str(mapped)
+
+
+def test_counting_wrapper_counts_a_listing_as_its_pages(store: ObjectStore) -> None:
+    keys = [f"seg/{i:05d}" for i in range(2100)]
+    _fill(store, keys, lambda key: b"v")
+    counting = CountingStore(store)
+    assert [info.key for info in counting.list("seg/")] == keys
+    assert counting.snapshot()["lists"] == 3  # pages of 1,000, 1,000 and 100
+    counting.reset()
+    assert list(counting.list("none/")) == []
+    assert counting.snapshot()["lists"] == 1
+    counting.reset()
+    listing = counting.list("seg/")
+    assert [next(listing).key for _ in range(5)] == keys[:5]
+    listing.close()  # a caller that stops early made one request
+    assert counting.snapshot()["lists"] == 1
+
+
+_segments = st.text(alphabet="a-z.", min_size=1, max_size=3).filter(lambda s: s not in (".", ".."))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.lists(_segments, min_size=1, max_size=3).map("/".join), max_size=25),
+    prefix=st.text(alphabet="a-z/", max_size=4).filter(lambda p: not p.startswith("/")),
+    limit=st.integers(min_value=1, max_value=4),
+)
+def test_local_listing_and_pages_agree_with_sorted_keys(
+    tmp_path_factory: pytest.TempPathFactory, keys: list[str], prefix: str, limit: int
+) -> None:
+    """A directory tree lists in the order of its full keys whether walked once or page by
+    page from each token: names with characters below and above "/" ("a-", "a/", "a.") are
+    where a directory's place in key order differs from its name's."""
+    kept: list[str] = []
+    for key in keys:  # a file and a directory cannot share a name on a file system
+        if all(
+            k != key and not k.startswith(f"{key}/") and not key.startswith(f"{k}/") for k in kept
+        ):
+            kept.append(key)
+    store = LocalStore(tmp_path_factory.mktemp("listing"))
+    for key in kept:
+        store.put(key, key.encode())
+    expected = sorted(k for k in kept if k.startswith(prefix))
+    assert [info.key for info in store.list(prefix)] == expected
+    assert _walk_pages(store, prefix, limit) == expected
