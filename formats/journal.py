@@ -56,7 +56,7 @@ import itertools
 import struct
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -352,6 +352,11 @@ PAGE_WEIGHT = PAGE_BYTES + 160
 """What a cached page weighs: its bytes and the cache entry, key and object headers around them."""
 _OPEN_PIECE = 1024 * PAGE_BYTES
 """Open reads a hash region in pieces of at most this many slot bytes (1 MiB)."""
+PAGE_GAP = 4
+"""Slot pages at most this many apart are read together by :meth:`JournalReader.locate_many`
+(the pages between them come along and are dropped)."""
+PAGE_RUN = 256 * PAGE_BYTES
+"""The largest read of slot pages :meth:`JournalReader.locate_many` makes (256 KiB)."""
 _tokens = itertools.count()
 
 
@@ -480,8 +485,57 @@ class _HashIndex:
         if zlib.crc32(page) != self.page_crcs[number]:  # type: ignore[index]
             raise CorruptionError(self.name, "journal hash region checksum mismatch", offset=offset)
 
-    def candidates(self, key_hash: int) -> Iterator[tuple[int, int]]:
-        """Yield ``(offset, length)`` of every record whose slot carries ``key_hash``."""
+    def first_page(self, key_hash: int) -> int | None:
+        """The slot page a probe for ``key_hash`` starts on, or None when its table is empty."""
+        table = (key_hash & 255) << 1
+        count = self.tables[table + 1]
+        if not count:
+            return None
+        return (self.tables[table] + (key_hash >> 8) % count) >> _PAGE_SHIFT
+
+    def load_pages(self, numbers: Iterable[int]) -> dict[int, bytes]:
+        """Slot pages ``numbers`` by number (none for a held region): the ones the cache holds
+        from there, the others read in runs, pages at most :data:`PAGE_GAP` apart joined into one
+        read of at most :data:`PAGE_RUN` bytes, each checked against its CRC. Pages read here
+        are not cached: a scan wants each once per window and must not evict a point read's."""
+        cache = self.cache
+        if self.region is not None or cache is None:
+            return {}
+        token = self.token
+        pages: dict[int, bytes] = {}
+        missing: list[int] = []
+        for number in sorted(set(numbers)):
+            page = cache.get((token, number))
+            if page is None:
+                missing.append(number)
+            else:
+                pages[number] = page  # type: ignore[assignment]
+        i = 0
+        while i < len(missing):
+            first = last = missing[i]
+            j = i + 1
+            while j < len(missing):
+                number = missing[j]
+                if number - last > PAGE_GAP or (number - first + 1) * PAGE_BYTES > PAGE_RUN:
+                    break
+                last = number
+                j += 1
+            start = self.slots_at + first * PAGE_BYTES
+            end = min(self.slots_at + (last + 1) * PAGE_BYTES, self.slots_end)
+            data = fetch_exact(self.fetch, start, end, self.name)  # type: ignore[arg-type]
+            for number in missing[i:j]:
+                at = (number - first) * PAGE_BYTES
+                page = data[at : at + PAGE_BYTES]
+                self._check_page(number, page, start + at)
+                pages[number] = page
+            i = j
+        return pages
+
+    def candidates(
+        self, key_hash: int, pages: dict[int, bytes] | None = None
+    ) -> Iterator[tuple[int, int]]:
+        """Yield ``(offset, length)`` of every record whose slot carries ``key_hash``; a paged
+        index takes its pages from ``pages`` (:meth:`load_pages`) first, then the cache."""
         table = (key_hash & 255) << 1
         tables = self.tables
         count = tables[table + 1]
@@ -500,7 +554,8 @@ class _HashIndex:
             else:
                 number = slot >> _PAGE_SHIFT
                 if number != page_number:
-                    page = self._page(number)
+                    found = pages.get(number) if pages else None
+                    page = self._page(number) if found is None else found
                     page_number = number
                 slot_hash, offset, length = unpack(page, (slot & _PAGE_MASK) * _SLOT.size)
             if not length:
@@ -819,13 +874,44 @@ class JournalReader:
         with :meth:`values_at`; a slot whose record turns out to hold another key (two keys
         that hash alike) is answered by :meth:`value`."""
         index = self._index
-        stored_sqn = sqn - self.sqn_base
-        if index is None or not 0 <= stored_sqn < _U64:
+        key = self._record_key(sqn, kind, ledger_key)
+        if index is None or key is None:
             return None
-        key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
         for offset, length in index.candidates(zlib.crc32(key)):
             return key, offset, length
         return None
+
+    def locate_many(
+        self, wanted: Sequence[tuple[int, Kind, bytes]]
+    ) -> list[tuple[bytes, int, int] | None]:
+        """:meth:`locate` of every ``(sqn, kind, ledger_key)`` of ``wanted``, in its order.
+
+        A paged index first reads the slot pages the probes start on, in as few reads as they
+        allow (:meth:`_HashIndex.load_pages`): a scan's window wants hundreds of records of one
+        file, whose pages lie all over its hash region, and one read per page was most of what
+        a scanned row cost once the regions outgrew the index cache."""
+        index = self._index
+        if index is None:
+            return [None] * len(wanted)
+        keys = [self._record_key(sqn, kind, ledger_key) for sqn, kind, ledger_key in wanted]
+        hashes = [None if key is None else zlib.crc32(key) for key in keys]
+        first_page = index.first_page
+        pages = index.load_pages(
+            page for h in hashes if h is not None and (page := first_page(h)) is not None
+        )
+        candidates = index.candidates
+        out: list[tuple[bytes, int, int] | None] = []
+        for key, key_hash in zip(keys, hashes, strict=True):
+            found = None if key_hash is None else next(candidates(key_hash, pages), None)
+            out.append(None if found is None else (key, found[0], found[1]))  # type: ignore[arg-type]
+        return out
+
+    def _record_key(self, sqn: int, kind: Kind, ledger_key: bytes) -> bytes | None:
+        """The record key of an entry this file could hold, or None for an SQN it cannot."""
+        stored_sqn = sqn - self.sqn_base
+        if not 0 <= stored_sqn < _U64:
+            return None
+        return _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
 
     def values_at(
         self, wanted: list[tuple[bytes, int, int]], max_run: int = DEFAULT_CHUNK_SIZE
@@ -875,6 +961,26 @@ class JournalReader:
         if len(data) != end - start:
             raise short_read(self.name, start, end, len(data))
         return data  # type: ignore[no-any-return]
+
+    def read_records_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """:meth:`read_records` of every ``(start, end)`` of ``ranges``, asked of the store
+        together when the fetch can (``direct_many``): a scan's reads of one file in a window."""
+        records_end = self.header.hash_offset
+        for start, end in ranges:
+            if start < HEADER_SIZE or end > records_end or end <= start:
+                raise CorruptionError(
+                    self.name, "journal hash slot points outside the records", offset=start
+                )
+        many = getattr(self._fetch, "direct_many", None)
+        if many is None:
+            fetch = getattr(self._fetch, "direct", self._fetch)
+            found = [fetch(start, end) for start, end in ranges]
+        else:
+            found = many(ranges)
+        for (start, end), data in zip(ranges, found, strict=True):
+            if len(data) != end - start:
+                raise short_read(self.name, start, end, len(data))
+        return found  # type: ignore[no-any-return]
 
     def cached_record(self, offset: int, length: int) -> bytes | None:
         """The record at ``offset`` of ``length`` bytes if the journal cache holds it (read by

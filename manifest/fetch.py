@@ -13,6 +13,8 @@ that reads each record once must not evict what point reads use). The table stor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from inkpen.formats.cache import LruCache
 from inkpen.objectstore.base import ObjectStore
 
@@ -33,6 +35,10 @@ class DirectFetch:
         return self.store.get_range(self.key, start, end)
 
     direct = __call__
+
+    def direct_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Every ``(start, end)`` of ``ranges``, in one ``get_ranges`` of the store."""
+        return self.store.get_ranges(self.key, ranges)
 
 
 class ChunkedFetch:
@@ -101,6 +107,12 @@ class ChunkedFetch:
     def direct(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` straight from the store, past the cache."""
         return self.store.get_range(self.key, start, min(end, self._size))
+
+    def direct_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """:meth:`direct` of every ``(start, end)`` of ``ranges``, in one ``get_ranges`` of the
+        store (a local directory reads them through one open file; obstore joins neighbours)."""
+        size = self._size
+        return self.store.get_ranges(self.key, [(start, min(end, size)) for start, end in ranges])
 
     def __call__(self, start: int, end: int) -> bytes:
         chunk = self._chunk

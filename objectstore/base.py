@@ -33,9 +33,10 @@ store adds its own put id (:data:`PUT_ID_METADATA_KEY`) to conditional writes, s
 
 from __future__ import annotations
 
+import builtins
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, Self, runtime_checkable
 
@@ -92,6 +93,13 @@ class ObjectStore(Protocol):
 
     def get_range(self, key: str, start: int, end: int) -> bytes: ...
 
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """``get_range`` of every ``(start, end)`` of ``ranges``, of one object, in order.
+
+        A store may serve them together (one open file, or requests an S3 client coalesces);
+        each answer is what ``get_range`` would give."""
+        ...
+
     def head(self, key: str) -> ObjectInfo: ...
 
     def list_page(
@@ -126,6 +134,11 @@ class StoreBase:
             if page.next_token is None:
                 return
             token = page.next_token
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        """One ``get_range`` after another; stores that can serve several at once override it."""
+        get_range = self.get_range  # type: ignore[attr-defined]
+        return [get_range(key, start, end) for start, end in ranges]
 
     def close(self) -> None:
         """Release connections and handles; the default holds none."""

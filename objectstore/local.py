@@ -25,7 +25,7 @@ import operator
 import os
 import stat
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal
 from urllib.parse import quote
 
@@ -191,6 +191,15 @@ class LocalStore(StoreBase):
         check_range(start, end)
         try:
             return self._files.pread(self._path(key), end - start, start)
+        except OSError as exc:
+            raise read_error(exc, key, self._url) from None
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        self._check_open()
+        for start, end in ranges:
+            check_range(start, end)
+        try:
+            return self._files.pread_many(self._path(key), ranges)
         except OSError as exc:
             raise read_error(exc, key, self._url) from None
 

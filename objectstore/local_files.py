@@ -24,6 +24,7 @@ import os
 import stat
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inkpen.errors import UsageError
@@ -66,6 +67,21 @@ class OpenFileCache:
             entry = self._open(path)
         try:
             return _pread_fully(entry.fd, size, offset)
+        finally:
+            self._release(entry)
+
+    def pread_many(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """:meth:`pread` of every ``(start, end)`` of ``ranges`` of one file: its descriptor is
+        taken and checked once for all of them."""
+        entry = self._cached(path)
+        if entry is not None and not _still_linked(entry.fd):
+            self._release(entry, drop_path=path)
+            entry = None
+        if entry is None:
+            entry = self._open(path)
+        try:
+            fd = entry.fd
+            return [_pread_fully(fd, end - start, start) for start, end in ranges]
         finally:
             self._release(entry)
 

@@ -101,6 +101,51 @@ def test_a_paged_reader_answers_every_read_path_like_a_whole_one() -> None:
     assert reader.get(entries[0].sqn, Kind.TOMBSTONE, entries[0].ledger_key) is None
 
 
+def test_locate_many_answers_as_locate_does_in_few_reads_of_whole_pages() -> None:
+    rng = random.Random(14)
+    name, data, entries = make_files(rng)[0]
+    fetch = CountingFetch(data)
+    cache = LruCache(1 << 20)
+    reader = JournalReader.open(name, len(data), fetch, index_cache=cache)
+    held = JournalReader.open(name, len(data), lambda s, e: data[s:e])
+    header = reader.header
+    wanted = [(e.sqn, e.kind, e.ledger_key) for e in rng.sample(entries, 250)]
+    wanted += [(sqn + 10**6, kind, key) for sqn, kind, key in wanted[:20]]  # absent
+    wanted += [(sqn, Kind.TOMBSTONE, key) for sqn, _, key in wanted[:20]]  # absent
+    wanted += [(-5, Kind.OBJECT, b"k"), (1 << 64, Kind.OBJECT, b"k")]  # no such SQN here
+    rng.shuffle(wanted)
+
+    fetch.calls.clear()
+    located = reader.locate_many(wanted)
+    assert located == [held.locate(*ask) for ask in wanted]
+    assert sum(where is not None for where in located) == 250
+    slot_reads = [(s, e) for s, e in fetch.calls if s >= header.hash_offset]
+    assert not [call for call in fetch.calls if call not in slot_reads]  # no record is read
+    slots_at = header.hash_offset + 2048
+    assert all((s - slots_at) % PAGE_BYTES == 0 for s, _ in slot_reads)  # whole pages
+    assert len(slot_reads) < 5  # 250 of 400 entries: their pages joined, not one read each
+    assert cache.weight == 0  # pages a window wants once must not evict a point read's
+
+    every = [(e.sqn, e.kind, e.ledger_key) for e in entries]
+    for ask in every:
+        reader.locate(*ask)  # now the cache holds every page
+    fetch.calls.clear()
+    assert reader.locate_many(wanted) == located
+    assert fetch.calls == []  # pages the cache holds are taken from it
+    assert held.locate_many(wanted) == located  # a held region reads nothing either
+
+
+def test_locate_many_checks_every_page_it_reads() -> None:
+    name, data, entries = make_files(random.Random(15))[0]
+    header = read_header(data, name)
+    fetch = CountingFetch(data)
+    reader = JournalReader.open(name, len(data), fetch, index_cache=LruCache(1 << 20))
+    fetch.data = flip(data, header.hash_offset + 2048 + 5 * PAGE_BYTES + 3)  # page 5 damaged
+    with pytest.raises(CorruptionError) as info:
+        reader.locate_many([(e.sqn, e.kind, e.ledger_key) for e in entries])
+    assert info.value.object_name == name
+
+
 def flip(data: bytes, offset: int) -> bytes:
     return data[:offset] + bytes([data[offset] ^ 0x41]) + data[offset + 1 :]
 

@@ -860,3 +860,25 @@ def test_local_listing_and_pages_agree_with_sorted_keys(
     expected = sorted(k for k in kept if k.startswith(prefix))
     assert [info.key for info in store.list(prefix)] == expected
     assert _walk_pages(store, prefix, limit) == expected
+
+
+def test_get_ranges_answers_each_range_as_get_range_does(store: ObjectStore) -> None:
+    data = bytes(range(256)) * 400
+    store.put("journal/x", data)
+    counting = CountingStore(store)
+    ranges = [(0, 10), (10, 10), (5000, 5100), (102000, 102400), (7, 9)]
+    ranges += [(at, at + 150) for at in range(20000, 90000, 700)]  # neighbours a client may join
+    got = counting.get_ranges("journal/x", ranges)
+    assert got == [data[start:end] for start, end in ranges]
+    counts = counting.snapshot()
+    assert counts["gets"] == len(ranges)
+    assert counts["bytes_read"] == sum(len(part) for part in got)
+    past_end = [(5, 9), (102390, 102500), (200000, 200100)]  # short and empty, as get_range says
+    expected = [store.get_range("journal/x", start, end) for start, end in past_end]
+    assert expected == [data[5:9], data[102390:], b""]
+    assert store.get_ranges("journal/x", past_end) == expected
+    with pytest.raises(NotFoundError):
+        store.get_ranges("journal/missing", [(0, 1), (5, 9)])
+    with pytest.raises(UsageError):
+        store.get_ranges("journal/x", [(0, 1), (5, 1)])
+    assert store.get_ranges("journal/x", []) == []

@@ -92,3 +92,32 @@ def test_a_key_order_scan_reads_each_journal_byte_at_most_once(local_url: str) -
         (key, model[key]) for key in sorted(model) if b"key00001000" <= key <= b"key00001999"
     ]
     assert scanned <= journal_bytes + ledger_bytes, (scanned, journal_bytes, ledger_bytes)
+
+
+def test_a_scan_in_small_windows_batches_and_budgets_reads_every_value_once(
+    local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan's planning at its edges: windows of a few hundred rows, batches of a few
+    reads, a keep budget that runs out early, through an index cache of a few pages."""
+    from inkpen.actors.read import path
+
+    monkeypatch.setattr(path, "SCAN_WINDOW", 700)
+    monkeypatch.setattr(path, "SCAN_BATCH", 2048)
+    monkeypatch.setattr(path, "SCAN_KEEP_BYTES", 64 * 1024)
+    monkeypatch.setattr(path, "SCAN_GAP", 1024)
+    options = {"journal_cache_bytes": 256 * 1024, "journal_index_cache_bytes": 8 * 1024}
+    model = load(local_url, **options)
+    store = CountingStore(open_store(local_url))
+    try:
+        journal_bytes = stored_bytes(store, "journal/")
+        ledger_bytes = stored_bytes(store, "ledger/")
+        with inkpen.open(store, **options) as book:
+            before = store.snapshot()["bytes_read"]
+            with book.objects("b") as rows:
+                got = [(key, value) for _, key, value in rows]
+            scanned = store.snapshot()["bytes_read"] - before
+    finally:
+        store.close()
+    assert got == sorted(model.items())
+    # Slot pages are read per window now (the index cache holds 8 of them), records once.
+    assert scanned <= 2 * (journal_bytes + ledger_bytes), (scanned, journal_bytes, ledger_bytes)

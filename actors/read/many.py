@@ -281,7 +281,7 @@ def _view_bodies(journal: JournalView, rows: list[Row]) -> _Window:
     window = _Window(len(rows))
     bodies = window.bodies
     files = journal.files
-    placed = place_records(journal, ((key, sqn) for sqn, key in rows), bodies)
+    placed = place_records(journal, [(key, sqn) for sqn, key in rows], bodies)
     by_file: dict[int, list[Record]] = {}
     for index, records in placed.items():
         reader = files[index].reader

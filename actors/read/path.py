@@ -17,14 +17,14 @@ from __future__ import annotations
 import bisect
 import heapq
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal, Protocol, cast
 
 from inkpen.actors.read.views import CacheView, JournalView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError
-from inkpen.formats.journal import JournalEntry, Kind
+from inkpen.formats.journal import JournalEntry, JournalReader, Kind
 from inkpen.formats.keys import (
     ACTIVE,
     LedgerValue,
@@ -440,19 +440,22 @@ SCAN_GAP = 64 * 1024
 """The largest run of unwanted records a scan reads through (and keeps) to join two reads."""
 SCAN_RUN = 4 * 1024 * 1024
 """The largest single read of a scan."""
+SCAN_BATCH = 8 * 1024 * 1024
+"""The most bytes of one file's reads a scan asks the store for together (``get_ranges``)."""
 
 
 def place_records(
-    journal: JournalView, rows: Iterable[tuple[bytes, int]], bodies: list[bytes | None]
+    journal: JournalView, rows: Sequence[tuple[bytes, int]], bodies: list[bytes | None]
 ) -> dict[int, list[tuple[int, int, int, bytes]]]:
-    """Where each row's (``(key, sqn)``) object body lives in ``journal``, reading nothing:
+    """Where each row's (``(key, sqn)``) object body lives in ``journal``, reading no record:
     a body held by an unrolled segment goes into ``bodies`` at the row's index; a record in a
-    journal file, located through its hash region, is answered per file (its index in the view)
-    as ``(offset, length, row index, record key)``, unsorted. Rows the view does not hold stay
-    None."""
+    journal file, located through its hash region (each file asked once for all its rows, so
+    that a paged region is read in as few reads as the rows allow), is answered per file (its
+    index in the view) as ``(offset, length, row index, record key)``, unsorted. Rows the view
+    does not hold stay None."""
     kind = Kind.OBJECT
     files = journal.files
-    by_file: dict[int, list[tuple[int, int, int, bytes]]] = {}
+    in_files: dict[int, list[int]] = {}
     for at, (key, sqn) in enumerate(rows):
         found = journal.place(sqn)
         if found is None:
@@ -462,10 +465,17 @@ def place_records(
             if entry is not None and entry.ledger_key == key and entry.kind == kind:
                 bodies[at] = entry.value or b""
             continue
-        where = files[found].reader.locate(sqn, kind, key)  # type: ignore[index]
-        if where is not None:
-            record_key, offset, length = where
-            by_file.setdefault(found, []).append((offset, length, at, record_key))  # type: ignore[arg-type]
+        in_files.setdefault(found, []).append(at)  # type: ignore[arg-type]
+    by_file: dict[int, list[tuple[int, int, int, bytes]]] = {}
+    for index, ats in in_files.items():
+        wanted = [(rows[at][1], kind, rows[at][0]) for at in ats]
+        placed = [
+            (where[1], where[2], at, where[0])
+            for at, where in zip(ats, files[index].reader.locate_many(wanted), strict=True)
+            if where is not None
+        ]
+        if placed:
+            by_file[index] = placed
     return by_file
 
 
@@ -500,45 +510,84 @@ class WindowReads:
         rows: list[tuple[bytes, int]],
         bodies: list[bytes | None],
     ) -> None:
+        """Plan the reads of one file's wanted records (sorted by offset), make them in
+        batches of at most :data:`SCAN_BATCH` bytes (each batch one ``get_ranges`` of the
+        store), and answer every record from its read or from bytes kept earlier."""
         reader = self.journal.files[file_index].reader
         starts, kept = self.runs.setdefault(file_index, ([], []))
         records_end = reader.header.hash_offset
+        batch: list[tuple[int, int, int, int, bool]] = []  # reads: (i, j, start, end, keep)
+        batch_bytes = 0
         i = 0
         count = len(wanted)
         while i < count:
             offset, length, _, _ = wanted[i]
             k = bisect.bisect_right(starts, offset) - 1
             if k >= 0 and offset + length <= starts[k] + len(kept[k]):
-                j = i + 1  # a record read earlier, between two others
-                data, base = kept[k], starts[k]
-            else:
-                limit = starts[k + 1] if k + 1 < len(starts) else records_end
-                may_keep = self.kept < SCAN_KEEP_BYTES
-                end = offset + length
-                j = i + 1
-                while j < count:
-                    at, size = wanted[j][0], wanted[j][1]
-                    gap = at - end
-                    if gap < 0 or at + size > limit or at + size - offset > SCAN_RUN:
-                        break
-                    if gap and (not may_keep or gap > SCAN_GAP):
-                        break
-                    end = at + size
-                    j += 1
-                data, base = reader.read_records(offset, end), offset
-                if may_keep and end - offset > sum(w[1] for w in wanted[i:j]):
-                    starts.insert(k + 1, offset)
-                    kept.insert(k + 1, data)
-                    self.kept += len(data)
-            for at, size, row, record_key in wanted[i:j]:
-                rel = at - base
-                record = data if rel == 0 and size == len(data) else data[rel : rel + size]
-                body = reader.body_of(record, record_key, at)
-                if body is None:  # two keys that hash alike: the slower probe finds the right one
-                    key, sqn = rows[row]
-                    body = reader.value(sqn, Kind.OBJECT, key)
-                bodies[row] = body
+                self._answer(reader, wanted[i : i + 1], kept[k], starts[k], rows, bodies)
+                i += 1  # a record read earlier, between two others
+                continue
+            limit = starts[k + 1] if k + 1 < len(starts) else records_end
+            may_keep = self.kept < SCAN_KEEP_BYTES
+            end = offset + length
+            j = i + 1
+            while j < count:
+                at, size = wanted[j][0], wanted[j][1]
+                gap = at - end
+                if gap < 0 or at + size > limit or at + size - offset > SCAN_RUN:
+                    break
+                if gap and (not may_keep or gap > SCAN_GAP):
+                    break
+                end = at + size
+                j += 1
+            keep = may_keep and end - offset > sum(w[1] for w in wanted[i:j])
+            if keep:
+                self.kept += end - offset  # counted now: the next runs' plans depend on it
+            batch.append((i, j, offset, end, keep))
+            batch_bytes += end - offset
+            if batch_bytes >= SCAN_BATCH:
+                self._read_batch(reader, batch, wanted, rows, bodies, starts, kept)
+                batch, batch_bytes = [], 0
             i = j
+        if batch:
+            self._read_batch(reader, batch, wanted, rows, bodies, starts, kept)
+
+    @staticmethod
+    def _read_batch(
+        reader: JournalReader,
+        batch: list[tuple[int, int, int, int, bool]],
+        wanted: list[tuple[int, int, int, bytes]],
+        rows: list[tuple[bytes, int]],
+        bodies: list[bytes | None],
+        starts: list[int],
+        kept: list[bytes],
+    ) -> None:
+        found = reader.read_records_many([(start, end) for _, _, start, end, _ in batch])
+        for (i, j, start, _, keep), data in zip(batch, found, strict=True):
+            if keep:
+                k = bisect.bisect_right(starts, start)
+                starts.insert(k, start)
+                kept.insert(k, data)
+            WindowReads._answer(reader, wanted[i:j], data, start, rows, bodies)
+
+    @staticmethod
+    def _answer(
+        reader: JournalReader,
+        records: list[tuple[int, int, int, bytes]],
+        data: bytes,
+        base: int,
+        rows: list[tuple[bytes, int]],
+        bodies: list[bytes | None],
+    ) -> None:
+        """Set the bodies of ``records``, all inside ``data`` (bytes from offset ``base``)."""
+        for at, size, row, record_key in records:
+            rel = at - base
+            record = data if rel == 0 and size == len(data) else data[rel : rel + size]
+            body = reader.body_of(record, record_key, at)
+            if body is None:  # two keys that hash alike: the slower probe finds the right one
+                key, sqn = rows[row]
+                body = reader.value(sqn, Kind.OBJECT, key)
+            bodies[row] = body
 
 
 _NUL = b"\x00"
