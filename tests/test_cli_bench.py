@@ -96,7 +96,7 @@ def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios() -> None:
     lines = run_bench(
         "--scale", "--n", "1500,3000", "--concurrency", "16", "--gets", "300", "--store", "file"
     )
-    parts = ["load", "close", "open", "get", "get16", "scan", "kill"]
+    parts = ["load", "close", "open", "settle", "get", "get16", "get_warm", "scan", "kill"]
     assert [(line.get("n"), line["workload"]) for line in lines] == [
         *((1500, part) for part in parts),
         *((3000, part) for part in parts),
@@ -114,7 +114,8 @@ def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios() -> None:
         assert close["store_bytes"] >= n * (16 + 100) and close["store_ratio"] >= 1
         assert 0 < close["store_objects"] < n
         assert by[n, "open"]["open_s"] > 0
-        for part in ("get", "get16"):
+        assert by[n, "settle"]["settle_s"] >= 0
+        for part in ("get", "get16", "get_warm"):
             line = by[n, part]
             assert line["ops"] == 300 and 0 < line["p50_ms"] <= line["p99_ms"] <= line["max_ms"]
             assert 0 <= line["bytes_read_per_op"] <= 16 * 1024
