@@ -59,12 +59,7 @@ class OpenFileCache:
         Raises :class:`FileNotFoundError` when ``path`` does not name a regular file, and any
         other :class:`OSError` as it comes.
         """
-        entry = self._cached(path)
-        if entry is not None and not _still_linked(entry.fd):
-            self._release(entry, drop_path=path)
-            entry = None
-        if entry is None:
-            entry = self._open(path)
+        entry = self._take(path)
         try:
             return _pread_fully(entry.fd, size, offset)
         finally:
@@ -73,17 +68,21 @@ class OpenFileCache:
     def pread_many(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """:meth:`pread` of every ``(start, end)`` of ``ranges`` of one file: its descriptor is
         taken and checked once for all of them."""
-        entry = self._cached(path)
-        if entry is not None and not _still_linked(entry.fd):
-            self._release(entry, drop_path=path)
-            entry = None
-        if entry is None:
-            entry = self._open(path)
+        entry = self._take(path)
         try:
             fd = entry.fd
             return [_pread_fully(fd, end - start, start) for start, end in ranges]
         finally:
             self._release(entry)
+
+    def _take(self, path: str) -> _OpenFile:
+        """The entry of ``path``, pinned for reads (release it after): the cached one while its
+        file still has a name, else the file opened afresh."""
+        entry = self._cached(path)
+        if entry is not None and not _still_linked(entry.fd):
+            self._release(entry, drop_path=path)
+            entry = None
+        return self._open(path) if entry is None else entry
 
     def forget(self, path: str) -> None:
         """Stop caching ``path`` (its object was just replaced or deleted)."""
