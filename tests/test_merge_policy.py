@@ -232,7 +232,10 @@ def test_the_basement_drops_tombstones(deeper_files: bool) -> None:
 
 
 def test_policy_for_takes_the_option_or_builds_leveled_from_the_sizes() -> None:
-    assert policy_for(inkpen.Options(l1_target_files=3, level_fanout=5)) == LeveledMergePolicy(3, 5)
+    assert policy_for(inkpen.Options(l1_target_files=3, level_fanout=5)) == LeveledMergePolicy(
+        3, 5, l0_trigger=6
+    )  # half of the default max_l0_files, 12
+    assert policy_for(inkpen.Options(max_l0_files=9)) == LeveledMergePolicy(4, 8, l0_trigger=4)
     custom = LeveledMergePolicy(1, 2)
     assert policy_for(inkpen.Options(merge_policy=custom)) is custom
     assert isinstance(POLICY, MergePolicy)

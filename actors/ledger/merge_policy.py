@@ -115,7 +115,8 @@ class LeveledMergePolicy:
     level_fanout: int = 8
     grooming_sample: int = GROOMING_SAMPLE
     l0_trigger: int = 4
-    """L0 files that make L0 as full as a level at its target (half of ``max_l0_files``)."""
+    """L0 files that make L0 as full as a level at its target; :func:`policy_for` makes it
+    half of the options' ``max_l0_files`` (6 by default)."""
 
     def choose(self, levels: Levels[F], *, turn: int) -> MergeJob[F] | None:
         if levels.l0 and not self._fuller_than_l0(levels):
