@@ -482,8 +482,10 @@ def place_records(
 class WindowReads:
     """The value reads of one scan over one journal view, window by window.
 
-    Each row's record is located through its file's hash region (no read). A window's records
-    of one file are read in offset order; records that touch are read together, and while the
+    A window's rows are located file by file (:meth:`JournalReader.locate_many`: the slot pages
+    their probes start on are read in joined runs, past the index cache). A window's records
+    of one file are read in offset order, asked of the store together in batches of up to
+    :data:`SCAN_BATCH` bytes (``get_ranges``); records that touch are read together, and while the
     scan keeps fewer than :data:`SCAN_KEEP_BYTES`, so are records up to :data:`SCAN_GAP` apart,
     the records between them being kept for the windows that want them later. A read never
     reaches into kept bytes, so no journal byte is read twice. Entries of unrolled segments
