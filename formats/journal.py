@@ -952,10 +952,7 @@ class JournalReader:
 
     def read_records(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the records region, read past the journal cache, whole."""
-        if start < HEADER_SIZE or end > self.header.hash_offset or end <= start:
-            raise CorruptionError(
-                self.name, "journal hash slot points outside the records", offset=start
-            )
+        self._check_records_range(start, end)
         fetch = getattr(self._fetch, "direct", self._fetch)
         data = fetch(start, end)
         if len(data) != end - start:
@@ -965,12 +962,8 @@ class JournalReader:
     def read_records_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """:meth:`read_records` of every ``(start, end)`` of ``ranges``, asked of the store
         together when the fetch can (``direct_many``): a scan's reads of one file in a window."""
-        records_end = self.header.hash_offset
         for start, end in ranges:
-            if start < HEADER_SIZE or end > records_end or end <= start:
-                raise CorruptionError(
-                    self.name, "journal hash slot points outside the records", offset=start
-                )
+            self._check_records_range(start, end)
         many = getattr(self._fetch, "direct_many", None)
         if many is None:
             fetch = getattr(self._fetch, "direct", self._fetch)
@@ -981,6 +974,13 @@ class JournalReader:
             if len(data) != end - start:
                 raise short_read(self.name, start, end, len(data))
         return found  # type: ignore[no-any-return]
+
+    def _check_records_range(self, start: int, end: int) -> None:
+        """Raise unless ``[start, end)`` is a non-empty range inside the records region."""
+        if start < HEADER_SIZE or end > self.header.hash_offset or end <= start:
+            raise CorruptionError(
+                self.name, "journal hash slot points outside the records", offset=start
+            )
 
     def cached_record(self, offset: int, length: int) -> bytes | None:
         """The record at ``offset`` of ``length`` bytes if the journal cache holds it (read by
