@@ -13,6 +13,11 @@ See README.md and DESIGN.md.
 
 from __future__ import annotations
 
+# In a checkout's root, the folders beside inkpen/ are its subpackages: see _checkout.
+from inkpen import _checkout  # noqa: F401
+
+# isort: split
+
 from inkpen.actors.engine.compactor import Compactor, CompactorReport, open_compactor
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.clerk import CompactionReport
