@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.memory import drop_space
@@ -30,6 +31,10 @@ from inkpen.objectstore.seaweed import (
     start_seaweed,
 )
 from support.profiles import DEEP_PROFILE, profile_name
+
+# Every property test runs under the selected profile: no deadline (a busy machine must not fail
+# a test for being slow), derandomized under the default profile.
+settings.load_profile(profile_name())
 
 STORE_KINDS = ("memory", "local", "s3")
 

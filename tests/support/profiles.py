@@ -10,7 +10,8 @@ Two profiles, chosen with the environment variable ``INKPEN_HYPOTHESIS_PROFILE``
 
 Either way a failure prints the shrunk sequence of steps and a ``@reproduce_failure`` blob.
 Each machine asks :func:`machine_settings` for its own budget, so a slow store (SeaweedFS)
-runs fewer examples than memory; the rest of the suite keeps Hypothesis' own defaults.
+runs fewer examples than memory; the rest of the suite runs under the profile as it is
+(``conftest.py`` loads it), with Hypothesis' own example counts.
 """
 
 from __future__ import annotations
