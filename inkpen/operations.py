@@ -33,8 +33,8 @@ from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.url import parse_store_url
 
 from . import bookie as _bookie
+from .checks import check_flag, check_text
 from .errors import NotFoundError, UsageError
-from .options import check_flag, check_text
 
 __all__ = ["CopyReport", "backup", "destroy", "list_databases", "restore"]
 

@@ -36,8 +36,8 @@ from inkpen.actors.read.path import (
 from inkpen.formats.keys import MAX_KEY_BYTES, Tag, object_key
 from inkpen.formats.tictac import TicTacTree, check_segments
 
+from .checks import check_count, check_flag
 from .errors import InkpenError, NotFoundError, UsageError
-from .options import check_flag
 
 T = TypeVar("T")
 
@@ -395,8 +395,8 @@ def head_filter(
             lo_ms = math.ceil(_timestamp("modified_range low end", lo) * 1000)
         if hi is not None:
             hi_ms = math.floor(_timestamp("modified_range high end", hi) * 1000)
-    if max_objects is not None and (type(max_objects) is not int or max_objects < 0):
-        raise UsageError(f"max_objects must be an int >= 0, got {max_objects!r}")
+    if max_objects is not None:
+        check_count("max_objects", max_objects)
     return HeadFilter(chosen, lo_ms, hi_ms, max_objects)
 
 

@@ -34,9 +34,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 
+from inkpen.checks import check_flag, check_seconds, check_text
 from inkpen.errors import InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.logs import get_logger
-from inkpen.options import check_flag, check_seconds, check_text
 
 from .fencing import scan_segments, settle_missing
 from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, VersionedManifest

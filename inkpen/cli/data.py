@@ -25,6 +25,7 @@ from inkpen.options import Options
 
 from . import render
 from .durations import Duration
+from .params import COUNT
 from .targets import reader, writer
 
 CHECKS = ChangeMaker(Options())
@@ -106,7 +107,7 @@ def _limited(items: Iterator[Any], limit: int | None) -> Iterator[Any]:
 @click.option("--end", default=None, help="Last key (or term, with --index) to list.")
 @click.option("--index", "field", default=None, help="List the entries of this index field.")
 @click.option("-l", "--long", "long_form", is_flag=True, help="Show size, SQN and time.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="List at most this many.")
+@click.option("--limit", type=COUNT, default=None, help="List at most this many.")
 @click.option("--checkpoint", default=None, metavar="ID", help="Read at this live checkpoint.")
 def ls(
     url: str,
