@@ -133,8 +133,12 @@ class ReadAPI:
     # -- point reads ------------------------------------------------------------------------
 
     def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
-        """The object's value, or None if it does not exist (never written, deleted, expired)."""
+        """The object's value, or None if it does not exist (never written, deleted, expired).
+
+        A head-only store holds no objects to get: it refuses with :class:`UsageError` (read its
+        values with :meth:`head_only_get`, or fold :meth:`heads`)."""
         self._check_open()
+        self._check_not_head_only_read("get")
         lk = object_key(
             as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
         )
@@ -142,8 +146,10 @@ class ReadAPI:
 
     def get_many(self, bucket: str | bytes, keys: Iterable[str | bytes]) -> list[bytes | None]:
         """The values of many keys of ``bucket``, in the order of ``keys`` (None where absent),
-        all read from one consistent state; faster than a loop of :meth:`get`."""
+        all read from one consistent state; faster than a loop of :meth:`get`. Refused in a
+        head-only store, as :meth:`get` is."""
         self._check_open()
+        self._check_not_head_only_read("get_many")
         b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
         if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise UsageError("keys must be a sequence of keys (str or bytes), not one key")
@@ -254,6 +260,16 @@ class ReadAPI:
     _head_only: str | None = None
     """The head-only mode of the database read (``with_lookup`` / ``no_lookup``), else None."""
 
+    def _check_not_head_only_read(self, what: str) -> None:
+        """Reads of objects (``get``, ``get_many``, ``objects``) find nothing in a head-only store,
+        whose values live in the ledger: refuse them rather than answer None."""
+        if self._head_only is not None:
+            raise UsageError(
+                f"{what} is not available in a head-only store (head_only={self._head_only!r}); "
+                "read with head_only_get(bucket, key, subkey) (head_only='with_lookup') or fold "
+                "heads()"
+            )
+
     def _head_tag(self) -> Tag:
         """The ledger tag head folds and trees cover: OBJECT, or HEAD in a head-only store."""
         return Tag.OBJECT if self._head_only is None else Tag.HEAD
@@ -288,7 +304,10 @@ class ReadAPI:
         reverse: bool = False,
     ) -> FoldIterator[tuple[bytes, bytes, bytes]]:
         """(bucket, key, value) of live objects, in key order (descending with ``reverse``) or
-        in the order they were written."""
+        in the order they were written. Refused in a head-only store, as :meth:`get` is (fold
+        :meth:`heads` there: its ``Head`` values carry the objects' values)."""
+        self._check_open()
+        self._check_not_head_only_read("objects")
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
         s, e = _optional("start", start), _optional("end", end)
         _range_needs_bucket(b, s, e)
