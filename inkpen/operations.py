@@ -31,7 +31,7 @@ from inkpen.manifest.model import decode
 from inkpen.manifest.paths import MANIFEST_PREFIX, manifest_key, parse_manifest_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
-from inkpen.objectstore.url import parse_store_url
+from inkpen.objectstore.url import check_distinct_locations, parse_store_url
 
 from . import bookie as _bookie
 from .checks import check_flag, check_text
@@ -73,6 +73,7 @@ def backup(
     ``inkpen.open_reader`` or make a working copy of it with :func:`restore`.
     """
     check_text("checkpoint", checkpoint, optional=True)
+    check_distinct_locations(url, dest, what="back up")
     with (
         _store(url, must_exist=True, what="url") as source,
         _store(dest, must_exist=False, what="dest") as target,
@@ -94,6 +95,7 @@ def restore(
     :class:`~inkpen.Options`). An interrupted restore resumes when called again.
     """
     check_text("checkpoint", checkpoint, optional=True)
+    check_distinct_locations(backup, dest, what="restore")
     with (
         _store(backup, must_exist=True, what="backup") as source,
         _store(dest, must_exist=False, what="dest") as target,
