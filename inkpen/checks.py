@@ -26,6 +26,8 @@ MAX_SECONDS = 10 * 365 * 86400.0
 """The longest duration any option or argument takes (ten years, in seconds)."""
 MAX_COUNT = 2**63 - 1
 """The largest count or limit any argument takes."""
+MAX_TIMESTAMP = float(1 << 53)
+"""The latest time (seconds since the epoch) any argument takes: exact as a float."""
 MAX_NAME = 256
 """The longest name (feed cursor, and the like) in characters."""
 
@@ -71,6 +73,17 @@ def check_seconds(
         or not value <= maximum
     ):
         raise UsageError(f"{name} must be {what} up to {maximum:.0f}, got {value!r}")
+    return float(value)
+
+
+def check_timestamp(name: str, value: Any) -> float:
+    """A time argument: seconds since the epoch, a real number in ``[0, MAX_TIMESTAMP]``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_TIMESTAMP  # false for NaN
+    ):
+        raise UsageError(f"{name} must be seconds since the epoch (a number >= 0), got {value!r}")
     return float(value)
 
 

@@ -36,7 +36,7 @@ from inkpen.actors.read.path import (
 from inkpen.formats.keys import MAX_KEY_BYTES, Tag, object_key
 from inkpen.formats.tictac import TicTacTree, check_segments
 
-from .checks import check_count, check_flag
+from .checks import check_count, check_flag, check_timestamp
 from .errors import InkpenError, NotFoundError, UsageError
 
 T = TypeVar("T")
@@ -411,25 +411,12 @@ def head_filter(
             )
         lo, hi = modified_range
         if lo is not None:
-            lo_ms = math.ceil(_timestamp("modified_range low end", lo) * 1000)
+            lo_ms = math.ceil(check_timestamp("modified_range low end", lo) * 1000)
         if hi is not None:
-            hi_ms = math.floor(_timestamp("modified_range high end", hi) * 1000)
+            hi_ms = math.floor(check_timestamp("modified_range high end", hi) * 1000)
     if max_objects is not None:
         check_count("max_objects", max_objects)
     return HeadFilter(chosen, lo_ms, hi_ms, max_objects)
-
-
-def _timestamp(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 <= value <= _MAX_TIMESTAMP  # false for NaN
-    ):
-        raise UsageError(f"{name} must be seconds since the epoch (a number >= 0), got {value!r}")
-    return float(value)
-
-
-_MAX_TIMESTAMP = float(1 << 53)
 
 
 def _range_needs_bucket(bucket: bytes | None, start: bytes | None, end: bytes | None) -> None:

@@ -19,8 +19,8 @@ COUNT = click.IntRange(1, MAX_COUNT)
 """A positive count or limit (``--limit``, ``--gets``...)."""
 SIZE = click.IntRange(0, MAX_COUNT)
 """A size or a count that may be 0 (``--value-size``)."""
-MANIFEST_ID = click.IntRange(1, MAX_ID)
-"""A manifest id: 1 up to the largest its 20-digit object key can name."""
+MANIFEST_ID = click.IntRange(1, min(MAX_ID, MAX_COUNT))
+"""A manifest id: 1 up to the largest its 20-digit object key and a manifest field can hold."""
 SECONDS = click.FloatRange(0.0, MAX_SECONDS)
 """Plain seconds (a float) where a duration with units is not taken."""
 
