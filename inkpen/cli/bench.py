@@ -41,7 +41,8 @@ import click
 import inkpen
 from inkpen.objectstore import CountingStore, ObjectStore, open_store
 
-from .params import COUNT, SECONDS
+from .durations import Duration
+from .params import COUNT
 from .scale import run_scale
 from .workloads import (
     BenchmarkFailed,
@@ -263,7 +264,7 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
 )
 @click.option(
     "--idle",
-    type=SECONDS,
+    type=Duration(),
     default=None,
     help="Instead of the workloads: write a little, stay idle this many seconds, and "
     "print the store requests made while idle.",
