@@ -52,7 +52,7 @@ from inkpen.objectstore import ObjectStore
 from . import bookie as _bookie
 from . import reader as _reader
 from .bookie import Bookie, IndexSpecs
-from .errors import UsageError
+from .checks import check_count
 from .options import Options
 from .read_api import ReadAPI
 from .reader import Reader
@@ -73,6 +73,8 @@ R = TypeVar("R", bound=ReadAPI)
 
 DEFAULT_WORKERS = 4
 FOLD_CHUNK = 256
+MAX_WORKERS = 256
+MAX_FOLD_CHUNK = 1_000_000
 
 
 class AsyncFold(Generic[T]):
@@ -483,9 +485,9 @@ class _Opening(Generic[H]):
             await self._handle.close()  # type: ignore[attr-defined]
 
 
-def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
-        raise UsageError(f"workers must be an int from 1 to 256, got {workers!r}")
+def _pool(workers: int, fold_chunk: int) -> concurrent.futures.ThreadPoolExecutor:
+    check_count("workers", workers, minimum=1, maximum=MAX_WORKERS)
+    check_count("fold_chunk", fold_chunk, minimum=1, maximum=MAX_FOLD_CHUNK)
     return concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="inkpen-aio")
 
 
@@ -512,7 +514,7 @@ def open(
     ``workers``: threads for reads and maintenance calls; ``fold_chunk``: items a fold fetches
     per step. Other keywords are :class:`~inkpen.Options`.
     """
-    pool = _pool(workers)
+    pool = _pool(workers, fold_chunk)
 
     async def make() -> AsyncBookie:
         book = await _start(pool, lambda: _bookie.open(url, options, **overrides))
@@ -532,7 +534,7 @@ def open_reader(
     **overrides: Any,
 ) -> _Opening[AsyncReader]:
     """A read-only :class:`AsyncReader`, as :func:`inkpen.open_reader` opens a Reader."""
-    pool = _pool(workers)
+    pool = _pool(workers, fold_chunk)
 
     async def make() -> AsyncReader:
         reader = await _start(

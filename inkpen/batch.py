@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from inkpen.actors.journal.changes import as_bytes, check_if_sqn
+from inkpen.actors.journal.changes import as_bytes, check_if_sqn, check_ttl
 from inkpen.formats.keys import MAX_KEY_BYTES
 
 from .errors import UsageError
@@ -69,7 +69,8 @@ class Batch:
         b, k = self._names(bucket, key)
         if not isinstance(value, bytes | bytearray | memoryview):
             raise UsageError(f"value must be bytes, got {type(value).__name__}")
-        return self._add(_Op(False, b, k, bytes(value), _specs(indexes), ttl, _condition(if_sqn)))
+        life = None if ttl is None else check_ttl(ttl)
+        return self._add(_Op(False, b, k, bytes(value), _specs(indexes), life, _condition(if_sqn)))
 
     def delete(
         self,

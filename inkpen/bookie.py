@@ -36,8 +36,9 @@ from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
 
 from .batch import Batch
+from .checks import check_flag, check_seconds, check_text
 from .errors import FencedError, InkpenError, NotFoundError, UsageError
-from .options import Options, check_flag, check_seconds, check_text
+from .options import Options
 from .read_api import ReadAPI
 from .snapshot import PartsSource, Snapshot
 

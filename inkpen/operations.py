@@ -27,14 +27,15 @@ from typing import Any
 
 from inkpen.manifest.copies import CopyReport, copy_database
 from inkpen.manifest.destroy import destroy as _destroy
-from inkpen.manifest.paths import MANIFEST_PREFIX
+from inkpen.manifest.model import decode
+from inkpen.manifest.paths import MANIFEST_PREFIX, manifest_key, parse_manifest_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
-from inkpen.objectstore.url import parse_store_url
+from inkpen.objectstore.url import check_distinct_locations, parse_store_url
 
 from . import bookie as _bookie
+from .checks import check_flag, check_text
 from .errors import NotFoundError, UsageError
-from .options import check_flag, check_text
 
 __all__ = ["CopyReport", "backup", "destroy", "list_databases", "restore"]
 
@@ -72,6 +73,7 @@ def backup(
     ``inkpen.open_reader`` or make a working copy of it with :func:`restore`.
     """
     check_text("checkpoint", checkpoint, optional=True)
+    check_distinct_locations(url, dest, what="back up")
     with (
         _store(url, must_exist=True, what="url") as source,
         _store(dest, must_exist=False, what="dest") as target,
@@ -93,6 +95,7 @@ def restore(
     :class:`~inkpen.Options`). An interrupted restore resumes when called again.
     """
     check_text("checkpoint", checkpoint, optional=True)
+    check_distinct_locations(backup, dest, what="restore")
     with (
         _store(backup, must_exist=True, what="backup") as source,
         _store(dest, must_exist=False, what="dest") as target,
@@ -146,9 +149,15 @@ def _expires(at: float | None, now: float) -> str:
     return f"expires in {seconds / 3600:.1f}h"
 
 
-def list_databases(url: str | ObjectStore) -> list[str]:
-    """The names of the databases directly under ``url`` (``url/<name>`` holds a manifest), in
-    name order. A missing local directory holds none."""
+def list_databases(url: str | ObjectStore, *, include_destroyed: bool = False) -> list[str]:
+    """The names of the live databases directly under ``url`` (``url/<name>`` holds a manifest),
+    in name order. A missing local directory holds none.
+
+    A database destroyed softly (``destroy(soft=True)``, ``inkpen destroy --soft``) keeps its
+    manifest until GC removes it, but it is no longer a database one can open: it is left out,
+    unless ``include_destroyed=True`` asks for it too.
+    """
+    check_flag("include_destroyed", include_destroyed)
     if isinstance(url, str):
         parsed = parse_store_url(url)
         if parsed.scheme == "file" and not os.path.isdir(parsed.location):
@@ -161,9 +170,27 @@ def list_databases(url: str | ObjectStore) -> list[str]:
             if not page.objects:
                 return names
             name = page.objects[0].key.split("/", 1)[0]
-            if (
-                name != page.objects[0].key
-                and root.list_page(f"{name}/{MANIFEST_PREFIX}", limit=1).objects
-            ):
+            state = "none" if name == page.objects[0].key else _child_state(root, name)
+            if state == "live" or (include_destroyed and state == "destroyed"):
                 names.append(name)
             token = name + "0"  # "0" follows "/": the next page starts after this name's keys
+
+
+def _child_state(root: ObjectStore, name: str) -> str:
+    """``"live"``, ``"destroyed"`` or ``"none"`` (no manifest) for the database ``root/name``."""
+    for _ in range(3):
+        prefix = f"{name}/"
+        ids = [
+            found
+            for info in root.list(f"{prefix}{MANIFEST_PREFIX}")
+            if (found := parse_manifest_key(info.key[len(prefix) :])) is not None
+        ]
+        if not ids:
+            return "none"
+        key = prefix + manifest_key(max(ids))
+        try:
+            manifest = decode(root.get(key), key)
+        except NotFoundError:
+            continue  # collected by GC since the listing: list again
+        return "live" if manifest.destroyed_at is None else "destroyed"
+    return "none"

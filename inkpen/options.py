@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
+from .checks import MAX_SECONDS, check_flag
 from .errors import UsageError
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ Compaction = Literal["internal", "external"]
 
 KiB = 1024
 MiB = 1024 * KiB
-MAX_SECONDS = 10 * 365 * 86400.0
-"""The longest duration any option or argument takes (ten years, in seconds)."""
 
 
 RENAMED_OPTIONS = {
@@ -304,54 +303,6 @@ class Options:
     def strategy_for(self, tag: str) -> ReloadStrategy:
         """The reload strategy of a tag ('o' objects, 'h' head-only objects)."""
         return self.reload_strategy.get(tag, "retain")
-
-
-def check_seconds(
-    name: str, value: Any, *, minimum: float = 0.0, above_minimum: bool = False
-) -> float:
-    """A duration argument as a float: a real number (not a bool, not NaN or infinite, not an
-    int too large for a float) in ``[minimum, MAX_SECONDS]`` (``(minimum, ...]`` with
-    ``above_minimum``); anything else is a :class:`UsageError`."""
-    if minimum == 0:
-        what = "a positive number of seconds" if above_minimum else "a number of seconds >= 0"
-    else:
-        what = f"a number of seconds {'above' if above_minimum else 'at least'} {minimum:g}"
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        # Comparisons first: they are exact for any int and false for NaN.
-        or not (value > minimum if above_minimum else value >= minimum)
-        or not value <= MAX_SECONDS
-    ):
-        raise UsageError(f"{name} must be {what} up to {MAX_SECONDS:.0f}, got {value!r}")
-    return float(value)
-
-
-def check_flag(name: str, value: Any) -> bool:
-    """A True/False argument; anything else (1, "yes", None) is a :class:`UsageError`."""
-    if not isinstance(value, bool):
-        raise UsageError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
-def check_text(name: str, value: Any, *, limit: int = 1024, optional: bool = False) -> str | None:
-    """A name stored as UTF-8 (a checkpoint name, say): a str of at most ``limit`` characters
-    with no NUL and no lone surrogate; None when ``optional``."""
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise UsageError(f"{name} must be a str, got {type(value).__name__}")
-    if len(value) > limit:
-        raise UsageError(f"{name} is {len(value)} characters; the limit is {limit}")
-    if "\x00" in value:
-        raise UsageError(f"{name} must not contain a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise UsageError(
-            f"{name} {value!r} is not valid Unicode text (a lone surrogate at {exc.start})"
-        ) from None
-    return value
 
 
 def _check_range(name: str, value: Any, lo: float, hi: float) -> None:

@@ -36,8 +36,8 @@ from inkpen.actors.read.path import (
 from inkpen.formats.keys import MAX_KEY_BYTES, Tag, object_key
 from inkpen.formats.tictac import TicTacTree, check_segments
 
+from .checks import check_count, check_flag, check_timestamp
 from .errors import InkpenError, NotFoundError, UsageError
-from .options import check_flag
 
 T = TypeVar("T")
 
@@ -133,8 +133,12 @@ class ReadAPI:
     # -- point reads ------------------------------------------------------------------------
 
     def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
-        """The object's value, or None if it does not exist (never written, deleted, expired)."""
+        """The object's value, or None if it does not exist (never written, deleted, expired).
+
+        A head-only store holds no objects to get: it refuses with :class:`UsageError` (read its
+        values with :meth:`head_only_get`, or fold :meth:`heads`)."""
         self._check_open()
+        self._check_not_head_only_read("get")
         lk = object_key(
             as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
         )
@@ -142,8 +146,10 @@ class ReadAPI:
 
     def get_many(self, bucket: str | bytes, keys: Iterable[str | bytes]) -> list[bytes | None]:
         """The values of many keys of ``bucket``, in the order of ``keys`` (None where absent),
-        all read from one consistent state; faster than a loop of :meth:`get`."""
+        all read from one consistent state; faster than a loop of :meth:`get`. Refused in a
+        head-only store, as :meth:`get` is."""
         self._check_open()
+        self._check_not_head_only_read("get_many")
         b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
         if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise UsageError("keys must be a sequence of keys (str or bytes), not one key")
@@ -254,6 +260,16 @@ class ReadAPI:
     _head_only: str | None = None
     """The head-only mode of the database read (``with_lookup`` / ``no_lookup``), else None."""
 
+    def _check_not_head_only_read(self, what: str) -> None:
+        """Reads of objects (``get``, ``get_many``, ``objects``) find nothing in a head-only store,
+        whose values live in the ledger: refuse them rather than answer None."""
+        if self._head_only is not None:
+            raise UsageError(
+                f"{what} is not available in a head-only store (head_only={self._head_only!r}); "
+                "read with head_only_get(bucket, key, subkey) (head_only='with_lookup') or fold "
+                "heads()"
+            )
+
     def _head_tag(self) -> Tag:
         """The ledger tag head folds and trees cover: OBJECT, or HEAD in a head-only store."""
         return Tag.OBJECT if self._head_only is None else Tag.HEAD
@@ -288,7 +304,10 @@ class ReadAPI:
         reverse: bool = False,
     ) -> FoldIterator[tuple[bytes, bytes, bytes]]:
         """(bucket, key, value) of live objects, in key order (descending with ``reverse``) or
-        in the order they were written."""
+        in the order they were written. Refused in a head-only store, as :meth:`get` is (fold
+        :meth:`heads` there: its ``Head`` values carry the objects' values)."""
+        self._check_open()
+        self._check_not_head_only_read("objects")
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
         s, e = _optional("start", start), _optional("end", end)
         _range_needs_bucket(b, s, e)
@@ -392,25 +411,12 @@ def head_filter(
             )
         lo, hi = modified_range
         if lo is not None:
-            lo_ms = math.ceil(_timestamp("modified_range low end", lo) * 1000)
+            lo_ms = math.ceil(check_timestamp("modified_range low end", lo) * 1000)
         if hi is not None:
-            hi_ms = math.floor(_timestamp("modified_range high end", hi) * 1000)
-    if max_objects is not None and (type(max_objects) is not int or max_objects < 0):
-        raise UsageError(f"max_objects must be an int >= 0, got {max_objects!r}")
+            hi_ms = math.floor(check_timestamp("modified_range high end", hi) * 1000)
+    if max_objects is not None:
+        check_count("max_objects", max_objects)
     return HeadFilter(chosen, lo_ms, hi_ms, max_objects)
-
-
-def _timestamp(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 <= value <= _MAX_TIMESTAMP  # false for NaN
-    ):
-        raise UsageError(f"{name} must be seconds since the epoch (a number >= 0), got {value!r}")
-    return float(value)
-
-
-_MAX_TIMESTAMP = float(1 << 53)
 
 
 def _range_needs_bucket(bucket: bytes | None, start: bytes | None, end: bytes | None) -> None:

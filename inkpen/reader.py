@@ -35,8 +35,9 @@ from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store, parse_store_url
 
+from .checks import check_flag, check_seconds, check_text
 from .errors import CheckpointLapsedError, InkpenError, NotFoundError, UsageError
-from .options import Options, check_flag, check_text
+from .options import Options
 from .read_api import FoldIterator, ReadAPI, as_bytes
 
 log = get_logger("inkpen.reader")
@@ -272,11 +273,10 @@ class Reader(ReadAPI):
         first = check_since(since)
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_BUCKET)
         policy = check_gaps(gaps)
-        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
-            raise UsageError(f"wait must be a number of seconds >= 0, got {wait!r}")
+        seconds = check_seconds("wait", wait)
         self._check_open()
         self._check_pin()
-        return FoldIterator(self._tail(first, b, policy, float(wait)), lambda: None)
+        return FoldIterator(self._tail(first, b, policy, seconds), lambda: None)
 
     def _tail(
         self, since: int, bucket: bytes | None, gaps: GapPolicy, wait: float
@@ -345,15 +345,7 @@ def open_reader(
     """
     opts = Options.build(options, **overrides)
     check_flag("follow", follow)
-    if (
-        isinstance(refresh_interval, bool)
-        or not isinstance(refresh_interval, int | float)
-        or not 0.01 <= refresh_interval <= 3600
-    ):
-        raise UsageError(
-            "refresh_interval must be a number of seconds in [0.01, 3600], got "
-            f"{refresh_interval!r}"
-        )
+    check_seconds("refresh_interval", refresh_interval, minimum=0.01, maximum=3600)
     if follow and checkpoint is not None:
         raise UsageError(
             "a following Reader holds checkpoints of its own; pass either follow=True or "

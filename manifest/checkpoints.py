@@ -34,9 +34,15 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 
+from inkpen.checks import (
+    check_count,
+    check_flag,
+    check_seconds,
+    check_text,
+    check_timestamp,
+)
 from inkpen.errors import InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.logs import get_logger
-from inkpen.options import check_flag, check_seconds, check_text
 
 from .fencing import scan_segments, settle_missing
 from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, VersionedManifest
@@ -137,10 +143,10 @@ def ensure_checkpoint(
     check_text("checkpoint name", name, optional=True)
     if source is not None and (not isinstance(source, str) or not source):
         raise UsageError(f"source must be a checkpoint id (str) or None, got {source!r}")
-    if next_segment is not None and (
-        not isinstance(next_segment, int) or isinstance(next_segment, bool) or next_segment < 1
-    ):
-        raise UsageError(f"next_segment must be an int >= 1 or None, got {next_segment!r}")
+    if next_segment is not None:
+        check_count("next_segment", next_segment, minimum=1)
+    if now is not None:
+        check_timestamp("now", now)
     url = manifest_store.url
     list_journal = source is None and next_segment is None and include_segments
 
@@ -219,6 +225,8 @@ def refresh_checkpoint(
     A missing checkpoint raises :class:`NotFoundError`; an expired one :class:`UsageError`.
     """
     life = _check_lifetime(lifetime, optional=True)
+    if now is not None:
+        check_timestamp("now", now)
     url = manifest_store.url
 
     def change(versioned: VersionedManifest) -> Manifest:
@@ -259,7 +267,7 @@ def list_checkpoints(manifest_store: ManifestStore) -> tuple[Checkpoint, ...]:
 
 def drop_expired(manifest: Manifest, now: float) -> Manifest:
     """``manifest`` without the checkpoints that have expired at ``now``."""
-    live = manifest.live_checkpoints(now)
+    live = manifest.live_checkpoints(check_timestamp("now", now))
     if len(live) == len(manifest.checkpoints):
         return manifest
     return replace(manifest, checkpoints=live)

@@ -35,6 +35,7 @@ from dataclasses import replace
 from inkpen.errors import AlreadyExistsError, CorruptionError, NotFoundError, UsageError
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore, open_store
+from inkpen.objectstore.url import check_distinct_locations
 
 from .checkpoints import ensure_checkpoint
 from .model import (
@@ -88,8 +89,7 @@ def create_clone(
     clone_store = as_store(clone)
     if checkpoint_id is not None and (not isinstance(checkpoint_id, str) or not checkpoint_id):
         raise UsageError(f"checkpoint_id must be a checkpoint id or None, got {checkpoint_id!r}")
-    if parent_store.url == clone_store.url:
-        raise UsageError(f"a database cannot be cloned onto itself ({parent_store.url})")
+    check_distinct_locations(parent_store, clone_store, what="clone")
     when = time.time() if now is None else now
     parent_ms = ManifestStore(parent_store)
     clone_ms = ManifestStore(clone_store)

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
+from inkpen.objectstore.url import check_distinct_locations
 
 from .checkpoints import CheckpointLease
 from .clones import StoreResolver
@@ -253,8 +254,7 @@ def copy_database(
     holds (refreshed at half-life while it runs). ``on_pinned`` is told what will be copied
     before any copying starts.
     """
-    if source.url == dest.url:
-        raise UsageError(f"cannot copy the database at {source.url} onto itself")
+    check_distinct_locations(source, dest, what="copy")
     started = time.monotonic()
     src = ManifestStore(source)
     target = ManifestStore(dest)

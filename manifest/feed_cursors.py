@@ -21,10 +21,12 @@ already rolled into journal files, so it never removes an entry the latest journ
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 
+from inkpen.checks import MAX_NAME, check_seconds
+from inkpen.checks import check_name as check_name_of
+from inkpen.checks import check_sqn as check_sqn_of
 from inkpen.errors import NotFoundError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.model import FeedCursor, Manifest, VersionedManifest
@@ -32,37 +34,19 @@ from inkpen.manifest.store import ManifestStore
 
 log = get_logger("inkpen.manifest.feed_cursors")
 
-MAX_NAME = 256
-
 
 def check_name(name: object) -> str:
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME or not name.isprintable():
-        raise UsageError(
-            f"a feed cursor name is a printable, non-empty str of at most {MAX_NAME} "
-            f"characters, got {name!r}"
-        )
-    return name
+    return check_name_of("a feed cursor name", name, limit=MAX_NAME)
 
 
 def check_sqn(sqn: object) -> int:
-    if isinstance(sqn, bool) or not isinstance(sqn, int) or sqn < 0:
-        raise UsageError(f"a feed cursor's sqn is an SQN (an int >= 0), got {sqn!r}")
-    return sqn
+    return check_sqn_of("a feed cursor's sqn", sqn)
 
 
 def check_lifetime(lifetime: object) -> float | None:
     if lifetime is None:
         return None
-    if (
-        isinstance(lifetime, bool)
-        or not isinstance(lifetime, int | float)
-        or not math.isfinite(lifetime)
-        or lifetime <= 0
-    ):
-        raise UsageError(
-            f"a feed cursor's lifetime is a positive number of seconds or None, got {lifetime!r}"
-        )
-    return float(lifetime)
+    return check_seconds("a feed cursor's lifetime", lifetime, above_minimum=True)
 
 
 def _with(manifest: Manifest, cursor: FeedCursor) -> Manifest:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from inkpen.errors import UsageError
 
-from .base import ObjectStore
+from .base import ObjectStore, innermost
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +86,52 @@ def open_store(url: str) -> ObjectStore:
     from .s3 import open_s3_store
 
     return open_s3_store(parsed.location, parsed.prefix, parsed.options)
+
+
+def _place(where: str | ObjectStore) -> tuple[str, str, tuple[str, ...]]:
+    """Where a store URL (or a store) keeps its objects: a kind (``file``, ``memory``, or
+    ``s3`` with its endpoint), a space (bucket, memory space; empty for the local filesystem) and
+    the path segments of its root inside it. A local path is resolved: absolute, ``..`` and
+    symlinks followed, so every alias of one directory gives the same place."""
+    url = innermost(where).url if isinstance(where, ObjectStore) else where
+    parsed = parse_store_url(url)
+    if parsed.scheme == "file":
+        resolved = os.path.realpath(parsed.location)
+        return "file", "", PurePosixPath(resolved).parts
+    segments = tuple(part for part in parsed.prefix.split("/") if part)
+    if parsed.scheme == "s3":
+        endpoint = parsed.options.get("endpoint", "").rstrip("/").lower()
+        return f"s3 {endpoint}", parsed.location, segments
+    return parsed.scheme, parsed.location, segments
+
+
+def locations_overlap(a: str | ObjectStore, b: str | ObjectStore) -> bool:
+    """True when the roots ``a`` and ``b`` are one location, or one lies inside the other.
+
+    Local paths compare after resolving them (``file://`` or plain, relative or absolute,
+    trailing slashes, ``..`` segments, symlinks); S3 roots compare bucket and endpoint, then
+    prefixes by segments; memory roots compare space and prefix the same way. ``./db`` and
+    ``./db2`` do not overlap: only whole segments count.
+    """
+    kind_a, space_a, parts_a = _place(a)
+    kind_b, space_b, parts_b = _place(b)
+    if (kind_a, space_a) != (kind_b, space_b):
+        return False
+    shorter = min(len(parts_a), len(parts_b))
+    return parts_a[:shorter] == parts_b[:shorter]
+
+
+def check_distinct_locations(
+    source: str | ObjectStore, dest: str | ObjectStore, *, what: str = "copy"
+) -> None:
+    """Refuse, with :class:`UsageError`, a copy whose destination is its source, an alias of
+    it, inside it, or around it (see :func:`locations_overlap`). Every copy path (backups, hot
+    backups, restores, clones) calls it before it writes anything."""
+    if locations_overlap(source, dest):
+        shown_source = innermost(source).url if isinstance(source, ObjectStore) else source
+        shown_dest = innermost(dest).url if isinstance(dest, ObjectStore) else dest
+        raise UsageError(
+            f"cannot {what} the database at {shown_source} onto itself: {shown_dest} is the "
+            "same location, or lies inside it or around it; choose a destination outside "
+            "the source"
+        )

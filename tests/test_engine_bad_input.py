@@ -311,3 +311,26 @@ def test_old_roll_option_names_still_work_with_a_warning() -> None:
     assert options.roll_on_close is False
     with pytest.raises(inkpen.UsageError, match="give only roll_segments"):
         inkpen.Options.build(fold_segments=3, roll_segments=4)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda b: b.create_feed_cursor("x", 2**64), "sqn must be an SQN"),
+        (lambda b: b.create_feed_cursor("x", 2**63), "sqn must be an SQN"),
+        (lambda b: b.create_feed_cursor("x", lifetime=1e30), "lifetime must be a positive"),
+        (lambda b: b.create_feed_cursor("x\x01"), "printable"),
+        (lambda b: b.advance_feed_cursor("c", 10**23), "sqn must be an SQN"),
+        (lambda b: list(b.changes(2**63)), "since must be an SQN"),
+        (lambda b: list(b.heads("b", max_objects=2**64)), "max_objects must be an int"),
+    ],
+)
+def test_sqns_lifetimes_and_counts_beyond_the_formats_are_refused(
+    book: inkpen.Bookie, store_url: str, call, message: str
+) -> None:
+    book.create_feed_cursor("c", 1)
+    before = checkpoints(store_url), book.feed_cursors()
+    with pytest.raises(inkpen.UsageError, match=message):
+        call(book)
+    assert (checkpoints(store_url), book.feed_cursors()) == before
+    assert book.create_feed_cursor("x", 2**63 - 1).sqn == 2**63 - 1

@@ -307,3 +307,23 @@ def test_copies_keep_the_mode_and_diff_compares_head_only_objects(
         book.mput([("add", "a", "k00", "z", b"only in the restore")])
     ran = inkpen_command("diff", url, restored)
     assert ran.code == 1 and ran.lines == ["only-in-b\ta\tk00#z"], ran.explain()
+
+
+@pytest.mark.parametrize("mode", ["with_lookup", "no_lookup"])
+def test_object_reads_are_refused_in_a_head_only_store(store_url: str, mode: str) -> None:
+    with inkpen.open(store_url, head_only=mode, **TINY) as book:
+        book.mput([("add", "b", "k", "", b"v")])
+        book.checkpoint()
+        calls = {
+            "get": lambda reads: reads.get("b", "k"),
+            "get_many": lambda reads: reads.get_many("b", ["k"]),
+            "objects": lambda reads: list(reads.objects("b")),
+        }
+        with book.snapshot() as snap, inkpen.open_reader(store_url) as reader:
+            for handle in (book, snap, reader):
+                for what, call in calls.items():
+                    with pytest.raises(
+                        UsageError, match=rf"^{what} is not available.*head_only_get"
+                    ):
+                        call(handle)
+        assert folded(book) == {("b", "k", ""): b"v"}

@@ -133,3 +133,14 @@ def test_backup_of_a_missing_directory_creates_nothing(tmp_path: Path) -> None:
     with pytest.raises(inkpen.NotFoundError, match="no inkpen database"):
         inkpen.backup(str(tmp_path / "absent"), str(tmp_path / "dest"))
     assert not (tmp_path / "absent").exists()
+
+
+def test_list_databases_leaves_out_soft_destroyed_databases(tmp_path: Path) -> None:
+    root = str(tmp_path / "backups")
+    for name in ("a-live", "b-gone", "c-live"):
+        _fill(f"{root}/{name}", {}, 0, 3)
+    inkpen.destroy(f"{root}/b-gone", soft=True)
+    assert inkpen.list_databases(root) == ["a-live", "c-live"]
+    assert inkpen.list_databases(root, include_destroyed=True) == ["a-live", "b-gone", "c-live"]
+    with pytest.raises(inkpen.UsageError, match="include_destroyed must be True or False"):
+        inkpen.list_databases(root, include_destroyed="yes")  # type: ignore[arg-type]

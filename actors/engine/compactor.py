@@ -54,6 +54,7 @@ from inkpen.actors.journal.retention import Judgement, entry_weight
 from inkpen.actors.ledger.levels import Levels
 from inkpen.actors.ledger.merge_policy import MergeJob, MergePolicy, policy_for
 from inkpen.actors.read.views import LedgerView, SstHandle
+from inkpen.checks import check_seconds
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, JournalReader
 from inkpen.logs import get_logger
@@ -561,8 +562,7 @@ def open_compactor(
         raise UsageError(f"force must be True or False, got {force!r}")
     overrides.setdefault("compute_workers", 0)
     opts = Options.build(options, **overrides)
-    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
-        raise UsageError(f"interval must be a positive number of seconds, got {interval!r}")
+    seconds = check_seconds("interval", interval, above_minimum=True)
     if isinstance(url, str):
         from inkpen.objectstore import open_store
 
@@ -572,7 +572,7 @@ def open_compactor(
     else:
         raise UsageError(f"url must be a store URL or an ObjectStore, got {type(url).__name__}")
     try:
-        return Compactor(store, opts, owns_store=owns, interval=float(interval), force=force)
+        return Compactor(store, opts, owns_store=owns, interval=seconds, force=force)
     except BaseException:
         if owns:
             store.close()

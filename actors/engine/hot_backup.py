@@ -46,6 +46,7 @@ from inkpen.manifest.model import (
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore, open_store
+from inkpen.objectstore.url import check_distinct_locations
 
 log = get_logger("inkpen.backup")
 
@@ -87,6 +88,7 @@ class HotBackup:
                 "backup destination must be a store URL or an ObjectStore, got "
                 f"{type(destination).__name__}"
             )
+        check_distinct_locations(self._resolver.own_store, destination, what="back up")
         store, owns = (
             (open_store(destination), True)
             if isinstance(destination, str)

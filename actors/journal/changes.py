@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from inkpen.checks import MAX_SQN, check_seconds
 from inkpen.errors import UsageError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import (
@@ -116,7 +117,9 @@ def as_bytes(name: str, value: Any, limit: int, *, allow_empty: bool = False) ->
     return encoded
 
 
-MAX_SQN = 2**64 - 1
+def check_ttl(ttl: Any) -> float:
+    """A put's ``ttl``: a positive number of seconds up to ``MAX_TTL``."""
+    return check_seconds("ttl", ttl, above_minimum=True, maximum=MAX_TTL)
 
 
 def check_if_sqn(if_sqn: Any) -> int:
@@ -171,16 +174,7 @@ class ChangeMaker:
         now_ms = int(self._clock() * 1000)
         expiry_ms = None
         if ttl is not None:
-            if (
-                isinstance(ttl, bool)
-                or not isinstance(ttl, int | float)
-                # Comparisons only: exact for any int (10**400 included), false for NaN.
-                or not 0 < ttl <= MAX_TTL
-            ):
-                raise UsageError(
-                    f"ttl must be a positive number of seconds up to {MAX_TTL:.0f}, got {ttl!r}"
-                )
-            expiry_ms = now_ms + int(ttl * 1000)
+            expiry_ms = now_ms + int(check_ttl(ttl) * 1000)
         lk = object_key(b, k, tag=tag)
         weight = len(lk) + len(value) + 64
         if specs:

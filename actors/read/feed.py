@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inkpen.checks import check_sqn
 from inkpen.errors import FeedGapError, UsageError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import object_parts
@@ -47,9 +48,7 @@ class Change:
 
 
 def check_since(since: Any) -> int:
-    if isinstance(since, bool) or not isinstance(since, int) or since < 0:
-        raise UsageError(f"since must be an SQN (an int >= 0), got {since!r}")
-    return since
+    return check_sqn("since", since)
 
 
 def check_gaps(gaps: Any) -> GapPolicy:

@@ -21,6 +21,7 @@ import inkpen
 from inkpen.manifest.copies import CopyReport, Pinned, copy_database, planned_bytes
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import CountingStore, open_store
+from inkpen.objectstore.url import check_distinct_locations
 
 from . import render
 from .progress import Tracker, progress, watched
@@ -43,6 +44,7 @@ def _copy(
     source_url: str, dest_url: str, *, checkpoint: str | None, fresh: bool, description: str
 ) -> CopyReport:
     checked_url(dest_url, must_exist=False)
+    check_distinct_locations(source_url, dest_url, what="copy")
     with existing_store(source_url) as source:
         dest = open_store(dest_url)
         try:
@@ -65,6 +67,7 @@ def _copy(
 
 def _hot_backup(url: str, dest_url: str) -> inkpen.BackupReport:
     checked_url(dest_url, must_exist=False)
+    check_distinct_locations(url, dest_url, what="back up")  # before the writer fences anyone
     with writer(url) as book:
         taken = book.hot_backup()
         with taken:

@@ -41,6 +41,8 @@ import click
 import inkpen
 from inkpen.objectstore import CountingStore, ObjectStore, open_store
 
+from .durations import Duration
+from .params import COUNT
 from .scale import run_scale
 from .workloads import (
     BenchmarkFailed,
@@ -55,6 +57,13 @@ from .workloads import (
 BUCKET = b"bench"
 DEFAULT_COUNT = 100_000
 SCALE_COUNTS = (100_000, 5_000_000)
+MAX_OBJECTS = 10**10
+"""The most objects ``--n`` loads (its keys are numbered with 10 digits)."""
+MAX_VALUE_BYTES = 1024 * 1024 * 1024
+"""The largest ``--value-size``: the ``max_value_bytes`` option's own upper bound."""
+MAX_CONCURRENCY = 4096
+MAX_FLUSH_MS = 60_000
+"""The longest ``--flush-ms``: the ``flush_interval`` option's upper bound of 60 s."""
 WORKLOADS = ("load", "get", "scan")
 IDLE_WRITES = 100
 DUMMY_AWS = {
@@ -88,10 +97,10 @@ def parse_counts(text: str | None, scale: bool) -> list[int]:
         counts = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         counts = []
-    if not counts or any(c < 1 for c in counts):
+    if not counts or any(not 1 <= c <= MAX_OBJECTS for c in counts):
         raise click.BadParameter(
-            f"{text!r} is not a positive number of objects (with --scale: a comma-separated "
-            "list of them, e.g. 100000,1000000)",
+            f"{text!r} is not a number of objects from 1 to {MAX_OBJECTS} (with --scale: a "
+            "comma-separated list of them, e.g. 100000,1000000)",
             param_hint="--n",
         )
     if len(counts) > 1 and not scale:
@@ -211,21 +220,21 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
 )
 @click.option(
     "--value-size",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_VALUE_BYTES),
     default=100,
     show_default=True,
     help="Bytes per value.",
 )
 @click.option(
     "--concurrency",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_CONCURRENCY),
     default=256,
     show_default=True,
     help="Client threads of the load.",
 )
 @click.option(
     "--flush-ms",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_FLUSH_MS),
     default=10,
     show_default=True,
     help="Group commit: write a batch of puts this many ms after its first put "
@@ -234,7 +243,7 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
 )
 @click.option(
     "--gets",
-    type=click.IntRange(min=1),
+    type=COUNT,
     default=20_000,
     show_default=True,
     help="Keys the get workload reads.",
@@ -255,7 +264,7 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
 )
 @click.option(
     "--idle",
-    type=click.FloatRange(min=0.0),
+    type=Duration(),
     default=None,
     help="Instead of the workloads: write a little, stay idle this many seconds, and "
     "print the store requests made while idle.",

@@ -11,6 +11,7 @@ import click
 
 from inkpen.manifest.clones import create_clone
 from inkpen.objectstore import open_store
+from inkpen.objectstore.url import check_distinct_locations
 
 from .targets import checked_url, existing_store
 
@@ -30,6 +31,7 @@ def clone(parent: str, clone_url: str, checkpoint: str | None) -> None:
     Example:
       inkpen clone ./.inkpen-demo/db ./experiment
     """
+    check_distinct_locations(parent, clone_url, what="clone")
     with existing_store(parent) as parent_store:
         clone_store = open_store(checked_url(clone_url, must_exist=False))
         try:

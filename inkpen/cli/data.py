@@ -25,6 +25,7 @@ from inkpen.options import Options
 
 from . import render
 from .durations import Duration
+from .params import COUNT
 from .targets import reader, writer
 
 CHECKS = ChangeMaker(Options())
@@ -36,6 +37,10 @@ INDEX_END = b"\xff" * 64
 
 def _bytes(given: str, what: str) -> bytes:
     return render.parse_text(given, what)
+
+
+def _name(given: str, what: str) -> bytes:
+    return render.parse_name(given, what)
 
 
 def _index_specs(adds: Iterable[str], removes: Iterable[str]) -> list[tuple[str, bytes, bytes]]:
@@ -77,7 +82,7 @@ def get(
       inkpen get ./.inkpen-demo/db users user00042
       inkpen get ./.inkpen-demo/db users user00042 --head
     """
-    b, k = _bytes(bucket, "BUCKET"), _bytes(key, "KEY")
+    b, k = _name(bucket, "BUCKET"), _name(key, "KEY")
     with reader(url, checkpoint=checkpoint) as found:
         head = found.head(b, k) if head_only else None
         value = None if head_only else found.get(b, k)
@@ -106,7 +111,7 @@ def _limited(items: Iterator[Any], limit: int | None) -> Iterator[Any]:
 @click.option("--end", default=None, help="Last key (or term, with --index) to list.")
 @click.option("--index", "field", default=None, help="List the entries of this index field.")
 @click.option("-l", "--long", "long_form", is_flag=True, help="Show size, SQN and time.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="List at most this many.")
+@click.option("--limit", type=COUNT, default=None, help="List at most this many.")
 @click.option("--checkpoint", default=None, metavar="ID", help="Read at this live checkpoint.")
 def ls(
     url: str,
@@ -134,16 +139,17 @@ def ls(
         raise click.UsageError("--start, --end, --index and --long need a BUCKET")
     lo = None if start is None else _bytes(start, "--start")
     hi = None if end is None else _bytes(end, "--end")
+    b = None if bucket is None else _name(bucket, "BUCKET")
+    index = None if field is None else _name(field, "--index")
     with reader(url, checkpoint=checkpoint) as found:
-        if bucket is None:
+        if b is None:
             for name in _limited(iter(found.buckets()), limit):
                 click.echo(render.text(name))
             return
-        b = _bytes(bucket, "BUCKET")
-        if field is not None:
+        if index is not None:
             entries = found.index_query(
                 b,
-                _bytes(field, "--index"),
+                index,
                 lo or b"",
                 INDEX_END if hi is None else hi,
                 return_terms=True,

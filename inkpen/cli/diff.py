@@ -103,7 +103,7 @@ def diff(ctx: click.Context, url_a: str, url_b: str, bucket: str | None, as_json
       inkpen diff ./db s3://backups/app?endpoint=http://localhost:8333
       inkpen diff ./db ./restored --bucket users --json
     """
-    chosen = None if bucket is None else render.parse_text(bucket, "--bucket")
+    chosen = None if bucket is None else render.parse_name(bucket, "--bucket")
     found = run_diff(url_a, url_b, chosen)
     if as_json:
         render.echo_json(report(url_a, url_b, chosen, found))

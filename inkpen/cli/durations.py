@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from inkpen.checks import MAX_SECONDS
+
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])")
 _NEVER = "never"
@@ -49,9 +51,12 @@ class Duration(click.ParamType):
 
     name = "duration"
 
-    def __init__(self, *, allow_never: bool = False, minimum: float = 0.0) -> None:
+    def __init__(
+        self, *, allow_never: bool = False, minimum: float = 0.0, maximum: float = MAX_SECONDS
+    ) -> None:
         self.allow_never = allow_never
         self.minimum = minimum
+        self.maximum = maximum
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value is None or isinstance(value, int | float):
@@ -64,6 +69,13 @@ class Duration(click.ParamType):
             self.fail(str(exc), param, ctx)
         if seconds < self.minimum or (self.minimum == 0 and seconds < 0):
             self.fail(f"{value!r} is shorter than the minimum of {self.minimum:g}s", param, ctx)
+        if not seconds <= self.maximum:
+            self.fail(
+                f"{value!r} is longer than the maximum of {self.maximum:.0f}s "
+                f"({self.maximum / 86400:.0f} days)",
+                param,
+                ctx,
+            )
         return seconds
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:

@@ -23,6 +23,7 @@ from inkpen.manifest.model import FeedCursor
 
 from . import render
 from .durations import Duration
+from .params import SQN
 from .targets import database
 
 
@@ -73,7 +74,7 @@ def list_command(url: str, as_json: bool) -> None:
 @click.argument("name")
 @click.option(
     "--sqn",
-    type=click.IntRange(min=0),
+    type=SQN,
     default=0,
     show_default=True,
     help="The SQN the consumer has read up to.",
@@ -102,7 +103,7 @@ def create(url: str, name: str, sqn: int, lifetime: float | None) -> None:
 @feed_group.command("advance")
 @click.argument("url")
 @click.argument("name")
-@click.argument("sqn", type=click.IntRange(min=0))
+@click.argument("sqn", type=SQN)
 def advance(url: str, name: str, sqn: int) -> None:
     """Move feed cursor NAME forward to SQN (never back), renewing its lifetime.
 

@@ -18,6 +18,7 @@ from inkpen.manifest.paths import manifest_key
 
 from . import render
 from .info import checkpoint_rows, checkpoint_summary
+from .params import MANIFEST_ID
 from .targets import database, latest_manifest
 
 
@@ -97,9 +98,7 @@ def document(manifest_id: int, manifest: Manifest) -> dict[str, Any]:
 
 @click.command("manifest")
 @click.argument("url")
-@click.option(
-    "--id", "manifest_id", type=click.IntRange(min=1), help="This version, not the latest."
-)
+@click.option("--id", "manifest_id", type=MANIFEST_ID, help="This version, not the latest.")
 @click.option("--list", "list_ids", is_flag=True, help="List the manifest ids the store holds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest document as JSON.")
 def manifest_command(url: str, manifest_id: int | None, list_ids: bool, as_json: bool) -> None:

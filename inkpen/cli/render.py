@@ -87,6 +87,15 @@ def parse_text(given: str, what: str) -> bytes:
     return given.encode("utf-8")
 
 
+def parse_name(given: str, what: str) -> bytes:
+    """A bucket, key or index field: as :func:`parse_text`, then checked as every read and write
+    checks one (not empty, at most 64 KiB), so a bad one is refused before anything opens."""
+    from inkpen.actors.journal.changes import as_bytes
+    from inkpen.formats.keys import MAX_KEY_BYTES
+
+    return as_bytes(what, parse_text(given, what), MAX_KEY_BYTES)
+
+
 def ledger_key(encoded: bytes) -> str:
     """An encoded ledger key as ``object users/alice`` or ``index users/email_bin=a@x -> alice``."""
     try:
