@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -83,7 +83,7 @@ def _index_specs(raw: Any, shape: IndexShape) -> tuple[tuple[Any, Any, Any], ...
 def _column(batch: pa.RecordBatch, name: str | None) -> list[Any]:
     if name is None:
         return [None] * batch.num_rows
-    return batch.column(name).to_pylist()
+    return cast(list[Any], batch.column(name).to_pylist())
 
 
 def _puts(

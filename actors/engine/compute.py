@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, cast
 
 from inkpen.actors.engine import heap
 from inkpen.formats.journal import JournalEntry, build_journal
@@ -178,7 +178,7 @@ def run(workers: int, function: Callable[..., T], *args: Any) -> T:
     """``function(*args)`` in a compute worker (or here when ``workers`` is 0)."""
     if workers <= 0:
         return function(*args)
-    return _pool.run(workers, function.__name__, args)
+    return cast(T, _pool.run(workers, function.__name__, args))
 
 
 # -- the jobs ---------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def level_target(level: LevelNo, l1_target_files: int, level_fanout: int) -> int
     ``l1_target_files * level_fanout ** (level - 1)``."""
     if level < 1:
         raise ValueError(f"level {level} has no file target: L0 merges whole, not by count")
-    return l1_target_files * level_fanout ** (level - 1)
+    return int(l1_target_files * level_fanout ** (level - 1))
 
 
 def overlaps(file: LevelFile, lo: bytes, hi: bytes) -> bool:
