@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from inkpen.actors.engine import compute
+from inkpen.actors.kernel import compute
 from inkpen.errors import CorruptionError
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
 from inkpen.formats.sst import SstReader, build_sst
@@ -85,7 +85,7 @@ def test_a_worker_started_beside_a_directory_named_inkpen_still_imports_the_pack
     (shadow / "__init__.py").write_text("raise ImportError('the shadowing folder was imported')\n")
     env = {name: value for name, value in os.environ.items() if name != "PYTHONSAFEPATH"}
     script = (
-        "from inkpen.actors.engine import compute\n"
+        "from inkpen.actors.kernel import compute\n"
         "worker = compute._Worker()\n"
         "print(len(worker.call('encode_journal', ([], 1))))\n"
         "worker.close()\n"

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 import inkpen
-from inkpen.actors.ledger.merge_policy import LeveledMergePolicy
 from inkpen.actors.read import many
 from inkpen.actors.read.path import Views, lookup, read_value
 from inkpen.formats.keys import object_key
+from inkpen.manifest.merge_policy import LeveledMergePolicy
 from inkpen.objectstore import open_store
 from support.engine import SMALL, TINY, FakeClock, wait_for
 

@@ -1,4 +1,4 @@
-"""The ledger's level structure (actors/ledger/levels.py): one numbering (0 is L0), its
+"""The ledger's level structure (manifest/levels.py): one numbering (0 is L0), its
 invariants, and a merge result applied to it."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inkpen.actors.ledger.levels import (
+from inkpen.actors.kernel.views import LedgerView, SstHandle
+from inkpen.manifest.levels import (
     LevelError,
     Levels,
     from_manifest,
     key_span,
     level_target,
 )
-from inkpen.actors.read.views import LedgerView, SstHandle
 from inkpen.manifest.model import LedgerState, SstDescriptor
 
 

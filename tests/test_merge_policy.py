@@ -1,4 +1,4 @@
-"""Merge choice (actors/ledger/merge_policy.py): Leveled's policy as a pure function of the
+"""Merge choice (actors/manifest/merge_policy.py): Leveled's policy as a pure function of the
 levels, and the engine running whichever MergePolicy its options name."""
 
 from __future__ import annotations
@@ -12,17 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import inkpen
-from inkpen.actors.engine import compute
-from inkpen.actors.ledger.levels import LevelFile, Levels, key_span, level_target
-from inkpen.actors.ledger.merge_policy import (
-    LeveledMergePolicy,
-    MergeJob,
-    MergePolicy,
-    policy_for,
-)
+from inkpen.actors.kernel import compute
+from inkpen.actors.ledger.clerk import policy_for
 from inkpen.errors import UsageError
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
 from inkpen.formats.sst import SstInfo, SstReader, build_sst
+from inkpen.manifest.levels import LevelFile, Levels, key_span, level_target
+from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
 from inkpen.manifest.model import SstDescriptor
 from support.engine import TINY, wait_for
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 
 import inkpen
-from inkpen.actors.engine import registry
-from inkpen.actors.engine.keeper import ManifestKeeper
-from inkpen.actors.engine.registry import CheckpointGuard
+from inkpen.actors.files import registry
+from inkpen.actors.files.registry import CheckpointGuard
+from inkpen.actors.kernel.keeper import ManifestKeeper
 from inkpen.manifest.checkpoints import create_checkpoint, delete_checkpoint, refresh_checkpoint
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, run_gc
 from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor

@@ -44,7 +44,7 @@ from hypothesis.stateful import (
 )
 
 import inkpen
-from inkpen.actors.engine.throttle import NONE, STOP
+from inkpen.actors.kernel.throttle import NONE, STOP
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, decode_journal
 from inkpen.manifest.checkpoints import delete_checkpoint as remove_checkpoint
 from inkpen.manifest.fencing import scan_segments

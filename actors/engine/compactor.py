@@ -48,17 +48,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from inkpen.actors.engine import compute
 from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.journal.retention import Judgement, entry_weight
-from inkpen.actors.ledger.levels import Levels
-from inkpen.actors.ledger.merge_policy import MergeJob, MergePolicy, policy_for
-from inkpen.actors.read.views import LedgerView, SstHandle
+from inkpen.actors.kernel import compute
+from inkpen.actors.kernel.views import LedgerView, SstHandle
+from inkpen.actors.ledger.clerk import policy_for
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, JournalReader
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, GcReport, run_gc
+from inkpen.manifest.levels import Levels
+from inkpen.manifest.merge_policy import MergeJob, MergePolicy
 from inkpen.manifest.merging import (
     ManifestConflict,
     check_compactor,

@@ -28,9 +28,9 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import call, call_async, handles, send
-from inkpen.actors.engine import compute
 from inkpen.actors.files.clerk import FileClerk
-from inkpen.actors.read.views import MemTable, SstHandle
+from inkpen.actors.kernel import compute
+from inkpen.actors.kernel.views import MemTable, SstHandle
 from inkpen.errors import InkpenError
 from inkpen.formats.keys import LedgerValue
 from inkpen.formats.sst import SstInfo

@@ -40,11 +40,11 @@ from typing import Any, Protocol
 import pykka
 
 from inkpen.actors.base import ActorGone, InkpenActor, handles, send, stop
-from inkpen.actors.engine import compute
-from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.files.start import link_new_journal, write_new_journal
 from inkpen.actors.journal.retention import Judgement, entry_weight
-from inkpen.actors.read.views import JournalHandle, SegmentTable, segment_entries
+from inkpen.actors.kernel import compute
+from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.views import JournalHandle, SegmentTable, segment_entries
 from inkpen.errors import StoreError
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue

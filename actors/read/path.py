@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal, Protocol
 
-from inkpen.actors.read.views import CacheView, JournalView, LedgerView
+from inkpen.actors.kernel.views import CacheView, JournalView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.formats.journal import JournalEntry, JournalReader, Kind
 from inkpen.formats.keys import (

@@ -8,7 +8,7 @@ store on their own threads — choosing the job, reading its inputs, writing its
 file clerks, reporting to the owner — and hand only the computation to :func:`run`, which runs it
 in a worker process (option ``compute_workers``; 0 runs it in the calling thread).
 
-The workers are plain child processes running ``python -m inkpen.actors.engine.compute_worker``,
+The workers are plain child processes running ``python -m inkpen.actors.kernel.compute_worker``,
 shared by every Bookie of the process and started on first use. They never import the application's
 main module (as multiprocessing's ``spawn`` would), so embedding inkpen needs no ``__main__``
 guard. A request is one length-prefixed pickle frame ``(function name, arguments)`` on the
@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, TypeVar, cast
 
-from inkpen.actors.engine import heap
+from inkpen.actors.kernel import heap
 from inkpen.formats.journal import JournalEntry, build_journal
 from inkpen.formats.keys import TOMBSTONE, LedgerValue
 from inkpen.formats.sst import SstBuilder, SstInfo, SstReader
@@ -66,7 +66,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "inkpen.actors.engine.compute_worker"],
+            [sys.executable, "-m", "inkpen.actors.kernel.compute_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             # PYTHONSAFEPATH: a directory named "inkpen" in the current directory (a checkout

@@ -2,7 +2,7 @@
 
 This module owns the one level convention of inkpen: a level is named by its
 :data:`LevelNo`, and **0 is L0** everywhere (the Penciller's state, its published
-:class:`~inkpen.actors.read.views.LedgerView`, the manifest's ``LedgerState.levels``, merge jobs,
+:class:`~inkpen.actors.kernel.views.LedgerView`, the manifest's ``LedgerState.levels``, merge jobs,
 logs and stats). :class:`Levels` holds the files indexed by that number:
 
 - ``level(0)`` is L0: files written from memory, newest first, possibly overlapping;
@@ -18,7 +18,7 @@ descriptor tuples, also indexed by level number); :func:`from_manifest` and
 :meth:`Levels.to_manifest` are the only conversions.
 
 Everything here is pure (no actors, no I/O) and generic over the file type: the Penciller holds
-:class:`~inkpen.actors.read.views.SstHandle` values, the manifest :class:`SstDescriptor` values;
+:class:`~inkpen.actors.kernel.views.SstHandle` values, the manifest :class:`SstDescriptor` values;
 both are :class:`LevelFile`.
 """
 
