@@ -57,6 +57,7 @@ from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import delete_checkpoint
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
+from inkpen.manifest.levels import from_manifest
 from inkpen.manifest.model import (
     JournalFileDescriptor,
     LedgerState,
@@ -227,8 +228,7 @@ def _manifest_change(
                 f"{claim.versioned.id} -> {versioned.id}); no writer should be able to do that, "
                 "so the load stops without committing. Run it again"
             )
-        levels = current.ledger.levels
-        l0 = (*added.ssts, *(levels[0] if levels else ()))
+        levels = from_manifest(current.ledger).with_l0(*added.ssts)
         journal = replace(
             current.journal,
             files=tuple(
@@ -239,7 +239,7 @@ def _manifest_change(
         )
         updated = replace(
             current,
-            ledger=LedgerState(levels=(l0, *levels[1:]), persisted_sqn=added.top_sqn),
+            ledger=LedgerState(levels=levels.to_manifest(), persisted_sqn=added.top_sqn),
             journal=journal,
         )
         if writer_checkpoint is not None:

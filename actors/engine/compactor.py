@@ -96,7 +96,7 @@ class CompactorReport:
     l0_files: int = 0
     """L0 files in the latest manifest when the merges stopped."""
     level_files: tuple[int, ...] = ()
-    """Files per level below L0 then."""
+    """Files per level then, indexed from L0 as everywhere."""
     journal: CompactionReport | None = None
     """The journal compaction of the round (None: it failed, or no journal file yet)."""
     gc: GcReport | None = None
@@ -222,7 +222,7 @@ class Compactor:
             written=tuple(written),
             replaced=tuple(replaced),
             l0_files=len(levels[0]) if levels else 0,
-            level_files=tuple(len(level) for level in levels[1:]),
+            level_files=tuple(len(level) for level in levels),
             journal=journal,
             gc=gc,
             manifest_id=latest.id,
