@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inkpen.actors.journal.clerk import CompactionReport
-from inkpen.actors.journal.retention import Judgement, entry_weight
+from inkpen.actors.journal.retention import Judgement, file_chunks
 from inkpen.actors.kernel import compute
 from inkpen.actors.kernel.views import LedgerView, SstHandle
 from inkpen.actors.ledger.clerk import policy_for
@@ -288,14 +288,7 @@ class Compactor:
             self._check(current.manifest)
             return replace_ssts(current.manifest, removed, job.target_level, added)
 
-        try:
-            versioned = self.manifests.update(change, timeout=self.options.manifest_update_timeout)
-        except (ManifestConflict, FencedError, StoreError):
-            self._drop(outputs)
-            raise
-        finally:
-            with self._lock:
-                self._in_flight.difference_update(d.name for d in outputs)
+        versioned = self._commit_files(change, outputs)
         log.info(
             "compactor.merge",
             source_level=job.source_level,
@@ -307,6 +300,25 @@ class Compactor:
             manifest=versioned.id,
         )
         return versioned
+
+    def _commit_files(
+        self,
+        change: Callable[[VersionedManifest], Manifest],
+        written: tuple[SstDescriptor, ...] | tuple[JournalFileDescriptor, ...],
+    ) -> VersionedManifest:
+        """The one commit of files this compactor wrote (merges and journal compactions alike):
+        one CAS of ``change`` against the latest manifest. When it is refused (another change
+        replaced an input, a newer compactor or writer fenced this one, the store refused),
+        ``written`` is deleted again before the error goes on; either way the files leave the
+        in-flight set that keeps GC away from them."""
+        try:
+            return self.manifests.update(change, timeout=self.options.manifest_update_timeout)
+        except (ManifestConflict, FencedError, StoreError):
+            self._drop(written)
+            raise
+        finally:
+            with self._lock:
+                self._in_flight.difference_update(d.name for d in written)
 
     def _drop(self, outputs: tuple[SstDescriptor, ...] | tuple[JournalFileDescriptor, ...]) -> None:
         """Delete files no manifest names (a commit that did not land); GC removes any left."""
@@ -366,17 +378,10 @@ class Compactor:
             return replace_journal_files(current.manifest, removed, written)
 
         try:
-            versioned = self.manifests.update(change, timeout=self.options.manifest_update_timeout)
+            versioned = self._commit_files(change, written)
         except ManifestConflict as exc:
             log.warning("compactor.journal_conflict", error=str(exc))
-            self._drop(written)
             return None
-        except (FencedError, StoreError):
-            self._drop(written)
-            raise
-        finally:
-            with self._lock:
-                self._in_flight.difference_update(d.name for d in written)
         log.info(
             "compactor.journal_compaction",
             replaced=removed,
@@ -433,16 +438,8 @@ class Compactor:
         epoch = self._latest().manifest.writer_epoch
         target = self.options.journal_file_target_bytes
         written: list[JournalFileDescriptor] = []
-        chunk: list[JournalEntry] = []
-        size = 0
         try:
-            for entry in entries:
-                chunk.append(entry)
-                size += entry_weight(entry)
-                if size >= target:
-                    written.append(self.tables.write_journal(chunk, writer_epoch=epoch))
-                    chunk, size = [], 0
-            if chunk:
+            for chunk in file_chunks(entries, target):
                 written.append(self.tables.write_journal(chunk, writer_epoch=epoch))
         except BaseException:
             self._drop(tuple(written))
