@@ -49,7 +49,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import add, itemgetter
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgpack
 import snappy
@@ -372,6 +372,54 @@ def _pack_block(keys: list[bytes], values: list[LedgerValue]) -> bytes:
     width = 2 if offsets.pop() <= 0xFFFF else 4
     table = struct.pack(_V2_OFFSETS[width] % count, *offsets)
     return b"".join([_V2_HEAD.pack(width, count), table, *array])
+
+
+DEFAULT_TARGET_BYTES = 4 * 1024 * 1024
+
+
+class SstOptionsSource(Protocol):
+    """Where :meth:`SstShape.of` reads the options (:class:`inkpen.Options` has them)."""
+
+    @property
+    def sst_block_bytes(self) -> int: ...
+
+    @property
+    def bloom_bits_per_key(self) -> int: ...
+
+    @property
+    def sst_target_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SstShape:
+    """How new SST files are built: the one value that carries every build option from the
+    options to each place a file is built (L0 writes, merges in the compute workers, the
+    compactor, bulk loads). A new build option is a field here and an option read in :meth:`of`."""
+
+    block_bytes: int = DEFAULT_BLOCK_SIZE
+    """Entries are cut into blocks of about this many bytes."""
+    bloom_bits_per_key: int = DEFAULT_BITS_PER_KEY
+    target_bytes: int = DEFAULT_TARGET_BYTES
+    """A merge or a load starts a new file once the current one reaches about this size."""
+    format_version: int = FORMAT_VERSION
+
+    @classmethod
+    def of(cls, options: SstOptionsSource) -> SstShape:
+        """The shape the options ask for (``sst_block_bytes``, ``bloom_bits_per_key``,
+        ``sst_target_bytes``)."""
+        return cls(
+            block_bytes=options.sst_block_bytes,
+            bloom_bits_per_key=options.bloom_bits_per_key,
+            target_bytes=options.sst_target_bytes,
+        )
+
+    def builder(self) -> SstBuilder:
+        """A builder of one file of this shape."""
+        return SstBuilder(
+            block_size=self.block_bytes,
+            bloom_bits_per_key=self.bloom_bits_per_key,
+            format_version=self.format_version,
+        )
 
 
 def build_sst(

@@ -53,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from inkpen.errors import FencedError, InkpenError, NotFoundError, UsageError
+from inkpen.formats.sst import SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import delete_checkpoint
 from inkpen.manifest.clones import StoreResolver
@@ -161,7 +162,7 @@ def _write_tail(
 ) -> tuple[tuple[SstDescriptor, ...], JournalFileDescriptor | None]:
     """Step 3: the tail's ledger entries as SSTs (one per key tag: objects and index entries
     apart), the unrolled segments as one journal file."""
-    ssts = write_ssts(store, tail.entries, target_bytes=_TAIL_SST_BYTES, options=Options())
+    ssts = write_ssts(store, tail.entries, SstShape.of(Options(sst_target_bytes=_TAIL_SST_BYTES)))
     rolled = write_journal(store, tail.unrolled, writer_epoch=epoch) if tail.unrolled else None
     return tuple(ssts), rolled
 

@@ -16,7 +16,7 @@ from inkpen.actors.kernel import compute
 from inkpen.actors.ledger.clerk import policy_for
 from inkpen.errors import UsageError
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
-from inkpen.formats.sst import SstInfo, SstReader, build_sst
+from inkpen.formats.sst import SstInfo, SstReader, SstShape, build_sst
 from inkpen.manifest.levels import LevelFile, Levels, key_span, level_target
 from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
 from inkpen.manifest.model import SstDescriptor
@@ -213,9 +213,7 @@ def test_the_basement_drops_tombstones(deeper_files: bool) -> None:
         [(older.name, older_data, 0)],
         job.basement,
         0,
-        1 << 20,
-        4096,
-        10,
+        SstShape(block_bytes=4096, bloom_bits_per_key=10, target_bytes=1 << 20),
     )
     out = [
         value

@@ -55,6 +55,7 @@ from inkpen.actors.kernel.views import LedgerView, SstHandle
 from inkpen.actors.ledger.clerk import policy_for
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, JournalReader
+from inkpen.formats.sst import SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, GcReport, run_gc
@@ -268,9 +269,7 @@ class Compactor:
             [self._input(d) for d in targets],
             job.basement,
             int(options.clock() * 1000),
-            options.sst_target_bytes,
-            options.sst_block_bytes,
-            options.bloom_bits_per_key,
+            SstShape.of(options),
         )
         return tuple(self.tables.write_sst(data, info) for data, info in built)
 

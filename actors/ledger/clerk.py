@@ -34,7 +34,7 @@ from inkpen.actors.kernel import compute
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.views import LedgerView, SstHandle
 from inkpen.errors import NotFoundError
-from inkpen.formats.sst import SstInfo
+from inkpen.formats.sst import SstInfo, SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
 from inkpen.options import Options
@@ -128,9 +128,7 @@ class PencillerClerk(InkpenActor):
             [self._input(h) for h in targets],
             job.basement,
             self.ctx.now_ms(),
-            options.sst_target_bytes,
-            options.sst_block_bytes,
-            options.bloom_bits_per_key,
+            SstShape.of(options),
         )
         written: list[SstHandle] = []
         try:

@@ -54,6 +54,7 @@ from inkpen.actors.kernel.views import LedgerView, MemTable, SstHandle
 from inkpen.actors.ledger import external
 from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, offer_work, policy_for
 from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
+from inkpen.formats.sst import SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.levels import LevelError, Levels
 from inkpen.manifest.merge_policy import MergePolicy
@@ -256,8 +257,7 @@ class Penciller(FileOwner):
             clerk,
             self.writing,
             reply_to=self.actor_ref,
-            block_bytes=options.sst_block_bytes,
-            bloom_bits=options.bloom_bits_per_key,
+            shape=SstShape.of(options),
             compute_workers=options.compute_workers,
         )
 
