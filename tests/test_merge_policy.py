@@ -20,7 +20,8 @@ from inkpen.formats.sst import SstInfo, SstReader, SstShape, build_sst
 from inkpen.manifest.levels import LevelFile, Levels, key_span, level_target
 from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
 from inkpen.manifest.model import SstDescriptor
-from support.engine import TINY, wait_for
+from support.engine import TINY
+from support.waiting import wait_until
 
 F = TypeVar("F", bound=LevelFile)
 
@@ -278,7 +279,7 @@ def test_the_engine_uses_the_policy_its_options_name(store_url: str) -> None:
             full = stats["l0_files"] == TINY["max_l0_files"]
             return full and stats["pressure"].get("ledger_cache") == 2
 
-        wait_for(blocked_on_a_full_l0, what="L0 full and the writer blocked")
+        wait_until(blocked_on_a_full_l0, "L0 full and the writer blocked")
         stats = book.stats()
         assert stats["merges"] == 0 and stats["moves"] == 0
         assert policy.calls, "the engine never asked the policy"
