@@ -389,7 +389,7 @@ class _HashIndex:
         name: str,
         *,
         region: bytes | None = None,
-        page_crcs: array | None = None,
+        page_crcs: array[int] | None = None,
         cache: BlockCache | None = None,
         fetch: Fetch | None = None,
     ) -> None:
@@ -491,7 +491,7 @@ class _HashIndex:
         count = self.tables[table + 1]
         if not count:
             return None
-        return (self.tables[table] + (key_hash >> 8) % count) >> _PAGE_SHIFT
+        return int((self.tables[table] + (key_hash >> 8) % count) >> _PAGE_SHIFT)
 
     def load_pages(self, numbers: Iterable[int]) -> dict[int, bytes]:
         """Slot pages ``numbers`` by number (none for a held region): the ones the cache holds
@@ -957,7 +957,7 @@ class JournalReader:
         data = fetch(start, end)
         if len(data) != end - start:
             raise short_read(self.name, start, end, len(data))
-        return data  # type: ignore[no-any-return]
+        return data
 
     def read_records_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """:meth:`read_records` of every ``(start, end)`` of ``ranges``, asked of the store
@@ -973,7 +973,7 @@ class JournalReader:
         for (start, end), data in zip(ranges, found, strict=True):
             if len(data) != end - start:
                 raise short_read(self.name, start, end, len(data))
-        return found  # type: ignore[no-any-return]
+        return found
 
     def _check_records_range(self, start: int, end: int) -> None:
         """Raise unless ``[start, end)`` is a non-empty range inside the records region."""
@@ -986,7 +986,7 @@ class JournalReader:
         """The record at ``offset`` of ``length`` bytes if the journal cache holds it (read by
         a point read, a multi-get, a scan or a merge), else None; reads nothing."""
         peek = getattr(self._fetch, "cached", None)
-        return None if peek is None else peek(offset, offset + length)  # type: ignore[no-any-return]
+        return None if peek is None else peek(offset, offset + length)
 
     def keep_record(self, offset: int, record: bytes) -> None:
         """Offer a record read past the cache to the journal cache, which keeps it as a point

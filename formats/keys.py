@@ -95,7 +95,7 @@ def head_value(value: LedgerValue) -> bytes | None:
     Entries of HEAD keys written by ``Bookie.mput`` hold ``(sqn, status, expiry, hash, size,
     last_modified, value)``; every other entry has the six named fields only.
     """
-    return value[6] if len(value) > 6 else None  # type: ignore[misc]
+    return value[6] if len(value) > 6 else None
 
 
 def is_live(value: LedgerValue, now_ms: int) -> bool:

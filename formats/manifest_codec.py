@@ -33,7 +33,7 @@ _CRC = struct.Struct(">I")
 
 def encode_manifest(document: Mapping[str, Any], *, version: int = FORMAT_VERSION) -> bytes:
     """Frame a manifest document as bytes ready to store."""
-    payload = msgpack.packb(dict(document), use_bin_type=True)
+    payload: bytes = msgpack.packb(dict(document), use_bin_type=True)
     head = _HEADER.pack(MAGIC, version, len(payload))
     body = head + payload
     return body + _CRC.pack(zlib.crc32(body))

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import add, itemgetter
-from typing import Any
+from typing import Any, Protocol, cast
 
 import msgpack
 import snappy
@@ -142,7 +142,7 @@ def _checked_value(value: Any) -> LedgerValue:
         and 0 <= last_modified < _U64
     ):
         raise ValueError(f"ledger value fields out of range: {value!r}")
-    return value
+    return cast(LedgerValue, value)
 
 
 class SstBuilder:
@@ -242,7 +242,7 @@ class SstBuilder:
         else:
             value = _checked_value(value)
             if len(value) > 6:
-                self._block_bytes += len(value[6])  # type: ignore[misc]
+                self._block_bytes += len(value[6])
         if last is None:
             self._first_key = key
         self._last_key = key
@@ -372,6 +372,54 @@ def _pack_block(keys: list[bytes], values: list[LedgerValue]) -> bytes:
     width = 2 if offsets.pop() <= 0xFFFF else 4
     table = struct.pack(_V2_OFFSETS[width] % count, *offsets)
     return b"".join([_V2_HEAD.pack(width, count), table, *array])
+
+
+DEFAULT_TARGET_BYTES = 4 * 1024 * 1024
+
+
+class SstOptionsSource(Protocol):
+    """Where :meth:`SstShape.of` reads the options (:class:`inkpen.Options` has them)."""
+
+    @property
+    def sst_block_bytes(self) -> int: ...
+
+    @property
+    def bloom_bits_per_key(self) -> int: ...
+
+    @property
+    def sst_target_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SstShape:
+    """How new SST files are built: the one value that carries every build option from the
+    options to each place a file is built (L0 writes, merges in the compute workers, the
+    compactor, bulk loads). A new build option is a field here and an option read in :meth:`of`."""
+
+    block_bytes: int = DEFAULT_BLOCK_SIZE
+    """Entries are cut into blocks of about this many bytes."""
+    bloom_bits_per_key: int = DEFAULT_BITS_PER_KEY
+    target_bytes: int = DEFAULT_TARGET_BYTES
+    """A merge or a load starts a new file once the current one reaches about this size."""
+    format_version: int = FORMAT_VERSION
+
+    @classmethod
+    def of(cls, options: SstOptionsSource) -> SstShape:
+        """The shape the options ask for (``sst_block_bytes``, ``bloom_bits_per_key``,
+        ``sst_target_bytes``)."""
+        return cls(
+            block_bytes=options.sst_block_bytes,
+            bloom_bits_per_key=options.bloom_bits_per_key,
+            target_bytes=options.sst_target_bytes,
+        )
+
+    def builder(self) -> SstBuilder:
+        """A builder of one file of this shape."""
+        return SstBuilder(
+            block_size=self.block_bytes,
+            bloom_bits_per_key=self.bloom_bits_per_key,
+            format_version=self.format_version,
+        )
 
 
 def build_sst(
@@ -634,7 +682,7 @@ class SstReader:
             keys, values = found  # type: ignore[misc]
             position = bisect_left(keys, key)
             if position < len(keys) and keys[position] == key:
-                return values[position]  # type: ignore[no-any-return]
+                return values[position]
             return None
         stored = self._stored(block, cache)
         if self.version > 1:
@@ -691,7 +739,7 @@ class SstReader:
     def _point_ahead(self) -> int:
         return min(self._readahead, POINT_READAHEAD)
 
-    def _one_value(self, raw: tuple, block: int) -> LedgerValue:
+    def _one_value(self, raw: tuple[Any, ...], block: int) -> LedgerValue:
         """One value of a block decoded for point lookups, checked and made a LedgerValue."""
         if type(raw) is not tuple or len(raw) not in _VALUE_LENGTHS:
             raise CorruptionError(
@@ -702,7 +750,7 @@ class SstReader:
             )
         if self.sqn_base:
             return LedgerValue(raw[0] + self.sqn_base, *raw[1:])
-        return _new_tuple(LedgerValue, raw)  # type: ignore[no-any-return]
+        return _new_tuple(LedgerValue, raw)
 
     def _payload(self, block: int, stored: bytes) -> bytes:
         """The decompressed bytes of a block's checked stored bytes."""
@@ -759,7 +807,7 @@ class SstReader:
             ) from exc
         return self._one_value(raw, block)
 
-    def _entries(self, raw: bytes) -> tuple[tuple[bytes, ...], tuple[tuple, ...]]:
+    def _entries(self, raw: bytes) -> tuple[tuple[bytes, ...], tuple[tuple[Any, ...], ...]]:
         """A decompressed block's keys and values as msgpack gives them (one C call)."""
         if self.version == 1:
             return msgpack.unpackb(raw, use_list=False, raw=False)  # type: ignore[no-any-return]
@@ -771,7 +819,9 @@ class SstReader:
             raise ValueError(f"a block of {count} entries holds {len(flat)} items")
         return flat[0::2], flat[1::2]
 
-    def _decode_raw(self, block: int, stored: bytes) -> tuple[tuple[bytes, ...], tuple[tuple, ...]]:
+    def _decode_raw(
+        self, block: int, stored: bytes
+    ) -> tuple[tuple[bytes, ...], tuple[tuple[Any, ...], ...]]:
         """Decode the checked stored bytes of ``block`` for point lookups: its keys and its
         values as msgpack gives them (each is made a LedgerValue, and its length checked, only
         when found). One snappy and one msgpack call, both in C."""

@@ -35,12 +35,12 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
+from inkpen.actors.engine.engine import put_timed_out
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
-from inkpen.actors.engine.startup import put_timed_out
-from inkpen.actors.engine.throttle import NONE, SLOW, SLOW_DELAY
 from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.journal.intake import Batch
+from inkpen.actors.kernel.throttle import NONE, SLOW, SLOW_DELAY
 from inkpen.actors.read.feed import Change as FeedChange
 from inkpen.actors.read.feed import GapPolicy
 from inkpen.actors.read.path import Head

@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from inkpen.actors.engine.engine import Engine
 from inkpen.actors.engine.hot_backup import HotBackup
-from inkpen.actors.engine.startup import Engine
 from inkpen.actors.journal.changes import Change, ChangeMaker
 from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.path import Views, ViewSource
-from inkpen.actors.read.views import ViewBoard
 from inkpen.manifest.feed_cursors import (
     advance_feed_cursor,
     create_feed_cursor,

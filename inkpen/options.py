@@ -18,7 +18,7 @@ from .checks import MAX_SECONDS, check_flag
 from .errors import UsageError
 
 if TYPE_CHECKING:
-    from .actors.ledger.merge_policy import MergePolicy
+    from .manifest.merge_policy import MergePolicy
 
 FlushPolicy = Literal["idle", "interval"]
 HeadOnlyMode = Literal["with_lookup", "no_lookup"]
@@ -65,7 +65,7 @@ class Options:
         when L0 asks to be merged first). ``sst_target_bytes``: merges
         split their output at about this size. ``l1_target_files`` and ``level_fanout``: level n
         holds about ``l1_target_files * level_fanout ** (n - 1)`` files before it merges down.
-        ``merge_policy``: a :class:`~inkpen.actors.ledger.merge_policy.MergePolicy` choosing the
+        ``merge_policy``: a :class:`~inkpen.manifest.merge_policy.MergePolicy` choosing the
         ledger's merges; None (the default) is Leveled's policy with the two sizes above (a
         policy given here brings its own sizes).
         ``compaction``: ``"internal"`` (the default) runs ledger merges, journal compaction and
@@ -263,14 +263,15 @@ class Options:
                 raise UsageError(f"option reload_strategy has unknown tag {tag!r}; use 'o' or 'h'")
             _check_choice(f"reload_strategy[{tag!r}]", strategy, ("retain", "recovr"))
         object.__setattr__(self, "reload_strategy", MappingProxyType(dict(self.reload_strategy)))
-        if self.merge_policy is not None:
-            from .actors.ledger.merge_policy import MergePolicy
-
-            if not isinstance(self.merge_policy, MergePolicy):
-                raise UsageError(
-                    "option merge_policy must be a MergePolicy (an object with a "
-                    f"choose(levels, *, turn) method) or None, got {self.merge_policy!r}"
-                )
+        # MergePolicy is a protocol of one method: checked by its shape, so that the options
+        # (which every layer reads) import nothing of the layers above them.
+        if self.merge_policy is not None and not callable(
+            getattr(self.merge_policy, "choose", None)
+        ):
+            raise UsageError(
+                "option merge_policy must be a MergePolicy (an object with a "
+                f"choose(levels, *, turn) method) or None, got {self.merge_policy!r}"
+            )
         if not callable(self.clock):
             raise UsageError("option clock must be a callable returning seconds since the epoch")
 

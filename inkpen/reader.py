@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from inkpen.actors.journal.changes import as_bytes
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
 from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since, scan_changes
 from inkpen.actors.read.follower import Follower
@@ -38,7 +39,7 @@ from inkpen.objectstore import ObjectStore, open_store, parse_store_url
 from .checks import check_flag, check_seconds, check_text
 from .errors import CheckpointLapsedError, InkpenError, NotFoundError, UsageError
 from .options import Options
-from .read_api import FoldIterator, ReadAPI, as_bytes
+from .read_api import FoldIterator, ReadAPI
 
 log = get_logger("inkpen.reader")
 

@@ -14,6 +14,7 @@ that reads each record once must not evict what point reads use). The table stor
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from inkpen.formats.cache import LruCache
 from inkpen.objectstore.base import ObjectStore
@@ -89,7 +90,7 @@ class ChunkedFetch:
             piece = self._cache.get((self._id, index))
             if piece is not None:
                 offset = start - index * chunk
-                return piece[offset : offset + end - start]  # type: ignore[index]
+                return cast(bytes, piece)[offset : offset + end - start]
         return None
 
     def keep(self, start: int, end: int, data: bytes) -> None:
@@ -125,7 +126,7 @@ class ChunkedFetch:
                     return self._record(start, end)
                 piece = self._load(index)
             offset = start - index * chunk
-            return piece[offset : offset + end - start]  # type: ignore[index]
+            return cast(bytes, piece)[offset : offset + end - start]
         end = min(end, self._size)
         if end <= start:
             return b""

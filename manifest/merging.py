@@ -31,6 +31,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from inkpen.errors import FencedError, InkpenError
+from inkpen.manifest.levels import from_manifest
 from inkpen.manifest.model import (
     COMPACTION_INTERNAL,
     JournalFileDescriptor,
@@ -75,10 +76,9 @@ def check_writer_mode(manifest: Manifest, epoch: int, tolerated: int | None) -> 
 def add_l0(manifest: Manifest, file: SstDescriptor, persisted_sqn: int) -> Manifest:
     """``manifest`` with ``file`` as its newest L0 file and the persisted SQN raised to
     ``persisted_sqn`` (never lowered); deeper levels as they stand in ``manifest``."""
-    levels = manifest.ledger.levels or ((),)
     ledger = dataclasses.replace(
         manifest.ledger,
-        levels=((file, *levels[0]), *levels[1:]),
+        levels=from_manifest(manifest.ledger).with_l0(file).to_manifest(),
         persisted_sqn=max(manifest.ledger.persisted_sqn, persisted_sqn),
     )
     return dataclasses.replace(manifest, ledger=ledger)
@@ -91,10 +91,8 @@ def replace_ssts(
     ``added`` put into level ``target`` (>= 1) in key order.
 
     Raises :class:`ManifestConflict` when one of ``removed`` is no longer in ``manifest``, and
-    :class:`~inkpen.errors.UsageError` (from the model) when the result would overlap within a
-    level."""
-    if target < 1:
-        raise ValueError(f"a merge targets L1 or deeper, not L{target}")
+    :class:`~inkpen.manifest.levels.LevelError` when the result would overlap within a level
+    (:meth:`~inkpen.manifest.levels.Levels.apply`, the one place a merge's result is made)."""
     gone = set(removed)
     present = {d.name for d in manifest.ledger.ssts()}
     missing = sorted(gone - present)
@@ -102,14 +100,8 @@ def replace_ssts(
         raise ManifestConflict(
             f"{missing[0]} is no longer in the latest manifest: another change replaced it"
         )
-    tiers = [[d for d in level if d.name not in gone] for level in manifest.ledger.levels]
-    while len(tiers) <= target:
-        tiers.append([])
-    tiers[target].extend(added)
-    tiers[target].sort(key=lambda d: d.first_key)
-    while len(tiers) > 1 and not tiers[-1]:
-        tiers.pop()
-    ledger = dataclasses.replace(manifest.ledger, levels=tuple(tuple(t) for t in tiers))
+    levels = from_manifest(manifest.ledger).apply(gone, target, added)
+    ledger = dataclasses.replace(manifest.ledger, levels=levels.to_manifest())
     return dataclasses.replace(manifest, ledger=ledger)
 
 

@@ -279,7 +279,7 @@ class S3Store(S3Base):
         full = self._full(key)
         try:
             response = self._client.get_object(Bucket=self._bucket, Key=full)
-            return response["Body"].read()
+            return bytes(response["Body"].read())
         except (ClientError, BotoCoreError) as exc:
             raise self._error(exc, "get", key) from None
 
@@ -292,7 +292,7 @@ class S3Store(S3Base):
             response = self._client.get_object(
                 Bucket=self._bucket, Key=full, Range=f"bytes={start}-{end - 1}"
             )
-            return response["Body"].read()
+            return bytes(response["Body"].read())
         except ClientError as exc:
             if http_status(exc) == 416:
                 return b""  # the range starts at or past the end of the object

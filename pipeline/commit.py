@@ -53,10 +53,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from inkpen.errors import FencedError, InkpenError, NotFoundError, UsageError
+from inkpen.formats.sst import SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import delete_checkpoint
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import WriterClaim, claim_writer
+from inkpen.manifest.levels import from_manifest
 from inkpen.manifest.model import (
     JournalFileDescriptor,
     LedgerState,
@@ -160,7 +162,7 @@ def _write_tail(
 ) -> tuple[tuple[SstDescriptor, ...], JournalFileDescriptor | None]:
     """Step 3: the tail's ledger entries as SSTs (one per key tag: objects and index entries
     apart), the unrolled segments as one journal file."""
-    ssts = write_ssts(store, tail.entries, target_bytes=_TAIL_SST_BYTES, options=Options())
+    ssts = write_ssts(store, tail.entries, SstShape.of(Options(sst_target_bytes=_TAIL_SST_BYTES)))
     rolled = write_journal(store, tail.unrolled, writer_epoch=epoch) if tail.unrolled else None
     return tuple(ssts), rolled
 
@@ -227,8 +229,7 @@ def _manifest_change(
                 f"{claim.versioned.id} -> {versioned.id}); no writer should be able to do that, "
                 "so the load stops without committing. Run it again"
             )
-        levels = current.ledger.levels
-        l0 = (*added.ssts, *(levels[0] if levels else ()))
+        levels = from_manifest(current.ledger).with_l0(*added.ssts)
         journal = replace(
             current.journal,
             files=tuple(
@@ -239,7 +240,7 @@ def _manifest_change(
         )
         updated = replace(
             current,
-            ledger=LedgerState(levels=(l0, *levels[1:]), persisted_sqn=added.top_sqn),
+            ledger=LedgerState(levels=levels.to_manifest(), persisted_sqn=added.top_sqn),
             journal=journal,
         )
         if writer_checkpoint is not None:

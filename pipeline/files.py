@@ -15,21 +15,19 @@ from collections.abc import Iterable, Sequence
 
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue
-from inkpen.formats.sst import SstBuilder
+from inkpen.formats.sst import SstBuilder, SstShape
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore
-from inkpen.options import Options
 
 
 def write_ssts(
     store: ObjectStore,
     entries: Iterable[tuple[bytes, LedgerValue]],
-    *,
-    target_bytes: int,
-    options: Options,
+    shape: SstShape,
 ) -> list[SstDescriptor]:
-    """Write entries (strictly increasing keys) as SSTs of about ``target_bytes`` each.
+    """Write entries (strictly increasing keys) as SSTs of ``shape``, of about
+    ``shape.target_bytes`` each.
 
     A new SST also starts where the key's tag changes, so index entries and objects never share
     a file: an object range then meets only object files, whose first and last keys say how the
@@ -43,12 +41,10 @@ def write_ssts(
             written.append(_store_sst(store, builder))
             builder = None
         if builder is None:
-            builder = SstBuilder(
-                block_size=options.sst_block_bytes, bloom_bits_per_key=options.bloom_bits_per_key
-            )
+            builder = shape.builder()
             tag = key[0]
         builder.add(key, value)
-        if builder.estimated_size() >= target_bytes:
+        if builder.estimated_size() >= shape.target_bytes:
             written.append(_store_sst(store, builder))
             builder = None
     if builder is not None:

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -37,6 +37,7 @@ from inkpen.actors.journal.changes import Change, ChangeMaker, ledger_entries
 from inkpen.errors import UsageError
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue
+from inkpen.formats.sst import SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
 from inkpen.objectstore import ObjectStore, open_store
@@ -83,7 +84,7 @@ def _index_specs(raw: Any, shape: IndexShape) -> tuple[tuple[Any, Any, Any], ...
 def _column(batch: pa.RecordBatch, name: str | None) -> list[Any]:
     if name is None:
         return [None] * batch.num_rows
-    return batch.column(name).to_pylist()
+    return cast(list[Any], batch.column(name).to_pylist())
 
 
 def _puts(
@@ -145,8 +146,7 @@ def _write(
     ssts = write_ssts(
         store,
         ((key, ledger[key]) for key in sorted(ledger)),
-        target_bytes=target.sst_bytes,
-        options=options,
+        replace(SstShape.of(options), target_bytes=target.sst_bytes),
     )
     return journals, ssts
 

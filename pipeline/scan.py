@@ -26,9 +26,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from inkpen.actors.kernel.views import CacheView, LedgerView
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
 from inkpen.actors.read.path import SCAN_WINDOW, live_range, window_reader
-from inkpen.actors.read.views import CacheView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.formats.keys import (
     LedgerValue,

@@ -224,10 +224,10 @@ class InkpenStreamReader(DataSourceStreamReader):
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def latestOffset(self, start: dict[Any, Any], limit: ReadLimit) -> dict[Any, Any]:
-        import inkpen
+        from inkpen.reader import open_reader
 
         if self._follower is None:
-            self._follower = inkpen.open_reader(
+            self._follower = open_reader(
                 self.options.url, follow=True, refresh_interval=self.options.refresh_interval
             )
         else:
@@ -243,14 +243,14 @@ class InkpenStreamReader(DataSourceStreamReader):
         return [SqnRange(s, min(s + step, hi)) for s in range(lo, hi, step)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        import inkpen
+        from inkpen.reader import open_reader
 
         assert isinstance(partition, SqnRange)
         schema = to_arrow_schema(feed_schema(self.options), timezone="UTC")
         text = self.options.key_type == "string"
         values = self.options.values
         rows = self.options.batch_rows
-        with inkpen.open_reader(self.options.url) as reader:
+        with open_reader(self.options.url) as reader:
             if reader.last_sqn < partition.end:
                 raise UsageError(
                     f"the database at {self.options.url} ends at SQN {reader.last_sqn}, below "

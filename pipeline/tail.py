@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from inkpen.actors.kernel.views import segment_entries
 from inkpen.actors.read.checkpoint_views import load_views
-from inkpen.actors.read.views import segment_entries
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue
 from inkpen.manifest.clones import StoreResolver

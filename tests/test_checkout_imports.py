@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SHOW = """
 import sys
-import inkpen, inkpen.actors.engine.startup, inkpen.formats.sst, inkpen.manifest.store
+import inkpen, inkpen.actors.engine.engine, inkpen.formats.sst, inkpen.manifest.store
 import inkpen.objectstore.local, inkpen.pipeline
 print(inkpen.__file__)
 print(inkpen.actors.__file__)

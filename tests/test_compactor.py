@@ -20,17 +20,10 @@ from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
 from support.cli import fails, ok
 from support.engine import TINY, missing_objects
+from support.waiting import wait_until
 
 EXTERNAL = {**TINY, "compaction": "external"}
 DEADLINE = 60.0
-
-
-def _wait_for(condition: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
-    end = time.monotonic() + deadline
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        threading.Event().wait(0.01)
 
 
 def _levels(url: str) -> tuple[tuple[str, ...], ...]:
@@ -63,7 +56,7 @@ def test_external_writer_holds_puts_until_a_compactor_merges(store_url: str) -> 
     try:
         putter = threading.Thread(target=put_many, daemon=True)
         putter.start()
-        _wait_for(lambda: book.stats().get("waiting_for_compactor") is True, "a full L0")
+        wait_until(lambda: book.stats().get("waiting_for_compactor") is True, "a full L0", DEADLINE)
         assert not done.is_set(), "600 puts went through with no compactor: nothing held them"
         stats = book.stats()
         assert stats["compaction"] == "external"
@@ -117,7 +110,7 @@ def test_a_newer_compactor_fences_the_older_which_changes_nothing(store_url: str
             new.close()
         for i in range(60):
             assert book.get("b", f"k{i:03d}".encode()) == b"x" * 20
-        _wait_for(lambda: book.stats()["l0_files"] == 0, "the writer to adopt the merge")
+        wait_until(lambda: book.stats()["l0_files"] == 0, "the writer to adopt the merge", DEADLINE)
 
 
 def test_writer_and_compactor_threads_keep_every_acknowledged_write(store_url: str) -> None:
@@ -253,9 +246,10 @@ def test_a_snapshot_keeps_reading_files_a_compactor_replaced(
             for i in range(50):
                 assert snap.get("b", f"k{i:03d}".encode()) == b"old"
             snap.close()
-            _wait_for(
+            wait_until(
                 lambda: not any(_exists(store, name) for name in report.replaced),
                 "the replaced files to be deleted once the snapshot closed",
+                DEADLINE,
             )
         finally:
             store.close()
@@ -305,9 +299,10 @@ def test_compactor_compacts_the_journal_and_the_writer_adopts_it(store_url: str)
         # keeps anything younger than a minute): the writer adopted the compaction.
         store = open_store(store_url)
         try:
-            _wait_for(
+            wait_until(
                 lambda: not any(_exists(store, name) for name in journal.compacted),
                 "the writer to adopt the compaction and delete the replaced journal files",
+                DEADLINE,
             )
         finally:
             store.close()

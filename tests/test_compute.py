@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from inkpen.actors.engine import compute
+from inkpen.actors.kernel import compute
 from inkpen.errors import CorruptionError
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
-from inkpen.formats.sst import SstReader, build_sst
+from inkpen.formats.sst import SstReader, SstShape, build_sst
+
+SHAPE = SstShape(block_bytes=512, bloom_bits_per_key=10, target_bytes=2048)
 
 
 def sst(entries: list[tuple[bytes, LedgerValue]], name: str) -> compute.SstInput:
@@ -41,7 +43,7 @@ def read_all(built: list[tuple[bytes, object]]) -> list[tuple[bytes, LedgerValue
 def merge(workers: int, basement: bool) -> list[tuple[bytes, LedgerValue]]:
     newer = sst(entries(range(0, 300, 2), 10_000, TOMBSTONE), "newer")
     older = sst(entries(range(0, 300), 1), "older")
-    built = compute.run(workers, compute.merge_ssts, [newer], [older], basement, 0, 2048, 512, 10)
+    built = compute.run(workers, compute.merge_ssts, [newer], [older], basement, 0, SHAPE)
     return read_all(built)
 
 
@@ -72,7 +74,7 @@ def test_a_killed_worker_is_replaced_and_the_job_still_completes() -> None:
 def test_job_errors_come_back_to_the_caller() -> None:
     bad = ("bad.sst", b"not an sst at all", 0)
     with pytest.raises(CorruptionError, match=r"bad\.sst"):
-        compute.run(1, compute.merge_ssts, [bad], [], True, 0, 2048, 512, 10)
+        compute.run(1, compute.merge_ssts, [bad], [], True, 0, SHAPE)
 
 
 def test_a_worker_started_beside_a_directory_named_inkpen_still_imports_the_package(
@@ -85,7 +87,7 @@ def test_a_worker_started_beside_a_directory_named_inkpen_still_imports_the_pack
     (shadow / "__init__.py").write_text("raise ImportError('the shadowing folder was imported')\n")
     env = {name: value for name, value in os.environ.items() if name != "PYTHONSAFEPATH"}
     script = (
-        "from inkpen.actors.engine import compute\n"
+        "from inkpen.actors.kernel import compute\n"
         "worker = compute._Worker()\n"
         "print(len(worker.call('encode_journal', ([], 1))))\n"
         "worker.close()\n"

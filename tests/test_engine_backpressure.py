@@ -6,7 +6,8 @@ import threading
 
 import inkpen
 from inkpen.objectstore import open_store
-from support.engine import GatedLedgerStore, wait_for
+from support.engine import GatedLedgerStore
+from support.waiting import wait_until
 
 OPTIONS = {
     "ledger_cache_entries": 50,
@@ -34,7 +35,7 @@ def test_memory_stays_bounded_while_the_ledger_cannot_flush(store_url: str) -> N
     thread.start()
     store.waiting.wait(timeout=60)
     # The writer ends up blocked: no progress while the gate is shut.
-    wait_for(lambda: book.stats()["pressure"].get("ledger_cache") == 2)
+    wait_until(lambda: book.stats()["pressure"].get("ledger_cache") == 2)
     blocked_at = written
     stats = book.stats()
     assert stats["ledger_cache_entries"] <= 4 * OPTIONS["ledger_cache_entries"] + 1

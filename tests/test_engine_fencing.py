@@ -18,9 +18,9 @@ from support.engine import (
     HoldingStore,
     RacingWriters,
     missing_objects,
-    wait_for,
 )
 from support.hooks import HookedStore
+from support.waiting import wait_until
 
 THROTTLED = {**TINY, "ledger_cache_entries": 4, "l0_cache_entries": 8, "max_l0_files": 1}
 """Backpressure reaches "stop" after a few dozen puts while the ledger cannot flush."""
@@ -80,7 +80,7 @@ def test_a_fenced_bookie_whose_files_were_replaced_says_it_was_fenced(store_url:
         present = {info.key for info in store.list(LEDGER_PREFIX)}
         return not replaced() & present
 
-    wait_for(deleted, DEADLINE, "the newer writer deletes the ledger files it replaced")
+    wait_until(deleted, "the newer writer deletes the ledger files it replaced", DEADLINE)
     assert replaced(), "the newer writer's merges replaced none of the first writer's files"
     outcomes = []
     for key in keys:
@@ -177,7 +177,7 @@ def test_puts_held_by_backpressure_end_when_the_writer_is_fenced(
                 acknowledged.append(key)
 
     putters = [Outcome(lambda i=i: put_until_refused(i)) for i in range(PUTTERS)]
-    wait_for(lambda: first.stats()["throttled_puts"] == PUTTERS, DEADLINE, "puts to block")
+    wait_until(lambda: first.stats()["throttled_puts"] == PUTTERS, "puts to block", DEADLINE)
     flush = Outcome(first.flush)
     second = inkpen.open(store_url, **TINY)
     try:

@@ -14,7 +14,7 @@ import inkpen
 import inkpen.aio
 from inkpen.errors import StoreError
 from inkpen.objectstore import open_store
-from support.engine import wait_for
+from support.waiting import wait_until
 
 CAUSE = (
     "S3 put_if_absent of 'journal/x' at bucket b, prefix p, endpoint http://127.0.0.1:9 "
@@ -81,7 +81,7 @@ def test_put_timeout_bounds_the_wait_and_the_write_may_still_land(
         assert not failed.value.definite
         outage.hang.clear()
         outage.released.set()
-        wait_for(lambda: book.get("b", "k") == b"late", what="the late write to land")
+        wait_until(lambda: book.get("b", "k") == b"late", "the late write to land")
 
 
 def test_async_put_timeout(outage: OutageStore) -> None:

@@ -410,9 +410,9 @@ def test_the_checker_lets_one_of_two_conditional_puts_in_one_segment_through() -
     """Two units in one intake batch (one segment), both if_sqn=0 on one key: the second is
     checked against the first, not against the published views, and is rejected."""
     from inkpen.actors.journal.changes import ChangeMaker
-    from inkpen.actors.journal.conditions import ConditionChecker
     from inkpen.actors.journal.intake import WriteIntake
-    from inkpen.actors.read.views import ViewBoard
+    from inkpen.actors.kernel.views import ViewBoard
+    from inkpen.actors.read.conditions import ConditionChecker
 
     make = ChangeMaker(inkpen.Options())
     intake = WriteIntake(1024 * 1024)

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 import inkpen
-from inkpen.actors.ledger.merge_policy import LeveledMergePolicy
 from inkpen.actors.read import many
 from inkpen.actors.read.path import Views, lookup, read_value
 from inkpen.formats.keys import object_key
+from inkpen.manifest.merge_policy import LeveledMergePolicy
 from inkpen.objectstore import open_store
-from support.engine import SMALL, TINY, FakeClock, wait_for
+from support.engine import SMALL, TINY, FakeClock
+from support.waiting import wait_until
 
 KEY_SPACE = 320
 LARGE = 70 * 1024  # above many.MANY_LARGE: read alone, as a get reads it
@@ -211,7 +212,7 @@ def test_a_journal_file_gc_removes_under_a_batch(store_url: str, overwrite: bool
         for _ in range(40):
             if not book.compact_journal().compacted:
                 break
-        wait_for(lambda: files - _present(store_url), what="GC deleting a replaced journal file")
+        wait_until(lambda: files - _present(store_url), "GC deleting a replaced journal file")
         batch_source = StaleFirst(stale, source)
         got = many.read_values(batch_source, lks * 2, now)
         assert batch_source.calls > 1  # it found a file gone and took fresh views

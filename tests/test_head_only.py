@@ -20,8 +20,9 @@ from inkpen.manifest.model import Manifest
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.cli import inkpen_command, ok
-from support.engine import TINY, wait_for
+from support.engine import TINY
 from support.head_only_writer import apply, batch
+from support.waiting import wait_until
 
 
 @pytest.fixture(
@@ -232,13 +233,13 @@ def test_the_journal_is_trimmed_on_its_own(store_url: str) -> None:
             applied(model, specs)
         book.flush()
         persisted = manifest_of(store_url).manifest.ledger.persisted_sqn
-        wait_for(
+        wait_until(
             lambda: (
                 not any(
                     f.max_sqn <= persisted for f in manifest_of(store_url).manifest.journal.files
                 )
             ),
-            what="the scheduled trim drops every persisted journal file",
+            "the scheduled trim drops every persisted journal file",
         )
         check_lookups(book, model)
 

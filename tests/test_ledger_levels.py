@@ -1,4 +1,4 @@
-"""The ledger's level structure (actors/ledger/levels.py): one numbering (0 is L0), its
+"""The ledger's level structure (manifest/levels.py): one numbering (0 is L0), its
 invariants, and a merge result applied to it."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inkpen.actors.ledger.levels import (
+from inkpen.actors.kernel.views import LedgerView, SstHandle
+from inkpen.manifest.levels import (
     LevelError,
     Levels,
     from_manifest,
     key_span,
     level_target,
 )
-from inkpen.actors.read.views import LedgerView, SstHandle
 from inkpen.manifest.model import LedgerState, SstDescriptor
 
 
@@ -177,10 +177,10 @@ def test_trailing_empty_levels_are_dropped_and_lookups_beyond_are_empty() -> Non
         levels.level(-1)
 
 
-def test_counts_and_sizes_report_the_levels_below_l0() -> None:
+def test_counts_and_sizes_index_the_levels_from_l0() -> None:
     levels = Levels.of([sst("l0", 0, 1)], [[sst("a", 0, 5)], [sst("b", 0, 3), sst("c", 4, 9)]])
-    assert levels.counts() == [1, 2]
-    assert levels.sizes(lambda f: f.size) == [100, 200]
+    assert levels.counts() == [1, 1, 2]
+    assert levels.sizes(lambda f: f.size) == [100, 100, 200]
 
 
 def names(files: Sequence[SstDescriptor]) -> list[str]:

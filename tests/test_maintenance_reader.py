@@ -11,7 +11,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import inkpen
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.engine import SMALL
+from support.waiting import wait_until
 
 READER = Path(__file__).parent / "support" / "reader_process.py"
 
@@ -75,13 +75,6 @@ def churn(book: inkpen.Bookie, value: bytes) -> None:
     book.run_gc(min_age=0)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
-
-
 def test_reader_keeps_its_checkpoint_while_the_writer_compacts(url: str) -> None:
     with inkpen.open(url, **SMALL) as book:
         churn(book, b"first")
@@ -104,7 +97,7 @@ def test_reader_keeps_its_checkpoint_while_the_writer_compacts(url: str) -> None
             book.run_gc(min_age=0)
             return not (pinned - referenced_now(url)) & data_files(url)
 
-        wait_until(collected)
+        wait_until(collected, timeout=90.0)
 
 
 def referenced_now(url: str) -> set[str]:
@@ -134,7 +127,7 @@ def test_a_dead_readers_checkpoint_expires_and_its_files_go(url: str) -> None:
                 orphaned & data_files(url)
             )
 
-        wait_until(collected)
+        wait_until(collected, timeout=90.0)
 
 
 def test_reader_on_a_missing_directory_creates_nothing(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ registration times out — those files are deleted.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pykka
@@ -15,6 +14,7 @@ import pykka
 import inkpen
 from inkpen.objectstore import open_store
 from support.engine import SMALL
+from support.waiting import wait_until
 
 ROWS = 500
 ROUNDS = 20  # 500 keys x 20 rounds = 10,000 overwrites
@@ -37,13 +37,6 @@ def live_files(book: inkpen.Bookie) -> set[str]:
 
 def stored(url: str) -> set[str]:
     return {info.key for info in open_store(url).list("")}
-
-
-def wait_until(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def load_and_snapshot(book: inkpen.Bookie, **snapshot_options: bool) -> inkpen.Snapshot:

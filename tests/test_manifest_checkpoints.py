@@ -27,20 +27,13 @@ from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore
 from inkpen.objectstore.faults import FaultPlan, FaultyStore
 from support.logs import capture_logs
+from support.waiting import wait_until
 
 DEADLINE = 30.0
 
 
 def listing(store: ObjectStore) -> list[tuple[str, int]]:
     return [(info.key, info.size) for info in store.list("")]
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + DEADLINE
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def segment(sqn: int, epoch: int) -> bytes:
@@ -207,10 +200,11 @@ def test_lease_refreshes_until_closed(database: ManifestStore) -> None:
 
     # The refresh thread commits to the manifest first and sets the lease's own field a moment
     # later: wait on each state asserted, not on a neighbour of it.
-    wait_until(refreshed, "the lease to refresh its checkpoint in the manifest")
+    wait_until(refreshed, "the lease to refresh its checkpoint in the manifest", DEADLINE)
     wait_until(
         lambda: (lease.checkpoint.expire_time or 0) > (first.expire_time or 0),
         "the lease to record its refreshed checkpoint",
+        DEADLINE,
     )
     lease.close()
     lease.close()
@@ -228,11 +222,13 @@ def test_lease_logs_failed_refreshes_and_recovers(store: ObjectStore) -> None:
         wait_until(
             lambda: any(e["event"] == "checkpoint.refresh_failed" for e in list(logs)),
             "a failed refresh to be logged",
+            DEADLINE,
         )
         faulty.enabled = False
         wait_until(
             lambda: (lease.checkpoint.expire_time or 0) > (start or 0),
             "the lease to refresh again once the store recovers",
+            DEADLINE,
         )
     failure = next(e for e in logs if e["event"] == "checkpoint.refresh_failed")
     assert failure["log_level"] == "warning"

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectInfo, ObjectStore, open_store
 from support.logs import capture_logs
+from support.waiting import wait_until
 
 DEADLINE = 120.0
 SEGMENTS_PER_UPDATE = 3
@@ -489,14 +489,6 @@ def race_settled(logs: list[WriterLog]) -> bool:
     return len(running) == 1 and len(running[0].written) >= SURVIVOR_SEGMENTS
 
 
-def wait_until(condition: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
-    end = time.monotonic() + deadline
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 @pytest.mark.parametrize("writers", [2, 3])
 def test_racing_writers_in_threads(store_url: str, database: ManifestStore, writers: int) -> None:
     go = threading.Barrier(writers)
@@ -519,7 +511,7 @@ def test_racing_writers_in_threads(store_url: str, database: ManifestStore, writ
         with lock:
             return race_settled(logs)
 
-    wait_until(settled, "all but one writer to be fenced")
+    wait_until(settled, "all but one writer to be fenced", DEADLINE)
     stop.set()
     for t in threads:
         t.join(DEADLINE)
@@ -597,14 +589,14 @@ def test_racing_writers_in_processes(
             with lock:
                 return sum(any(line.startswith(tag) for line in log.lines) for log in logs)
 
-        wait_until(lambda: count("READY") == writers, "every writer process to start")
+        wait_until(lambda: count("READY") == writers, "every writer process to start", DEADLINE)
         go_file.touch()
 
         def settled() -> bool:
             with lock:
                 return race_settled(logs)
 
-        wait_until(settled, "all but one writer to be fenced")
+        wait_until(settled, "all but one writer to be fenced", DEADLINE)
         stop_file.touch()
         for proc, path in zip(procs, errors, strict=True):
             proc.wait(timeout=DEADLINE)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inkpen.actors.files.in_flight import InFlight
+from inkpen.actors.kernel.in_flight import InFlight
 from inkpen.errors import UsageError
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, JournalEntry, Kind, build_journal
 from inkpen.manifest.checkpoints import create_checkpoint

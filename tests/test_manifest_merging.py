@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from inkpen.errors import FencedError, UsageError
+from inkpen.errors import FencedError
+from inkpen.manifest.levels import LevelError
 from inkpen.manifest.merging import (
     ManifestConflict,
     add_l0,
@@ -68,7 +69,7 @@ def test_a_replaced_file_that_is_gone_is_a_conflict_and_overlap_is_refused() -> 
     base = Manifest(ledger=LedgerState(levels=((), (sst("a", "a", "m"),))))
     with pytest.raises(ManifestConflict, match=r"ledger/zz\.sst"):
         replace_ssts(base, ["ledger/zz.sst"], 1, [sst("c", "a", "b")])
-    with pytest.raises(UsageError, match="overlap"):
+    with pytest.raises(LevelError, match="overlap"):
         replace_ssts(base, [], 1, [sst("c", "b", "c")])
     emptied = replace_ssts(base, ["ledger/a.sst"], 2, [sst("c", "a", "m")])
     assert names(emptied) == [[], [], ["c.sst"]]

@@ -1,4 +1,4 @@
-"""Merge choice (actors/ledger/merge_policy.py): Leveled's policy as a pure function of the
+"""Merge choice (actors/manifest/merge_policy.py): Leveled's policy as a pure function of the
 levels, and the engine running whichever MergePolicy its options name."""
 
 from __future__ import annotations
@@ -12,19 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import inkpen
-from inkpen.actors.engine import compute
-from inkpen.actors.ledger.levels import LevelFile, Levels, key_span, level_target
-from inkpen.actors.ledger.merge_policy import (
-    LeveledMergePolicy,
-    MergeJob,
-    MergePolicy,
-    policy_for,
-)
+from inkpen.actors.kernel import compute
+from inkpen.actors.ledger.clerk import policy_for
 from inkpen.errors import UsageError
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
-from inkpen.formats.sst import SstInfo, SstReader, build_sst
+from inkpen.formats.sst import SstInfo, SstReader, SstShape, build_sst
+from inkpen.manifest.levels import LevelFile, Levels, key_span, level_target
+from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
 from inkpen.manifest.model import SstDescriptor
-from support.engine import TINY, wait_for
+from support.engine import TINY
+from support.waiting import wait_until
 
 F = TypeVar("F", bound=LevelFile)
 
@@ -217,9 +214,7 @@ def test_the_basement_drops_tombstones(deeper_files: bool) -> None:
         [(older.name, older_data, 0)],
         job.basement,
         0,
-        1 << 20,
-        4096,
-        10,
+        SstShape(block_bytes=4096, bloom_bits_per_key=10, target_bytes=1 << 20),
     )
     out = [
         value
@@ -284,7 +279,7 @@ def test_the_engine_uses_the_policy_its_options_name(store_url: str) -> None:
             full = stats["l0_files"] == TINY["max_l0_files"]
             return full and stats["pressure"].get("ledger_cache") == 2
 
-        wait_for(blocked_on_a_full_l0, what="L0 full and the writer blocked")
+        wait_until(blocked_on_a_full_l0, "L0 full and the writer blocked")
         stats = book.stats()
         assert stats["merges"] == 0 and stats["moves"] == 0
         assert policy.calls, "the engine never asked the policy"

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 
 import inkpen
-from inkpen.actors.engine import registry
-from inkpen.actors.engine.keeper import ManifestKeeper
-from inkpen.actors.engine.registry import CheckpointGuard
+from inkpen.actors.files import registry
+from inkpen.actors.files.registry import CheckpointGuard
+from inkpen.actors.kernel.keeper import ManifestKeeper
 from inkpen.manifest.checkpoints import create_checkpoint, delete_checkpoint, refresh_checkpoint
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, run_gc
 from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor
@@ -26,6 +26,7 @@ from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.hooks import HookedStore
 from support.logs import capture_logs
+from support.waiting import wait_until
 
 DEADLINE = 60.0
 
@@ -38,13 +39,6 @@ QUIET = {
     "delete_poll_interval": 0.05,
 }
 """Nothing flushes or rolls unless the test says so."""
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
@@ -105,7 +99,7 @@ def test_the_writers_delete_check_never_expires_a_checkpoint_by_a_stale_manifest
     refresh_checkpoint(manifests, checkpoint.id, lifetime=600.0)  # in time
     expired = checkpoint.expire_time
     assert expired is not None
-    wait_until(lambda: time.time() > expired, "the first expiry time to pass")
+    wait_until(lambda: time.time() > expired, "the first expiry time to pass", DEADLINE)
     assert guard.holds(name), "a refreshed checkpoint was judged expired by a stale manifest"
     delete_checkpoint(manifests, checkpoint.id)
     keeper.refresh()
@@ -197,7 +191,7 @@ def test_a_refresh_that_lands_after_the_expiry_lapses_the_lease(url: str) -> Non
             def slow_request() -> None:
                 # The refresh's manifest write reaches the store only after the expiry it is
                 # meant to extend; meanwhile anyone may have judged the checkpoint expired.
-                wait_until(lambda: time.time() > expiry, "the lease's expiry to pass")
+                wait_until(lambda: time.time() > expiry, "the lease's expiry to pass", DEADLINE)
 
             store.before_create("manifest/", slow_request)
             manifests = ManifestStore(open_store(url))
@@ -209,11 +203,12 @@ def test_a_refresh_that_lands_after_the_expiry_lapses_the_lease(url: str) -> Non
                 assert stored_checkpoint is not None
                 return (stored_checkpoint.expire_time or 0) > expiry
 
-            wait_until(refresh_landed, "the late refresh to land")
+            wait_until(refresh_landed, "the late refresh to land", DEADLINE)
             # The refresh thread either takes the new expiry (a healthy lease) or lapses.
             wait_until(
                 lambda: lease.checkpoint.expire_time != expiry or not lease._thread.is_alive(),
                 "the refresh thread to take the refresh's outcome",
+                DEADLINE,
             )
             with pytest.raises(inkpen.CheckpointLapsedError, match=reader.checkpoint_id):
                 reader.get("r", "k")

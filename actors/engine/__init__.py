@@ -1,9 +1,8 @@
-"""actors/engine/: one open writer as a whole.
+"""actors/engine/: one open writer as a whole, composed from the rooms below.
 
-``startup`` starts its actors in order and stops them in reverse; ``bookie_actor`` is the Bookie
-actor (the ledger cache, the release of writers, snapshots); ``keeper`` makes every manifest
-commit; ``scheduler`` delivers timed messages; ``gc`` runs the writer's own GC; ``throttle`` is
-backpressure; ``registry`` keeps snapshot registrations and delete confirmations for the file
-owners; ``snapshot_clones`` are the actors behind a snapshot; ``hot_backup`` copies the journal;
-``compute`` and ``compute_worker`` build files in another process; ``context`` is what they share.
+``engine`` starts its actors in order, stops them in reverse and is the ``Engine`` the public
+handle calls; ``bookie_actor`` is the Bookie actor (the ledger cache, the release of writers,
+snapshots); ``gc`` runs the writer's own GC; ``snapshot_clones`` are the actors behind a
+snapshot; ``hot_backup`` copies the journal; ``compactor`` is the compactor role (merges and GC in
+a process of their own, no actors). What the rooms share is in ``actors/kernel/``.
 """

@@ -18,8 +18,9 @@ the Bookie registers a journal clone with the Inker, takes its own cache view, r
 clone with the Penciller (no push can happen in between: pushes come from this actor), and adds
 the Inker's current view for segments written meanwhile.
 
-The Inker and the Penciller tell it ``ApplyBatch`` and ``LedgerRoom``
-(:mod:`inkpen.actors.messages`); everything else is asked through the functions at the end of
+The Inker and the Penciller tell it ``ApplyBatch`` and ``LedgerRoom`` (declared with their
+senders, :mod:`inkpen.actors.journal.inker` and :mod:`inkpen.actors.ledger.penciller`, which sit
+below this room); everything else is asked through the functions at the end of
 this module (``take_snapshot``, ``close_snapshot``, ``compact_journal``, ``push_all``, ``stats``).
 """
 
@@ -33,24 +34,23 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import ActorGone, InkpenActor, call, handles, send, stop
-from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.snapshot_clones import (
     PairedJournal,
     SnapshotParts,
     start_journal_clone,
     start_ledger_clone,
 )
-from inkpen.actors.engine.throttle import NONE, SLOW, STOP
 from inkpen.actors.journal import clerk as inker_clerk_actor
 from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import ledger_entries
 from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
-from inkpen.actors.journal.inker import Inker
+from inkpen.actors.journal.inker import ApplyBatch, CompactJournal, Inker
+from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.throttle import NONE, SLOW, STOP
+from inkpen.actors.kernel.views import CacheView, MemTable
 from inkpen.actors.ledger import penciller as penciller_actor
-from inkpen.actors.ledger.penciller import Penciller
-from inkpen.actors.messages import ApplyBatch, CompactJournal, LedgerRoom
+from inkpen.actors.ledger.penciller import LedgerRoom, Penciller
 from inkpen.actors.read.path import lookup
-from inkpen.actors.read.views import CacheView, MemTable
 from inkpen.errors import InkpenError, UsageError
 from inkpen.logs import get_logger
 from inkpen.options import HEAD_ONLY_TRIM_INTERVAL

@@ -48,18 +48,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from inkpen.actors.engine import compute
 from inkpen.actors.journal.clerk import CompactionReport
-from inkpen.actors.journal.retention import Judgement, entry_weight
-from inkpen.actors.ledger.levels import Levels
-from inkpen.actors.ledger.merge_policy import MergeJob, MergePolicy, policy_for
-from inkpen.actors.read.views import LedgerView, SstHandle
+from inkpen.actors.journal.retention import Judgement, file_chunks
+from inkpen.actors.kernel import compute
+from inkpen.actors.kernel.views import LedgerView, SstHandle
+from inkpen.actors.ledger.clerk import policy_for
 from inkpen.checks import check_seconds
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, JournalReader
+from inkpen.formats.sst import SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, GcReport, run_gc
+from inkpen.manifest.levels import Levels
+from inkpen.manifest.merge_policy import MergeJob, MergePolicy
 from inkpen.manifest.merging import (
     ManifestConflict,
     check_compactor,
@@ -96,7 +98,7 @@ class CompactorReport:
     l0_files: int = 0
     """L0 files in the latest manifest when the merges stopped."""
     level_files: tuple[int, ...] = ()
-    """Files per level below L0 then."""
+    """Files per level then, indexed from L0 as everywhere."""
     journal: CompactionReport | None = None
     """The journal compaction of the round (None: it failed, or no journal file yet)."""
     gc: GcReport | None = None
@@ -222,7 +224,7 @@ class Compactor:
             written=tuple(written),
             replaced=tuple(replaced),
             l0_files=len(levels[0]) if levels else 0,
-            level_files=tuple(len(level) for level in levels[1:]),
+            level_files=tuple(len(level) for level in levels),
             journal=journal,
             gc=gc,
             manifest_id=latest.id,
@@ -268,9 +270,7 @@ class Compactor:
             [self._input(d) for d in targets],
             job.basement,
             int(options.clock() * 1000),
-            options.sst_target_bytes,
-            options.sst_block_bytes,
-            options.bloom_bits_per_key,
+            SstShape.of(options),
         )
         return tuple(self.tables.write_sst(data, info) for data, info in built)
 
@@ -288,14 +288,7 @@ class Compactor:
             self._check(current.manifest)
             return replace_ssts(current.manifest, removed, job.target_level, added)
 
-        try:
-            versioned = self.manifests.update(change, timeout=self.options.manifest_update_timeout)
-        except (ManifestConflict, FencedError, StoreError):
-            self._drop(outputs)
-            raise
-        finally:
-            with self._lock:
-                self._in_flight.difference_update(d.name for d in outputs)
+        versioned = self._commit_files(change, outputs)
         log.info(
             "compactor.merge",
             source_level=job.source_level,
@@ -307,6 +300,25 @@ class Compactor:
             manifest=versioned.id,
         )
         return versioned
+
+    def _commit_files(
+        self,
+        change: Callable[[VersionedManifest], Manifest],
+        written: tuple[SstDescriptor, ...] | tuple[JournalFileDescriptor, ...],
+    ) -> VersionedManifest:
+        """The one commit of files this compactor wrote (merges and journal compactions alike):
+        one CAS of ``change`` against the latest manifest. When it is refused (another change
+        replaced an input, a newer compactor or writer fenced this one, the store refused),
+        ``written`` is deleted again before the error goes on; either way the files leave the
+        in-flight set that keeps GC away from them."""
+        try:
+            return self.manifests.update(change, timeout=self.options.manifest_update_timeout)
+        except (ManifestConflict, FencedError, StoreError):
+            self._drop(written)
+            raise
+        finally:
+            with self._lock:
+                self._in_flight.difference_update(d.name for d in written)
 
     def _drop(self, outputs: tuple[SstDescriptor, ...] | tuple[JournalFileDescriptor, ...]) -> None:
         """Delete files no manifest names (a commit that did not land); GC removes any left."""
@@ -366,17 +378,10 @@ class Compactor:
             return replace_journal_files(current.manifest, removed, written)
 
         try:
-            versioned = self.manifests.update(change, timeout=self.options.manifest_update_timeout)
+            versioned = self._commit_files(change, written)
         except ManifestConflict as exc:
             log.warning("compactor.journal_conflict", error=str(exc))
-            self._drop(written)
             return None
-        except (FencedError, StoreError):
-            self._drop(written)
-            raise
-        finally:
-            with self._lock:
-                self._in_flight.difference_update(d.name for d in written)
         log.info(
             "compactor.journal_compaction",
             replaced=removed,
@@ -433,16 +438,8 @@ class Compactor:
         epoch = self._latest().manifest.writer_epoch
         target = self.options.journal_file_target_bytes
         written: list[JournalFileDescriptor] = []
-        chunk: list[JournalEntry] = []
-        size = 0
         try:
-            for entry in entries:
-                chunk.append(entry)
-                size += entry_weight(entry)
-                if size >= target:
-                    written.append(self.tables.write_journal(chunk, writer_epoch=epoch))
-                    chunk, size = [], 0
-            if chunk:
+            for chunk in file_chunks(entries, target):
                 written.append(self.tables.write_journal(chunk, writer_epoch=epoch))
         except BaseException:
             self._drop(tuple(written))

@@ -4,7 +4,7 @@ Files a manifest change drops are normally deleted by their clerks (delete_pendi
 what no clerk owns: journal segments once rolled, manifests no live checkpoint names, and the
 orphans a crash leaves (files written but never committed). It runs the manifest layer's planner
 (:func:`inkpen.manifest.gc.run_gc`), never touching an object younger than ``gc_min_age`` nor one
-this writer is still writing (:mod:`inkpen.actors.files.in_flight`). Open snapshots are safe
+this writer is still writing (:mod:`inkpen.actors.kernel.in_flight`). Open snapshots are safe
 because the writer checkpoint points at the oldest manifest they read.
 
 It runs once when the Bookie opens, then every ``gc_interval`` — but only if the manifest changed
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pykka
 
 from inkpen.actors.base import ActorGone, InkpenActor, handles, send
-from inkpen.actors.engine.context import EngineContext
+from inkpen.actors.kernel.context import EngineContext
 from inkpen.errors import FencedError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.gc import GcOptions, GcReport, run_gc

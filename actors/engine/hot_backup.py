@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inkpen.actors.read.views import JournalView, segment_entries
+from inkpen.actors.kernel.views import JournalView, segment_entries
 from inkpen.errors import AlreadyExistsError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver

@@ -31,7 +31,7 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import InkpenActor, handles, send
-from inkpen.actors.engine.scheduler import Scheduler
+from inkpen.actors.kernel.scheduler import Scheduler
 from inkpen.errors import StoreError
 from inkpen.logs import get_logger
 from inkpen.manifest.table_store import TableStore

@@ -30,7 +30,7 @@ import pykka
 
 from inkpen.actors.base import call, call_async, handles
 from inkpen.actors.files.clerk import FileClerk
-from inkpen.actors.read.views import JournalHandle
+from inkpen.actors.kernel.views import JournalHandle
 from inkpen.errors import InkpenError
 from inkpen.formats.journal import JournalEntry
 from inkpen.manifest.model import JournalFileDescriptor

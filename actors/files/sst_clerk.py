@@ -28,12 +28,12 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import call, call_async, handles, send
-from inkpen.actors.engine import compute
 from inkpen.actors.files.clerk import FileClerk
-from inkpen.actors.read.views import MemTable, SstHandle
+from inkpen.actors.kernel import compute
+from inkpen.actors.kernel.views import MemTable, SstHandle
 from inkpen.errors import InkpenError
 from inkpen.formats.keys import LedgerValue
-from inkpen.formats.sst import SstInfo
+from inkpen.formats.sst import SstInfo, SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.model import SstDescriptor
 
@@ -61,8 +61,7 @@ class _BuildL0:
 
     tables: tuple[MemTable, ...]
     reply_to: pykka.ActorRef[Any]
-    block_bytes: int
-    bloom_bits: int
+    shape: SstShape
     compute_workers: int = 0
 
 
@@ -100,13 +99,12 @@ def build_l0(
     tables: tuple[MemTable, ...],
     *,
     reply_to: pykka.ActorRef[Any],
-    block_bytes: int,
-    bloom_bits: int,
+    shape: SstShape,
     compute_workers: int = 0,
 ) -> None:
     """Tell ``clerk`` (writing) to build an L0 file from frozen memory tables (newest first); it
     answers ``reply_to`` with :class:`L0Written` or :class:`L0Failed`."""
-    send(clerk, _BuildL0(tables, reply_to, block_bytes, bloom_bits, compute_workers))
+    send(clerk, _BuildL0(tables, reply_to, shape, compute_workers))
 
 
 def merged_entries(tables: tuple[MemTable, ...]) -> Iterator[tuple[bytes, LedgerValue]]:
@@ -154,8 +152,7 @@ class SstClerk(FileClerk):
                 message.compute_workers,
                 compute.build_l0,
                 entries,
-                message.block_bytes,
-                message.bloom_bits,
+                message.shape,
             )
             handle = self._open(self.tables.write_sst(data, info, name=self.name))
         except Exception as exc:  # reported to the Penciller, which keeps the tables

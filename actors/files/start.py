@@ -8,7 +8,7 @@ A clerk is started for one of two reasons, and everything it is given follows fr
   the file's handle (:func:`open_files`, all files at once);
 - **a new file** (an L0 flush, a merge, a roll, a journal compaction): the clerk writes into this
   database's own store under a fresh ``<file-id>`` name, recorded in flight
-  (:mod:`inkpen.actors.files.in_flight`) before the put. It is asked to write bytes a merge or
+  (:mod:`inkpen.actors.kernel.in_flight`) before the put. It is asked to write bytes a merge or
   a roll produced (:func:`write_new_sst`, :func:`write_new_journal`) or told to build an L0 file
   (the Penciller, which starts it with :func:`start_clerk` and calls
   :func:`~inkpen.actors.files.sst_clerk.build_l0`).
@@ -27,11 +27,11 @@ from typing import Any, overload
 import pykka
 
 from inkpen.actors.base import stop
-from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.files import journal_clerk, sst_clerk
 from inkpen.actors.files.journal_clerk import JournalClerk
 from inkpen.actors.files.sst_clerk import SstClerk
-from inkpen.actors.read.views import JournalHandle, SegmentTable, SstHandle
+from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.views import JournalHandle, SegmentTable, SstHandle
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.sst import SstInfo
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor

@@ -5,7 +5,7 @@ and costs no actor message), becomes a :class:`Change` waiting in the Inker's in
 :class:`~inkpen.formats.journal.JournalEntry` once the Inker gives it an SQN, and finally the ledger
 entries the Bookie caches: the object's key with its metadata, plus one entry per index spec and
 its REVERSE twin. (Before a delete or a put with a ttl is written, the Inker adds the specs it
-implies for the object's other index entries: :mod:`inkpen.actors.journal.conditions`.)
+implies for the object's other index entries: :mod:`inkpen.actors.read.conditions`.)
 :func:`ledger_entries` is the single place that last step is defined; start-up replay and the
 rebuild of a ledger from a backup use it too, so the ledger rebuilt from the journal is exactly the
 ledger built by live writes.
@@ -84,7 +84,7 @@ class Change(NamedTuple):
 def reaches_other_entries(change: Change) -> bool:
     """Whether ``change`` also changes index entries it does not name: a delete of an object
     removes them all, a put with a ttl shortens their life to its own. The Inker adds the specs
-    for them just before it writes the change (:mod:`inkpen.actors.journal.conditions`)."""
+    for them just before it writes the change (:mod:`inkpen.actors.read.conditions`)."""
     return (change.kind != Kind.OBJECT or change.expiry_ms is not None) and (
         change.ledger_key[0] == _OBJECT_TAG
     )

@@ -40,11 +40,11 @@ from typing import Any, Protocol
 import pykka
 
 from inkpen.actors.base import ActorGone, InkpenActor, handles, send, stop
-from inkpen.actors.engine import compute
-from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.files.start import link_new_journal, write_new_journal
-from inkpen.actors.journal.retention import Judgement, entry_weight
-from inkpen.actors.read.views import JournalHandle, SegmentTable, segment_entries
+from inkpen.actors.journal.retention import Judgement, file_chunks
+from inkpen.actors.kernel import compute
+from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.views import JournalHandle, SegmentTable, segment_entries
 from inkpen.errors import StoreError
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue
@@ -170,16 +170,8 @@ def write_journal_files(
 ) -> tuple[JournalHandle, ...]:
     """Write entries (SQN order) as journal files of about ``target_bytes``, each via its clerk."""
     handles: list[JournalHandle] = []
-    chunk: list[JournalEntry] = []
-    size = 0
     try:
-        for entry in entries:
-            chunk.append(entry)
-            size += entry_weight(entry)
-            if size >= target_bytes:
-                handles.append(_write_file(ctx, owner, chunk))
-                chunk, size = [], 0
-        if chunk:
+        for chunk in file_chunks(entries, target_bytes):
             handles.append(_write_file(ctx, owner, chunk))
     except Exception:
         for handle in handles:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from inkpen.actors.read.views import JournalHandle
+from inkpen.actors.kernel.views import JournalHandle
 from inkpen.manifest.model import JournalFileDescriptor
 
 WATCH_INTERVAL = 0.5

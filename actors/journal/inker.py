@@ -35,38 +35,39 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pykka
 
 from inkpen.actors.base import ActorGone, call, handles, send, stop
-from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.engine.keeper import commit_or_roll_back
-from inkpen.actors.engine.registry import FileOwner
-from inkpen.actors.engine.throttle import NONE, SLOW, STOP
+from inkpen.actors.files.registry import FileOwner
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import external
 from inkpen.actors.journal import replay as journal_replay
+from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.clerk import (
     CompactionDone,
+    CompactionReport,
     Rolled,
     RollFailed,
     roll,
     roll_segments,
 )
-from inkpen.actors.journal.conditions import ConditionChecker
 from inkpen.actors.journal.intake import Batch, WriteIntake
-from inkpen.actors.ledger import penciller as penciller_actor
-from inkpen.actors.messages import ApplyBatch, CompactJournal
-from inkpen.actors.read.views import (
+from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.keeper import commit_or_roll_back
+from inkpen.actors.kernel.throttle import NONE, SLOW, STOP
+from inkpen.actors.kernel.views import (
     JournalHandle,
     JournalView,
     MemTable,
     SegmentTable,
 )
+from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
-from inkpen.formats.journal import build_journal
+from inkpen.formats.journal import JournalEntry, build_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.fencing import write_segment
 from inkpen.manifest.model import Checkpoint, Manifest, VersionedManifest
@@ -79,6 +80,27 @@ log = get_logger("inkpen.inker")
 
 SEGMENT_WRITE_ATTEMPTS = 6
 ROLL_RETRY_AFTER = 1.0
+
+
+# -- messages it sends the Bookie (declared with their sender, which sits below the Bookie) ---
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyBatch:
+    """Inker to Bookie: these entries are durable and visible in the journal view; cache their
+    ledger entries, then release the batch's callers."""
+
+    batch: Batch
+    entries: tuple[JournalEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactJournal:
+    """To the Bookie (from the engine, or from the Inker retrying a compaction whose commit
+    failed): start a journal compaction against a fresh ledger snapshot; its report goes to
+    ``result``."""
+
+    result: Future[CompactionReport]
 
 
 # -- messages ---------------------------------------------------------------------------------
@@ -179,11 +201,29 @@ class _Shutdown:
 # -- the actor --------------------------------------------------------------------------------
 
 
+class Conditions(Protocol):
+    """What the Inker asks of the checker of conditional writes (the engine hands it
+    :class:`inkpen.actors.read.conditions.ConditionChecker`, which reads the published views)."""
+
+    def written(self, batch: Batch, entries: tuple[JournalEntry, ...]) -> None:
+        """A segment was written for ``batch``: its entries count until the views show them."""
+
+    def check(self, batch: Batch, first_sqn: int, now_ms: int) -> list[Change]:
+        """The changes of ``batch`` to write, with the index specs they imply; rejected units go
+        to ``batch.rejected``."""
+
+
 class Inker(FileOwner):
     """Owns the journal: SQNs, segments, the active journal, journal files and their clerks."""
 
     def __init__(
-        self, ctx: EngineContext, intake: WriteIntake, *, epoch: int, next_segment: int
+        self,
+        ctx: EngineContext,
+        intake: WriteIntake,
+        conditions: Conditions,
+        *,
+        epoch: int,
+        next_segment: int,
     ) -> None:
         super().__init__(ctx, "inker")
         self.epoch = epoch
@@ -202,7 +242,7 @@ class Inker(FileOwner):
         self.last_write_started = float("-inf")
         ref = self.actor_ref
         self.intake = intake
-        self.conditions = ConditionChecker(ctx.board)
+        self.conditions = conditions
         intake.connect(lambda b: ref.tell(_BatchOpened(b)), lambda b: ref.tell(_BatchFull(b)))
         self.external = ctx.options.compaction == "external"
         self.adopted = ctx.keeper.latest.id

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from inkpen.actors.journal.changes import replayed_entries
-from inkpen.actors.read.views import JournalHandle, SegmentTable
+from inkpen.actors.kernel.views import JournalHandle, SegmentTable
 from inkpen.formats.keys import LedgerValue
 
 

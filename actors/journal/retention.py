@@ -75,6 +75,22 @@ def entry_weight(entry: JournalEntry) -> int:
     return len(entry.ledger_key) + (len(value) if value is not None else 0) + 32
 
 
+def file_chunks(entries: Iterable[JournalEntry], target_bytes: int) -> Iterator[list[JournalEntry]]:
+    """Entries (SQN order) cut into the runs that become one journal file each: a run ends once
+    it weighs ``target_bytes`` (:func:`entry_weight`). The writer's rolls and compactions and the
+    compactor's compactions all cut files here."""
+    chunk: list[JournalEntry] = []
+    size = 0
+    for entry in entries:
+        chunk.append(entry)
+        size += entry_weight(entry)
+        if size >= target_bytes:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
 def _index_needed(entry: JournalEntry, lookup: Lookup, now_ms: int) -> bool:
     """Whether one of the entry's index specs must survive (see the module docstring)."""
     if not entry.index_specs:

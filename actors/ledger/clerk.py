@@ -2,7 +2,7 @@
 
 Whenever the ledger changes, the Penciller offers the clerk its current view
 (:func:`offer_work`); the clerk asks the engine's merge policy
-(:mod:`inkpen.actors.ledger.merge_policy`, by default Leveled's: all of L0 into L1 unless a level
+(:mod:`inkpen.manifest.merge_policy`, by default Leveled's: all of L0 into L1 unless a level
 is fuller than L0, otherwise one file of the deepest level over its target) for at most one
 :class:`MergeJob`, passing the number of jobs asked for before (the policy's grooming
 alternation), and runs whatever job it chose.
@@ -10,14 +10,14 @@ alternation), and runs whatever job it chose.
 A **move** job (a source file with no overlap in the level below) is answered at once: the
 Penciller commits it as a manifest change alone, no bytes rewritten. Otherwise the clerk reads
 the inputs, has them merged in key order (the highest SQN of a key wins) into new SST files of
-about ``sst_target_bytes`` by the compute pool (:mod:`inkpen.actors.engine.compute`, off the
+about ``sst_target_bytes`` by the compute pool (:mod:`inkpen.actors.kernel.compute`, off the
 interpreter that serves reads and writes), and writes each through its own SST clerk. Tombstones
 and expired entries are dropped only when the job's target is the **basement** (no level below it
 holds files), since above it they must keep shadowing older entries.
 
 The clerk answers :class:`MergeDone` (or :class:`MergeIdle` when there is nothing to do, or when
 the merge failed: then ``missing`` names an input the store no longer holds); the Penciller
-applies the result to its levels (:meth:`~inkpen.actors.ledger.levels.Levels.apply`) and commits
+applies the result to its levels (:meth:`~inkpen.manifest.levels.Levels.apply`) and commits
 it in one manifest change.
 """
 
@@ -29,16 +29,27 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import InkpenActor, handles, send, stop
-from inkpen.actors.engine import compute
-from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.files.start import write_new_sst
-from inkpen.actors.ledger.merge_policy import MergeJob, MergePolicy, policy_for
-from inkpen.actors.read.views import LedgerView, SstHandle
+from inkpen.actors.kernel import compute
+from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.views import LedgerView, SstHandle
 from inkpen.errors import NotFoundError
-from inkpen.formats.sst import SstInfo
+from inkpen.formats.sst import SstInfo, SstShape
 from inkpen.logs import get_logger
+from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
+from inkpen.options import Options
 
 log = get_logger("inkpen.penciller")
+
+
+def policy_for(options: Options) -> MergePolicy:
+    """The merge policy an engine with ``options`` uses: ``options.merge_policy`` when set,
+    otherwise :class:`LeveledMergePolicy` with the options' level sizes."""
+    if options.merge_policy is not None:
+        return options.merge_policy
+    return LeveledMergePolicy(
+        options.l1_target_files, options.level_fanout, l0_trigger=max(1, options.max_l0_files // 2)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +128,7 @@ class PencillerClerk(InkpenActor):
             [self._input(h) for h in targets],
             job.basement,
             self.ctx.now_ms(),
-            options.sst_target_bytes,
-            options.sst_block_bytes,
-            options.bloom_bits_per_key,
+            SstShape.of(options),
         )
         written: list[SstHandle] = []
         try:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from inkpen.actors.ledger.levels import Levels
-from inkpen.actors.read.views import SstHandle
+from inkpen.actors.kernel.views import SstHandle
+from inkpen.manifest.levels import Levels
 from inkpen.manifest.model import SstDescriptor
 
 WATCH_INTERVAL = 0.5

@@ -16,18 +16,18 @@ refused, the Bookie keeps its cache, and writers are slowed and then blocked: me
 bounded however far merges fall behind.
 
 Levels are numbered as everywhere in inkpen (0 is L0) and held as one pure
-:class:`~inkpen.actors.ledger.levels.Levels` value: an L0 write or a merge result is applied to
+:class:`~inkpen.manifest.levels.Levels` value: an L0 write or a merge result is applied to
 it once, and the published view and the manifest change are both derived from the new value
-(:meth:`~inkpen.actors.ledger.levels.Levels.to_manifest` is the one conversion to the manifest's
+(:meth:`~inkpen.manifest.levels.Levels.to_manifest` is the one conversion to the manifest's
 shape).
 
 The Penciller's clerk (:mod:`inkpen.actors.ledger.clerk`) runs the merges the merge policy
-(:mod:`inkpen.actors.ledger.merge_policy`) chooses; the Penciller commits each result in one
+(:mod:`inkpen.manifest.merge_policy`) chooses; the Penciller commits each result in one
 manifest change and sets the replaced files' clerks to delete_pending, confirming each deletion
 only when no registered snapshot older than the change and no live checkpoint can still read
 the file.
 
-Lookups never come here: the Penciller publishes a :class:`~inkpen.actors.read.views.LedgerView`
+Lookups never come here: the Penciller publishes a :class:`~inkpen.actors.kernel.views.LedgerView`
 after every change, and readers search it (memory, then L0, then each level; bloom filters first).
 
 Other modules ask the Penciller through the functions at the end of this module (``push_mem``,
@@ -45,19 +45,19 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import call, handles, send, stop
-from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.engine.keeper import commit_or_roll_back
-from inkpen.actors.engine.registry import FileOwner
+from inkpen.actors.files.registry import FileOwner
 from inkpen.actors.files.sst_clerk import L0Failed, L0Written, SstClerk, build_l0
 from inkpen.actors.files.start import open_files, start_clerk
+from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.keeper import commit_or_roll_back
+from inkpen.actors.kernel.views import LedgerView, MemTable, SstHandle
 from inkpen.actors.ledger import external
-from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, offer_work
-from inkpen.actors.ledger.levels import LevelError, Levels
-from inkpen.actors.ledger.merge_policy import MergePolicy, policy_for
-from inkpen.actors.messages import LedgerRoom
-from inkpen.actors.read.views import LedgerView, MemTable, SstHandle
+from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, offer_work, policy_for
 from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
+from inkpen.formats.sst import SstShape
 from inkpen.logs import get_logger
+from inkpen.manifest.levels import LevelError, Levels
+from inkpen.manifest.merge_policy import MergePolicy
 from inkpen.manifest.merging import add_l0
 from inkpen.manifest.model import Manifest, SstDescriptor, VersionedManifest
 from inkpen.manifest.paths import new_file_id, sst_key
@@ -66,6 +66,12 @@ log = get_logger("inkpen.penciller")
 
 RETRY_AFTER = 1.0
 """Seconds before a failed L0 write or merge is tried again."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRoom:
+    """Penciller to Bookie: an L0 write or a merge finished; pushes may be taken again. (Declared
+    with its sender, which sits below the Bookie.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,8 +257,7 @@ class Penciller(FileOwner):
             clerk,
             self.writing,
             reply_to=self.actor_ref,
-            block_bytes=options.sst_block_bytes,
-            bloom_bits=options.bloom_bits_per_key,
+            shape=SstShape.of(options),
             compute_workers=options.compute_workers,
         )
 

@@ -1,5 +1,9 @@
-"""actors/read/: the lock-free read path (no actors).
+"""actors/read/: reads over the published views (no actors).
 
-``views`` are the immutable states the actors publish; ``path`` reads and folds over them;
-``checkpoint_views`` builds the same views from one manifest, for Readers and Spark tasks.
+``path`` reads and folds over the views the owners publish (``actors/kernel/views``); ``many``
+batches point reads; ``conditions`` checks conditional writes and the index specs deletes imply
+against the same views (the Inker asks it through its ``Conditions`` protocol);
+``checkpoint_views`` builds views from one manifest, for Readers and Spark tasks; ``follower``
+keeps them following the store; ``feed`` reads the change feed; ``anti_entropy`` folds tictac
+trees.
 """

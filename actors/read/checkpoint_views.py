@@ -1,7 +1,7 @@
 """Views of one manifest for read-only clients (Readers, Spark tasks), built without actors.
 
 A read-only client writes nothing and owns nothing, so it needs no actor system: it builds the same
-immutable views a writer publishes (:mod:`inkpen.actors.read.views`) straight from one manifest —
+immutable views a writer publishes (:mod:`inkpen.actors.kernel.views`) straight from one manifest —
 typically a checkpoint's — and reads through the ordinary read path. Building them is what a
 writer's start-up does, minus the claim:
 
@@ -25,8 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from inkpen.actors.journal.replay import replay
-from inkpen.actors.ledger.levels import Levels
-from inkpen.actors.read.views import (
+from inkpen.actors.kernel.views import (
     CacheView,
     JournalHandle,
     JournalView,
@@ -37,6 +36,7 @@ from inkpen.actors.read.views import (
 )
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import scan_segments, settle_missing
+from inkpen.manifest.levels import Levels
 from inkpen.manifest.model import Manifest
 from inkpen.manifest.table_store import TableStore
 from inkpen.options import Options

@@ -41,9 +41,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from inkpen.actors.journal.replay import replay
-from inkpen.actors.ledger.levels import Levels
-from inkpen.actors.read.checkpoint_views import OPENERS, ManifestViews
-from inkpen.actors.read.views import (
+from inkpen.actors.kernel.views import (
     CacheView,
     JournalHandle,
     JournalView,
@@ -52,11 +50,13 @@ from inkpen.actors.read.views import (
     SegmentTable,
     SstHandle,
 )
+from inkpen.actors.read.checkpoint_views import OPENERS, ManifestViews
 from inkpen.errors import InkpenError, NotFoundError
 from inkpen.formats.journal import decode_journal
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
+from inkpen.manifest.levels import Levels
 from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
 from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore

@@ -43,8 +43,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 
+from inkpen.actors.kernel.views import CacheView, JournalView, LedgerView, Level
 from inkpen.actors.read.path import READ_ATTEMPTS, ViewSource, is_live, place_records, values_of
-from inkpen.actors.read.views import CacheView, JournalView, LedgerView, Level
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.formats.bloom import bloom_hash
 from inkpen.formats.journal import JournalReader, Kind

@@ -20,9 +20,9 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol
 
-from inkpen.actors.read.views import CacheView, JournalView, LedgerView
+from inkpen.actors.kernel.views import CacheView, JournalView, LedgerView
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.formats.journal import JournalEntry, JournalReader, Kind
 from inkpen.formats.keys import (
@@ -78,7 +78,7 @@ def to_head(value: LedgerValue, subkey: bytes = b"") -> Head:
     sqn, _, expiry, digest, size, lm = value[:6]
     expires = None if expiry is None else expiry / 1000.0
     if len(value) > 6:  # a head-only object
-        return Head(sqn, size, digest, lm / 1000.0, expires, subkey, value[6])  # type: ignore[misc]
+        return Head(sqn, size, digest, lm / 1000.0, expires, subkey, value[6])
     return Head(sqn, size, digest, lm / 1000.0, expires)
 
 
@@ -150,7 +150,7 @@ def read_head_only(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
     value = _live_value(source, key, now_ms)
     if value is None:
         return None
-    return value[6] if len(value) > 6 else b""  # type: ignore[misc]
+    return value[6] if len(value) > 6 else b""
 
 
 def object_index_entries(
@@ -228,7 +228,7 @@ def _sst_range(
 
 
 def _chain(
-    files: tuple, lo: bytes | None, hi: bytes | None, reverse: bool = False
+    files: tuple[Any, ...], lo: bytes | None, hi: bytes | None, reverse: bool = False
 ) -> Iterator[tuple[bytes, LedgerValue]]:
     for handle in reversed(files) if reverse else files:
         yield from _sst_range(handle.reader, lo, hi, reverse)
@@ -465,7 +465,7 @@ def place_records(
             if entry is not None and entry.ledger_key == key and entry.kind == kind:
                 bodies[at] = entry.value or b""
             continue
-        in_files.setdefault(found, []).append(at)  # type: ignore[arg-type]
+        in_files.setdefault(found, []).append(at)
     by_file: dict[int, list[tuple[int, int, int, bytes]]] = {}
     for index, ats in in_files.items():
         wanted = [(rows[at][1], kind, rows[at][0]) for at in ats]
@@ -676,7 +676,7 @@ def fold_index(
     end: bytes,
     now_ms: int,
     *,
-    regex: str | bytes | re.Pattern | None,
+    regex: str | bytes | re.Pattern[str] | re.Pattern[bytes] | None,
     return_terms: bool,
     reverse: bool = False,
 ) -> Iterator[bytes | tuple[bytes, bytes]]:
@@ -702,14 +702,16 @@ def fold_index(
         yield (term, found) if return_terms else found
 
 
-def _term_matcher(regex: str | bytes | re.Pattern | None) -> Callable[[bytes], bool] | None:
+def _term_matcher(
+    regex: str | bytes | re.Pattern[str] | re.Pattern[bytes] | None,
+) -> Callable[[bytes], bool] | None:
     if regex is None:
         return None
     pattern = regex if isinstance(regex, re.Pattern) else re.compile(regex)
     if isinstance(pattern.pattern, bytes):
-        binary = cast("re.Pattern[bytes]", pattern)
+        binary = pattern
         return lambda term: binary.search(term) is not None
-    text = cast("re.Pattern[str]", pattern)
+    text = pattern
     return lambda term: text.search(term.decode("utf-8", "replace")) is not None
 
 

@@ -68,7 +68,7 @@ def compact(url: str, as_json: bool) -> None:
     click.echo(f"compacted {url}")
     click.echo(
         f"ledger   {before['memory_entries']:,} -> {after['memory_entries']:,} entries in memory,"
-        f" L0 {before['l0_files']} -> {after['l0_files']} files, levels from L1 "
+        f" L0 {before['l0_files']} -> {after['l0_files']} files, levels from L0 "
         f"{before['level_files']} -> {after['level_files']} files, "
         f"{render.size(before['ledger_bytes'])} -> {render.size(after['ledger_bytes'])}"
     )

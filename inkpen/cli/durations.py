@@ -46,7 +46,7 @@ def parse_duration(given: str) -> float:
     return total
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType[float | None, Any]):
     """A click parameter of seconds; ``never`` gives None when ``allow_never`` is set."""
 
     name = "duration"

@@ -23,7 +23,7 @@ _HANDLER_NAME = "inkpen-cli"
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever ``sys.stderr`` is when an event is emitted (it may be replaced)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> object:
         return sys.stderr
 

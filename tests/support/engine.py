@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import inkpen
@@ -50,14 +49,6 @@ class GatedLedgerStore:
             self.waiting.set()
             self.gate.wait()
         self._inner.put_if_absent(key, data, metadata=metadata)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"condition not reached in time: {what or predicate}"
-        time.sleep(0.01)
 
 
 class HoldingStore:

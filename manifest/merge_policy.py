@@ -1,6 +1,6 @@
 """Merge choice: which files of the ledger merge next, behind the :class:`MergePolicy` protocol.
 
-A merge policy is pure: given the ledger's :class:`~inkpen.actors.ledger.levels.Levels` and the
+A merge policy is pure: given the ledger's :class:`~inkpen.manifest.levels.Levels` and the
 number of choices made before (its only state, for policies that alternate), it answers one
 :class:`MergeJob` (a frozen description: which files leave which level for which level, whether
 the target is the basement, and whether the job is a **move**) or None when the ledger needs no
@@ -10,13 +10,16 @@ merge. It reads nothing, writes nothing and starts nothing; the Penciller's cler
 
 The policy in use is the ``merge_policy`` option (:class:`inkpen.Options`): any object with
 this protocol's ``choose``. Left at None, it is :class:`LeveledMergePolicy` with the options'
-``l1_target_files`` and ``level_fanout`` (:func:`policy_for` is the one place that decides).
+``l1_target_files`` and ``level_fanout``
+(:func:`inkpen.actors.ledger.clerk.policy_for` is the one place that decides). This module sits
+beside :mod:`inkpen.manifest.levels`, as Leveled's pmanifest sits beside its actors: pure, so the
+Penciller, the compactor and anyone writing a policy of their own can use it.
 
 :class:`LeveledMergePolicy` is Leveled's order of priority, with L0 weighed against the levels:
 
 1. if L0 holds files, merge them all into L1 (with the L1 files their key range overlaps),
    unless a level is fuller than L0: its files over its target
-   (:func:`~inkpen.actors.ledger.levels.level_target`) as a share of the target above L0's
+   (:func:`~inkpen.manifest.levels.level_target`) as a share of the target above L0's
    files as a share of ``l0_trigger``;
 2. otherwise, the deepest level holding more files than its target sends one file down: on even
    turns the one with the most tombstones among a few sampled (Leveled's grooming), on odd
@@ -39,12 +42,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
-from inkpen.actors.ledger.levels import LevelFile, LevelNo, Levels, key_span, level_target
-
-if TYPE_CHECKING:
-    from inkpen.options import Options
+from inkpen.manifest.levels import LevelFile, LevelNo, Levels, key_span, level_target
 
 F = TypeVar("F", bound=LevelFile)
 
@@ -115,8 +115,9 @@ class LeveledMergePolicy:
     level_fanout: int = 8
     grooming_sample: int = GROOMING_SAMPLE
     l0_trigger: int = 4
-    """L0 files that make L0 as full as a level at its target; :func:`policy_for` makes it
-    half of the options' ``max_l0_files`` (6 by default)."""
+    """L0 files that make L0 as full as a level at its target;
+    :func:`~inkpen.actors.ledger.clerk.policy_for` makes it half of the options' ``max_l0_files``
+    (6 by default)."""
 
     def choose(self, levels: Levels[F], *, turn: int) -> MergeJob[F] | None:
         if levels.l0 and not self._fuller_than_l0(levels):
@@ -163,13 +164,3 @@ class LeveledMergePolicy:
             sample = random.Random(turn).sample(list(files), min(self.grooming_sample, len(files)))
             return max(sample, key=lambda f: f.tombstone_count)
         return files[(turn // 2) % len(files)]
-
-
-def policy_for(options: Options) -> MergePolicy:
-    """The merge policy an engine with ``options`` uses: ``options.merge_policy`` when set,
-    otherwise :class:`LeveledMergePolicy` with the options' level sizes."""
-    if options.merge_policy is not None:
-        return options.merge_policy
-    return LeveledMergePolicy(
-        options.l1_target_files, options.level_fanout, l0_trigger=max(1, options.max_l0_files // 2)
-    )

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import pykka
 
 from inkpen.actors.base import stop
-from inkpen.actors.files.in_flight import InFlight
+from inkpen.actors.kernel.in_flight import InFlight
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError
 from inkpen.logs import get_logger
 from inkpen.manifest.model import Manifest, VersionedManifest

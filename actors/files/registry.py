@@ -18,14 +18,14 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import InkpenActor, handles, stop
-from inkpen.actors.engine.context import EngineContext
-from inkpen.actors.engine.keeper import ManifestKeeper
 from inkpen.actors.files.clerk import (
     ConfirmDelete,
     FileDeleted,
     answer_confirm_delete,
     set_for_delete,
 )
+from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.keeper import ManifestKeeper
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 

@@ -51,8 +51,8 @@ from inkpen.actors.journal.changes import (
     reaches_other_entries,
 )
 from inkpen.actors.journal.intake import Batch
+from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.path import Views, object_index_entries, read_head
-from inkpen.actors.read.views import ViewBoard
 from inkpen.errors import ConflictError, CorruptionError, InkpenError, StoreError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import ACTIVE, object_parts
@@ -91,7 +91,7 @@ def _current(state: State, now_ms: int) -> int:
 
 def _apply(terms: Terms, specs: Sequence[IndexSpec], sqn: int, expiry_ms: int | None) -> None:
     """Apply the index specs of a change at ``sqn`` (a later spec of the same SQN wins, as in
-    :meth:`~inkpen.actors.read.views.MemTable.of`)."""
+    :meth:`~inkpen.actors.kernel.views.MemTable.of`)."""
     for op, field, term in specs:
         known = terms.get((field, term))
         if known is None or known[0] <= sqn:

@@ -8,7 +8,7 @@ store on their own threads — choosing the job, reading its inputs, writing its
 file clerks, reporting to the owner — and hand only the computation to :func:`run`, which runs it
 in a worker process (option ``compute_workers``; 0 runs it in the calling thread).
 
-The workers are plain child processes running ``python -m inkpen.actors.engine.compute_worker``,
+The workers are plain child processes running ``python -m inkpen.actors.kernel.compute_worker``,
 shared by every Bookie of the process and started on first use. They never import the application's
 main module (as multiprocessing's ``spawn`` would), so embedding inkpen needs no ``__main__``
 guard. A request is one length-prefixed pickle frame ``(function name, arguments)`` on the
@@ -29,12 +29,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, cast
 
-from inkpen.actors.engine import heap
+from inkpen.actors.kernel import heap
 from inkpen.formats.journal import JournalEntry, build_journal
 from inkpen.formats.keys import TOMBSTONE, LedgerValue
-from inkpen.formats.sst import SstBuilder, SstInfo, SstReader
+from inkpen.formats.sst import SstBuilder, SstInfo, SstReader, SstShape
 from inkpen.logs import get_logger
 
 log = get_logger("inkpen.compute")
@@ -66,7 +66,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "inkpen.actors.engine.compute_worker"],
+            [sys.executable, "-m", "inkpen.actors.kernel.compute_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             # PYTHONSAFEPATH: a directory named "inkpen" in the current directory (a checkout
@@ -178,7 +178,7 @@ def run(workers: int, function: Callable[..., T], *args: Any) -> T:
     """``function(*args)`` in a compute worker (or here when ``workers`` is 0)."""
     if workers <= 0:
         return function(*args)
-    return _pool.run(workers, function.__name__, args)
+    return cast(T, _pool.run(workers, function.__name__, args))
 
 
 # -- the jobs ---------------------------------------------------------------------------------
@@ -227,20 +227,16 @@ def merge_entries(
 
 
 def build_ssts(
-    entries: Iterable[tuple[bytes, LedgerValue]],
-    *,
-    target_bytes: int,
-    block_size: int,
-    bloom_bits: int,
+    entries: Iterable[tuple[bytes, LedgerValue]], shape: SstShape
 ) -> list[tuple[bytes, SstInfo]]:
-    """Entries (key order) as SST files of about ``target_bytes`` each."""
+    """Entries (key order) as SST files of about ``shape.target_bytes`` each."""
     built: list[tuple[bytes, SstInfo]] = []
     builder: SstBuilder | None = None
     for key, value in entries:
         if builder is None:
-            builder = SstBuilder(block_size=block_size, bloom_bits_per_key=bloom_bits)
+            builder = shape.builder()
         builder.add(key, value)
-        if builder.estimated_size() >= target_bytes:
+        if builder.estimated_size() >= shape.target_bytes:
             built.append(builder.finish())
             builder = None
     if builder is not None and builder.entry_count:
@@ -253,9 +249,7 @@ def merge_ssts(
     targets: list[SstInput],
     basement: bool,
     now_ms: int,
-    target_bytes: int,
-    block_size: int,
-    bloom_bits: int,
+    shape: SstShape,
 ) -> list[tuple[bytes, SstInfo]]:
     """A merge job: sources newest first, targets in key order; answers the new files."""
 
@@ -269,19 +263,17 @@ def merge_ssts(
         basement=basement,
         now_ms=now_ms,
     )
-    return build_ssts(
-        merged, target_bytes=target_bytes, block_size=block_size, bloom_bits=bloom_bits
-    )
+    return build_ssts(merged, shape)
 
 
 _new_tuple = tuple.__new__
 
 
 def build_l0(
-    entries: list[tuple[bytes, tuple[Any, ...]]], block_size: int, bloom_bits: int
+    entries: list[tuple[bytes, tuple[Any, ...]]], shape: SstShape
 ) -> tuple[bytes, SstInfo]:
     """An L0 file from memory's entries, already in key order with one value per key."""
-    builder = SstBuilder(block_size=block_size, bloom_bits_per_key=bloom_bits)
+    builder = shape.builder()
     for key, value in entries:
         builder.add(key, _new_tuple(LedgerValue, tuple(value)))
     return builder.finish()

@@ -2,7 +2,7 @@
 
 This module owns the one level convention of inkpen: a level is named by its
 :data:`LevelNo`, and **0 is L0** everywhere (the Penciller's state, its published
-:class:`~inkpen.actors.read.views.LedgerView`, the manifest's ``LedgerState.levels``, merge jobs,
+:class:`~inkpen.actors.kernel.views.LedgerView`, the manifest's ``LedgerState.levels``, merge jobs,
 logs and stats). :class:`Levels` holds the files indexed by that number:
 
 - ``level(0)`` is L0: files written from memory, newest first, possibly overlapping;
@@ -13,12 +13,13 @@ logs and stats). :class:`Levels` holds the files indexed by that number:
 
 A merge's result is applied here, once, by :meth:`Levels.apply` (remove its inputs, add its
 outputs to the target level in key order); the Penciller's state, its view and the manifest
-change are all derived from that one result. The manifest keeps its own shape (a tuple of
-descriptor tuples, also indexed by level number); :func:`from_manifest` and
-:meth:`Levels.to_manifest` are the only conversions.
+change are all derived from that one result, and so are the manifest changes of the compactor
+and of a bulk load (:mod:`inkpen.manifest.merging`, :mod:`inkpen.pipeline.commit`). The manifest
+keeps its own shape (a tuple of descriptor tuples, also indexed by level number);
+:func:`from_manifest` and :meth:`Levels.to_manifest` are the only conversions.
 
 Everything here is pure (no actors, no I/O) and generic over the file type: the Penciller holds
-:class:`~inkpen.actors.read.views.SstHandle` values, the manifest :class:`SstDescriptor` values;
+:class:`~inkpen.actors.kernel.views.SstHandle` values, the manifest :class:`SstDescriptor` values;
 both are :class:`LevelFile`.
 """
 
@@ -60,7 +61,7 @@ def level_target(level: LevelNo, l1_target_files: int, level_fanout: int) -> int
     ``l1_target_files * level_fanout ** (level - 1)``."""
     if level < 1:
         raise ValueError(f"level {level} has no file target: L0 merges whole, not by count")
-    return l1_target_files * level_fanout ** (level - 1)
+    return int(l1_target_files * level_fanout ** (level - 1))
 
 
 def overlaps(file: LevelFile, lo: bytes, hi: bytes) -> bool:
@@ -149,18 +150,18 @@ class Levels(Generic[F]):
             yield from level
 
     def counts(self) -> list[int]:
-        """Files per level, below L0: ``counts()[0]`` is L1's (as ``PencillerStats`` reports)."""
-        return [len(level) for level in self.files[1:]]
+        """Files per level, indexed as the levels are: ``counts()[0]`` is L0's."""
+        return [len(level) for level in self.files]
 
     def sizes(self, size: Callable[[F], int]) -> list[int]:
-        """Bytes per level below L0, by ``size`` of each file (as :meth:`counts`)."""
-        return [sum(size(f) for f in level) for level in self.files[1:]]
+        """Bytes per level by ``size`` of each file, indexed as :meth:`counts`."""
+        return [sum(size(f) for f in level) for level in self.files]
 
     # -- changing (each answers a new value) --------------------------------------------------
 
-    def with_l0(self, file: F) -> Levels[F]:
-        """These levels with ``file`` written to L0 as its newest file."""
-        return Levels(((file, *self.level(0)), *self.files[1:]))
+    def with_l0(self, *files: F) -> Levels[F]:
+        """These levels with ``files`` written to L0 as its newest files (the first newest)."""
+        return Levels(((*files, *self.level(0)), *self.files[1:]))
 
     def apply(self, removed: Iterable[str], target: LevelNo, added: Iterable[F]) -> Levels[F]:
         """A merge's result: drop every file named in ``removed`` from whatever level holds

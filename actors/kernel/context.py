@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from inkpen.actors.engine.keeper import ManifestKeeper
-from inkpen.actors.engine.scheduler import Scheduler
-from inkpen.actors.engine.throttle import Throttle
-from inkpen.actors.files.in_flight import InFlight
-from inkpen.actors.read.views import ViewBoard
+from inkpen.actors.kernel.in_flight import InFlight
+from inkpen.actors.kernel.keeper import ManifestKeeper
+from inkpen.actors.kernel.scheduler import Scheduler
+from inkpen.actors.kernel.throttle import Throttle
+from inkpen.actors.kernel.views import ViewBoard
 from inkpen.errors import InkpenError
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.table_store import TableStore

@@ -27,11 +27,11 @@ from typing import Any
 
 import pykka
 
-from inkpen.actors.ledger.levels import Levels
 from inkpen.formats.bloom import bloom_hash
 from inkpen.formats.journal import JournalEntry, JournalReader, Kind
 from inkpen.formats.keys import LedgerValue
 from inkpen.formats.sst import SstReader
+from inkpen.manifest.levels import Levels
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor
 from inkpen.manifest.table_store import Segment
 
@@ -153,7 +153,7 @@ class Level:
 class LedgerView:
     """The Penciller's published state: memory tables and the ledger's files by level.
 
-    ``files`` is the :class:`~inkpen.actors.ledger.levels.Levels` the Penciller holds (level
+    ``files`` is the :class:`~inkpen.manifest.levels.Levels` the Penciller holds (level
     numbers as everywhere: 0 is L0). ``levels`` is built from it for lookups: ``levels[n]`` is
     Ln ready for bisect, for n >= 1; ``levels[0]`` is always empty, L0's files overlapping and
     so being searched one by one from :attr:`l0`.

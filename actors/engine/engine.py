@@ -33,25 +33,26 @@ import pykka
 from inkpen.actors.base import ActorGone, stop
 from inkpen.actors.engine import bookie_actor
 from inkpen.actors.engine.bookie_actor import Bookie
-from inkpen.actors.engine.context import EngineContext
 from inkpen.actors.engine.gc import GarbageCollector, request_gc
-from inkpen.actors.engine.heap import limit_heap_growth
 from inkpen.actors.engine.hot_backup import HotBackup
-from inkpen.actors.engine.keeper import ManifestKeeper
-from inkpen.actors.engine.scheduler import Scheduler
 from inkpen.actors.engine.snapshot_clones import SnapshotParts
-from inkpen.actors.engine.throttle import Throttle
-from inkpen.actors.files.in_flight import InFlight
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.inker import Inker
 from inkpen.actors.journal.intake import Batch, WriteIntake
+from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.heap import limit_heap_growth
+from inkpen.actors.kernel.in_flight import InFlight
+from inkpen.actors.kernel.keeper import ManifestKeeper
+from inkpen.actors.kernel.scheduler import Scheduler
+from inkpen.actors.kernel.throttle import Throttle
+from inkpen.actors.kernel.views import SegmentTable, SstHandle, ViewBoard
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.clerk import PencillerClerk
 from inkpen.actors.ledger.penciller import Penciller
-from inkpen.actors.read.views import SegmentTable, SstHandle, ViewBoard
+from inkpen.actors.read.conditions import ConditionChecker
 from inkpen.errors import AlreadyExistsError, FencedError, InkpenError, StoreError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
@@ -178,7 +179,11 @@ class Engine:
             penciller = Penciller.start(ctx, persisted_sqn=manifest.ledger.persisted_sqn)
             started_refs.append(penciller)
             inker = Inker.start(
-                ctx, intake, epoch=claim.epoch, next_segment=claim.fence_segment + 1
+                ctx,
+                intake,
+                ConditionChecker(ctx.board),
+                epoch=claim.epoch,
+                next_segment=claim.fence_segment + 1,
             )
             started_refs.append(inker)
             levels = _open_ssts(ctx, manifest, penciller)

@@ -84,4 +84,4 @@ def _mallopt() -> Callable[[int, int], int] | None:
         return None
     function.argtypes = (ctypes.c_int, ctypes.c_int)
     function.restype = ctypes.c_int
-    return function  # type: ignore[no-any-return]
+    return function
