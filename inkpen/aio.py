@@ -35,12 +35,11 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
-from inkpen.actors.engine.engine import put_timed_out
+from inkpen.actors.engine.engine import Engine, put_timed_out
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.changes import Change
 from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.journal.intake import Batch
-from inkpen.actors.kernel.throttle import NONE, SLOW, SLOW_DELAY
 from inkpen.actors.read.feed import Change as FeedChange
 from inkpen.actors.read.feed import GapPolicy
 from inkpen.actors.read.path import Head
@@ -302,10 +301,13 @@ class AsyncBookie(_AsyncReads[Bookie]):
     def __init__(
         self,
         sync: Bookie,
+        engine: Engine,
         pool: concurrent.futures.ThreadPoolExecutor,
         fold_chunk: int = FOLD_CHUNK,
     ) -> None:
         super().__init__(sync, pool, fold_chunk)
+        self._engine = engine
+        """The engine ``sync`` writes through: puts join its group commit without a thread."""
         self._waits = _Waits()
 
     @property
@@ -356,18 +358,12 @@ class AsyncBookie(_AsyncReads[Bookie]):
             await self._write(changes)
 
     async def _write(self, changes: list[Change]) -> None:
-        engine = self._sync._engine
-        throttle = engine.throttle
-        while True:
-            if throttle.error is not None:
-                raise throttle.error
-            level = throttle.level
-            if level == NONE:
-                break
-            if level == SLOW:
-                await asyncio.sleep(SLOW_DELAY)
-                break
-            await self._call(throttle.wait)  # blocked at STOP: wait for room in a worker
+        engine = self._engine
+        delay = engine.admission()
+        if delay is None:  # backpressure at STOP: wait for room in a worker thread
+            await self._call(engine.wait_for_room)
+        elif delay:
+            await asyncio.sleep(delay)
         batch, unit = engine.submit(changes)
         durable = asyncio.shield(self._waits.future(asyncio.get_running_loop(), batch))
         timeout = self._sync.options.put_timeout
@@ -517,8 +513,8 @@ def open(
     pool = _pool(workers, fold_chunk)
 
     async def make() -> AsyncBookie:
-        book = await _start(pool, lambda: _bookie.open(url, options, **overrides))
-        return AsyncBookie(book, pool, fold_chunk)
+        engine, opts = await _start(pool, lambda: _bookie.start_engine(url, options, overrides))
+        return AsyncBookie(_bookie.Bookie(engine, opts), engine, pool, fold_chunk)
 
     return _Opening(make)
 

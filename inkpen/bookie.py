@@ -208,15 +208,7 @@ class Bookie(ReadAPI):
     def _vanished(self, error: NotFoundError) -> InkpenError:
         """A file gone under a fenced Bookie was replaced by the newer writer: say so. A Bookie
         that has not yet learnt of a fence asks the manifest (which fences it if so)."""
-        keeper = self._engine.ctx.keeper
-        fenced = keeper.fenced
-        if fenced is None:
-            try:
-                keeper.refresh()
-            except FencedError as exc:
-                fenced = exc
-            except InkpenError:
-                return error
+        fenced = self._engine.fence()
         if fenced is None:
             return error
         return FencedError(
@@ -266,7 +258,7 @@ class Bookie(ReadAPI):
     # -- feed cursors ---------------------------------------------------------------------------
 
     def _manifests(self) -> ManifestStore:
-        return ManifestStore(self._engine.ctx.keeper.manifests.store)
+        return self._engine.manifests
 
     def create_feed_cursor(
         self, name: str, sqn: int = 0, *, lifetime: float | None = None
@@ -388,6 +380,15 @@ def open(
     ``memory://name`` (or an :class:`~inkpen.objectstore.ObjectStore`). ``options`` and keyword
     overrides: see :class:`~inkpen.Options`. Opening fences any earlier writer of the database.
     """
+    engine, opts = start_engine(url, options, overrides)
+    return Bookie(engine, opts)
+
+
+def start_engine(
+    url: str | ObjectStore, options: Options | None, overrides: dict[str, Any]
+) -> tuple[Engine, Options]:
+    """The writer's engine for :func:`open` (and :func:`inkpen.aio.open`, which drives the same
+    engine from asyncio), with the options it was started with."""
     opts = Options.build(options, **overrides)
     if isinstance(url, str):
         store = open_store(url)
@@ -402,4 +403,4 @@ def open(
         if owns:
             store.close()
         raise
-    return Bookie(engine, opts)
+    return engine, opts

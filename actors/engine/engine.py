@@ -419,8 +419,37 @@ class Engine:
 
     @property
     def throttle(self) -> Throttle:
-        """The writer's backpressure, for callers that wait on it their own way."""
+        """The writer's backpressure (its level, how many puts it holds)."""
         return self.ctx.throttle
+
+    def admission(self) -> float | None:
+        """For a put that must not block its thread: raises why the writer halted; else 0.0 (go
+        on), a delay to yield for first, or None (wait in a thread: :meth:`wait_for_room`)."""
+        return self.ctx.throttle.admission()
+
+    def wait_for_room(self) -> None:
+        """Block until backpressure lets a put join a batch (raises once the writer halted)."""
+        self.ctx.throttle.wait()
+
+    @property
+    def manifests(self) -> ManifestStore:
+        """The database's manifest store (feed cursors and other CAS updates made beside the
+        writer's own commits)."""
+        return ManifestStore(self.ctx.keeper.manifests.store)
+
+    def fence(self) -> FencedError | None:
+        """The fence that stopped this writer, if any; when none is known yet the manifest is
+        read again, which finds a newer writer's epoch (and halts this one) if there is one.
+        A store that cannot be read answers None: nothing is known of a fence then."""
+        keeper = self.ctx.keeper
+        if keeper.fenced is None:
+            try:
+                keeper.refresh()
+            except FencedError as exc:
+                return exc
+            except InkpenError:
+                return None
+        return keeper.fenced
 
     def take_snapshot(self, *, long_running: bool, ledger_only: bool) -> SnapshotParts:
         """A snapshot's frozen views, registered with their owners; give it back with

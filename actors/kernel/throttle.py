@@ -103,6 +103,19 @@ class Throttle:
             if self._error is not None:
                 raise self._error
 
+    def admission(self) -> float | None:
+        """How a put that must not block a thread (an asyncio task) is admitted: raises the
+        halt error; answers 0.0 at ``NONE`` (go on), the delay to yield for at ``SLOW`` (then go
+        on), and None at ``STOP`` (the caller must :meth:`wait`, in a thread of its own)."""
+        if self._error is not None:
+            raise self._error
+        level = self._level
+        if level == NONE:
+            return 0.0
+        if level == SLOW:
+            return SLOW_DELAY
+        return None
+
     def _maybe_probe(self) -> None:
         """Called holding the lock after a full interval at ``STOP``; asks the probe unlocked."""
         now = time.monotonic()
