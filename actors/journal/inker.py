@@ -344,28 +344,30 @@ class Inker(FileOwner):
             self._stop_writing(exc)
             batch.fail(exc)
             return
-        except StoreError as exc:
-            if exc.definite:
-                batch.fail(exc)
+        except Exception as caught:
+            failure = _as_store_error(caught, segment_id)
+            if failure is None:
+                assert isinstance(caught, InkpenError)
+                self._stop_writing(caught)
+                batch.fail(caught)
+                return
+            if failure.definite:
+                batch.fail(failure)
                 return
             error = StoreError(
                 f"the outcome of writing journal segment {segment_id} to {self.ctx.store.url} "
-                f"is unknown ({exc}); these writes may still land: the Bookie writes the same "
+                f"is unknown ({failure}); these writes may still land: the Bookie writes the same "
                 "segment again once the store answers (read the keys to know), and takes new "
                 "writes after that",
                 definite=False,
                 key=segment_key(segment_id),
             )
             self.unsettled = _Unsettled(
-                segment_id, data, entries, list(batch.changes), time.monotonic(), exc
+                segment_id, data, entries, list(batch.changes), time.monotonic(), failure
             )
-            log.warning("journal.segment_unsettled", segment=segment_id, error=str(exc))
+            log.warning("journal.segment_unsettled", segment=segment_id, error=str(failure))
             batch.fail(error)
             self._schedule_settle()
-            return
-        except InkpenError as exc:
-            self._stop_writing(exc)
-            batch.fail(exc)
             return
         if refused is not None:
             batch.fail(
@@ -420,12 +422,14 @@ class Inker(FileOwner):
             self.unsettled = None
             self._stop_writing(exc)
             return False
-        except StoreError as exc:
-            pending.error = exc
-            return False
-        except InkpenError as exc:
-            self.unsettled = None
-            self._stop_writing(exc)
+        except Exception as caught:
+            error = _as_store_error(caught, pending.segment_id)
+            if error is None:
+                assert isinstance(caught, InkpenError)
+                self.unsettled = None
+                self._stop_writing(caught)
+                return False
+            pending.error = error
             return False
         if refused is not None:
             pending.error = refused
@@ -875,6 +879,23 @@ class Inker(FileOwner):
             stop(handle.clerk)
         self.files.clear()
         self.stop_retiring()
+
+
+def _as_store_error(caught: BaseException, segment_id: int) -> StoreError | None:
+    """What a failed segment write says about its outcome: the store's error; for anything
+    else the store let through (a bug of a store, say an ``OSError`` it did not map) an
+    indefinite one, since the write may have gone through; None for an inkpen error other
+    than the store's (a fence, or a slot holding other bytes: the Inker stops for good)."""
+    if isinstance(caught, StoreError):
+        return caught
+    if isinstance(caught, InkpenError):
+        return None
+    log.error("journal.segment_write_raised", segment=segment_id, error=repr(caught))
+    return StoreError(
+        f"writing journal segment {segment_id} raised {caught!r}",
+        definite=False,
+        key=segment_key(segment_id),
+    )
 
 
 # -- what other modules ask of the Inker --------------------------------------------------------
