@@ -522,5 +522,8 @@ def _stat_or_none(path: str) -> os.stat_result | None:
 
 
 def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    """Remove a temp file if possible. Any failure is dropped (a read-only filesystem, an I/O
+    error): the write it served is decided already, and a file left in the temp directory is
+    one no listing shows."""
+    with contextlib.suppress(OSError):
         os.unlink(path)

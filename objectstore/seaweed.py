@@ -91,6 +91,7 @@ class SeaweedServer:
     directory: Path
     process: subprocess.Popen[bytes]
     ports: dict[str, int]
+    command: list[str] = field(default_factory=list)
     _client: Any = field(default=None, repr=False)
 
     @property
@@ -129,6 +130,26 @@ class SeaweedServer:
         except FileNotFoundError:
             return "(no log written)"
         return "\n".join(text.splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash or a power cut would, keeping its data
+        directory and ports for :meth:`restart`."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=STOP_GRACE)
+
+    def restart(self, *, timeout: float = START_TIMEOUT) -> None:
+        """Start the server again (after :meth:`kill`) on the same ports and data directory and
+        wait until S3 accepts a write. Raises :class:`SeaweedUnavailable` if it does not."""
+        if self.process.poll() is None:
+            raise SeaweedUnavailable("restart needs a stopped server; kill it first")
+        self.process = _launch(self.command, self.directory, append=True)
+        try:
+            _wait_until_writable(self, timeout)
+        except BaseException:
+            raise SeaweedUnavailable(
+                f"SeaweedFS did not restart; last lines of its log:\n{self.log_tail()}"
+            ) from None
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after a grace period) and remove its files."""
@@ -186,16 +207,8 @@ def start_seaweed(
         f"-filer.port.grpc={ports['filer_grpc']}",
         f"-filer.localSocket={directory / 'filer.sock'}",
     ]
-    with open(directory / "weed.log", "wb") as log:
-        process = subprocess.Popen(
-            command,
-            cwd=directory,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    server = SeaweedServer(f"http://127.0.0.1:{ports['s3']}", directory, process, ports)
+    process = _launch(command, directory, append=False)
+    server = SeaweedServer(f"http://127.0.0.1:{ports['s3']}", directory, process, ports, command)
     try:
         _wait_until_writable(server, timeout)
     except BaseException:
@@ -205,6 +218,18 @@ def start_seaweed(
             f"SeaweedFS did not start; last lines of its log:\n{tail}"
         ) from None
     return server
+
+
+def _launch(command: list[str], directory: Path, *, append: bool) -> subprocess.Popen[bytes]:
+    with open(directory / "weed.log", "ab" if append else "wb") as log:
+        return subprocess.Popen(
+            command,
+            cwd=directory,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _wait_until_writable(server: SeaweedServer, timeout: float) -> None:

@@ -115,10 +115,12 @@ def test_writes_racing_a_fence_either_land_or_fail(store_url: str) -> None:
 
 def test_a_landed_segment_whose_outcome_cannot_be_read_back_is_not_reported_definite() -> None:
     """Creates land but lose their response, and every read fails: the put's outcome is unknown,
-    so it must fail as indefinite (never "definitely did not happen"), and the Bookie must stop
-    writing rather than reuse the slot."""
+    so it must fail as indefinite (never "definitely did not happen"); later puts fail definitely
+    while it stays unknown, and once the store answers again the Bookie settles it (it landed:
+    it becomes visible) and takes writes again, without a reopen."""
     store = FaultyStore(open_store("memory://landed-unknown"), FaultPlan(seed=1))
     book = inkpen.open(store, **TINY)
+    book.put("b", "before", b"0")
     store.plan = FaultPlan(
         seed=1,
         after={"put_if_absent": 1.0},
@@ -127,13 +129,27 @@ def test_a_landed_segment_whose_outcome_cannot_be_read_back_is_not_reported_defi
     with pytest.raises(inkpen.StoreError) as failed:
         book.put("b", "k", b"written")
     assert failed.value.definite is False
-    store.plan = FaultPlan(seed=1)
-    with pytest.raises(inkpen.StoreError, match="stopped writing"):
+    assert "may still land" in str(failed.value)
+    with pytest.raises(inkpen.StoreError, match="still unknown") as held:
         book.put("b", "other", b"x")
+    assert held.value.definite is True
+    stats = book.stats()
+    assert stats["unsettled_segment"] is not None and stats["stopped"] is None
+    store.plan = FaultPlan(seed=1)
+    book.put("b", "after", b"2")  # settles the segment of "k" first, then writes its own
+    assert book.get("b", "k") == b"written"  # it had landed
+    assert book.get("b", "other") is None
+    stats = book.stats()
+    assert stats["unsettled_segment"] is None and stats["settled_segments"] == 1
+    assert stats["stopped"] is None
     book.abandon()
     with inkpen.open(store, **TINY) as reopened:
-        assert reopened.get("b", "k") == b"written"  # it had landed
-        assert reopened.get("b", "other") is None
+        assert {k: reopened.get("b", k) for k in ("before", "k", "other", "after")} == {
+            "before": b"0",
+            "k": b"written",
+            "other": None,
+            "after": b"2",
+        }
 
 
 class Outcome:

@@ -44,14 +44,14 @@ from inkpen.actors.journal import clerk as inker_clerk_actor
 from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import ledger_entries
 from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
-from inkpen.actors.journal.inker import ApplyBatch, CompactJournal, Inker
+from inkpen.actors.journal.inker import REOPEN, ApplyBatch, CompactJournal, Inker
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.throttle import NONE, SLOW, STOP
 from inkpen.actors.kernel.views import CacheView, MemTable
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.penciller import LedgerRoom, Penciller
 from inkpen.actors.read.path import lookup
-from inkpen.errors import InkpenError, UsageError
+from inkpen.errors import FencedError, InkpenError, UsageError
 from inkpen.logs import get_logger
 from inkpen.options import HEAD_ONLY_TRIM_INTERVAL
 
@@ -281,6 +281,7 @@ class Bookie(InkpenActor):
             "throttled_puts": self.ctx.throttle.waiting,
             "snapshots": len(self.snapshots),
             "fenced": self.ctx.keeper.fenced is not None,
+            "stopped": _stopped(self.ctx),
         }
         stats.update(inker_actor.stats(self.inker))
         stats.update(penciller_actor.stats(self.penciller))
@@ -292,6 +293,18 @@ class Bookie(InkpenActor):
             for clone in clones:
                 stop(clone)
         self.snapshots.clear()
+
+
+def _stopped(ctx: EngineContext) -> str | None:
+    """Why this writer takes no more writes, beginning "reopen the Bookie: " (None while it
+    does: a store outage stops it only until the store answers again)."""
+    error = ctx.throttle.error
+    if error is None:
+        return None
+    if isinstance(error, FencedError):
+        return f"{REOPEN}a newer writer has opened the database ({error})"
+    text = str(error)
+    return text if text.startswith(REOPEN) else f"{REOPEN}{text}"
 
 
 # -- what other modules ask of the Bookie actor -------------------------------------------------

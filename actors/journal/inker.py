@@ -21,8 +21,16 @@ manifest. Its pieces:
 A segment write that finds its slot taken by a newer epoch means a newer writer has opened the
 database: the Inker is fenced, fails the batch and every later one with ``FencedError``, and
 writes nothing more. A write whose outcome is unknown is retried with the same bytes into the
-same slot (the bytes decide whether an earlier attempt landed); if the outcome stays unknown the
-Inker stops writing rather than leave a gap that would hide later segments.
+same slot (the bytes decide whether an earlier attempt landed). If the outcome stays unknown (the
+store is down, or its answers are lost), the batch fails with an indefinite ``StoreError`` and
+the segment stays **unsettled**: the Inker writes nothing else (a later segment must not leave a
+gap that would hide it) and **settles** it once the store answers, by writing the same bytes into
+the same slot again (create-if-absent, then a read back: its own bytes there mean it landed). It
+tries on every batch that comes meanwhile (each of which fails definitely while the store still
+does not answer) and on a timer, every :data:`SETTLE_RETRY_MAX` seconds at most. Once settled,
+the segment is installed as any written one (its writes become visible: they landed) and writing
+goes on. Only a fence, or a slot holding other bytes of this writer's epoch (a loss that
+nothing can repair), stops the Inker for good: then the handle must be reopened.
 
 Other modules ask the Inker through the functions at the end of this module (``sync``,
 ``roll_now``, ``take_checkpoint``, ``register``, ``release``, ``replay``, ``stats``, ...); its
@@ -80,6 +88,12 @@ log = get_logger("inkpen.inker")
 
 SEGMENT_WRITE_ATTEMPTS = 6
 ROLL_RETRY_AFTER = 1.0
+SETTLE_RETRY_FIRST = 0.1
+SETTLE_RETRY_MAX = 1.0
+"""Seconds between the timer's tries to settle a segment of unknown outcome (doubling from
+:data:`SETTLE_RETRY_FIRST` up to this), besides the try every new batch makes."""
+REOPEN = "reopen the Bookie: "
+"""How the error of a writer stopped for good begins (its puts, ``stats()["stopped"]``)."""
 
 
 # -- messages it sends the Bookie (declared with their sender, which sits below the Bookie) ---
@@ -189,6 +203,28 @@ class _RetryRoll:
 
 
 @dataclass(frozen=True, slots=True)
+class _SettleDue:
+    """From the timer: try again to settle the segment whose outcome is unknown."""
+
+
+@dataclass(slots=True)
+class _Unsettled:
+    """A segment whose write has an unknown outcome: the bytes to write again into its slot,
+    and what to install once they are known to be there."""
+
+    segment_id: int
+    data: bytes
+    entries: tuple[JournalEntry, ...]
+    changes: list[Change]
+    since: float
+    """``time.monotonic()`` when its outcome first became unknown."""
+    error: InkpenError
+    """The latest failure to settle it."""
+    tries: int = 0
+    retry_after: float = SETTLE_RETRY_FIRST
+
+
+@dataclass(frozen=True, slots=True)
 class _InkerStats:
     """Ask: counters for ``Bookie.stats()``."""
 
@@ -237,6 +273,10 @@ class Inker(FileOwner):
         self.rolling = False
         self._stopped: InkpenError | None = None
         """Why the Inker stopped writing other than the fence (the keeper holds that)."""
+        self.unsettled: _Unsettled | None = None
+        """The segment whose outcome is unknown, while it is (nothing else is written)."""
+        self._settle_timer = False
+        self.settled_segments = 0
         self.segments_written = 0
         self.bytes_written = 0
         self.last_write_started = float("-inf")
@@ -312,6 +352,9 @@ class Inker(FileOwner):
         if self.stopped is not None:
             batch.fail(self.stopped)
             return
+        if self.unsettled is not None and not self._settle():
+            batch.fail(self._held_back())
+            return
         started = self.last_write_started = time.monotonic()
         first = self.sqn + 1
         if batch.conditional or batch.expands:
@@ -340,23 +383,30 @@ class Inker(FileOwner):
             self._stop_writing(exc)
             batch.fail(exc)
             return
-        except StoreError as exc:
-            if exc.definite:
-                batch.fail(exc)
+        except Exception as caught:
+            failure = _as_store_error(caught, segment_id)
+            if failure is None:
+                assert isinstance(caught, InkpenError)
+                self._stop_writing(caught)
+                batch.fail(caught)
+                return
+            if failure.definite:
+                batch.fail(failure)
                 return
             error = StoreError(
-                f"the outcome of writing journal segment {segment_id} stays unknown "
-                f"({exc}); this Bookie has stopped writing: close it and open the database "
-                "again, which recovers every write that landed",
+                f"the outcome of writing journal segment {segment_id} to {self.ctx.store.url} "
+                f"is unknown ({failure}); these writes may still land: the Bookie writes the same "
+                "segment again once the store answers (read the keys to know), and takes new "
+                "writes after that",
                 definite=False,
                 key=segment_key(segment_id),
             )
-            self._stop_writing(error)
+            self.unsettled = _Unsettled(
+                segment_id, data, entries, list(batch.changes), time.monotonic(), failure
+            )
+            log.warning("journal.segment_unsettled", segment=segment_id, error=str(failure))
             batch.fail(error)
-            return
-        except InkpenError as exc:
-            self._stop_writing(exc)
-            batch.fail(exc)
+            self._schedule_settle()
             return
         if refused is not None:
             batch.fail(
@@ -368,16 +418,7 @@ class Inker(FileOwner):
                 )
             )
             return
-        self.sqn = entries[-1].sqn
-        self.next_segment = segment_id + 1
-        table = SegmentTable(segment_id, first, self.sqn, {e.sqn: e for e in entries}, len(data))
-        self.segments.append(table)
-        self.ctx.board.journal = self.ctx.board.journal.with_segment(table)
-        self.segments_written += 1
-        self.bytes_written += len(data)
-        self.conditions.written(batch, entries)
-        if self.bookie is None or not send(self.bookie, ApplyBatch(batch, entries)):
-            batch.fail(ActorGone("the Bookie has stopped"))
+        self._install(batch, segment_id, data, entries)
         log.debug(
             "journal.segment_flush",
             segment=segment_id,
@@ -389,7 +430,99 @@ class Inker(FileOwner):
         )
         self._after_write()
 
-    def _put_segment(self, segment_id: int, data: bytes) -> StoreError | None:
+    def _install(
+        self, batch: Batch, segment_id: int, data: bytes, entries: tuple[JournalEntry, ...]
+    ) -> None:
+        """A segment is durable: give out its SQNs, publish it, have the Bookie apply it."""
+        first = entries[0].sqn
+        self.sqn = entries[-1].sqn
+        self.next_segment = segment_id + 1
+        table = SegmentTable(segment_id, first, self.sqn, {e.sqn: e for e in entries}, len(data))
+        self.segments.append(table)
+        self.ctx.board.journal = self.ctx.board.journal.with_segment(table)
+        self.segments_written += 1
+        self.bytes_written += len(data)
+        self.conditions.written(batch, entries)
+        if self.bookie is None or not send(self.bookie, ApplyBatch(batch, entries)):
+            batch.fail(ActorGone("the Bookie has stopped"))
+
+    # -- a segment of unknown outcome -------------------------------------------------------
+
+    def _settle(self) -> bool:
+        """Try once to settle the unsettled segment: write its bytes into its slot again (a
+        read back tells whether an earlier attempt landed). True once it is installed; False
+        while the store does not answer, or when a fence or a loss stopped the Inker."""
+        pending = self.unsettled
+        assert pending is not None
+        pending.tries += 1
+        try:
+            refused = self._put_segment(pending.segment_id, pending.data, attempts=1)
+        except FencedError as exc:
+            self.unsettled = None
+            self._stop_writing(exc)
+            return False
+        except Exception as caught:
+            error = _as_store_error(caught, pending.segment_id)
+            if error is None:
+                assert isinstance(caught, InkpenError)
+                self.unsettled = None
+                self._stop_writing(caught)
+                return False
+            pending.error = error
+            return False
+        if refused is not None:
+            pending.error = refused
+            return False
+        self.unsettled = None
+        # Its callers were told the outcome is unknown; it landed, so its writes are installed
+        # (visible, and counted by the conditions of later batches) under a batch of their own.
+        settled = Batch()
+        settled.changes = pending.changes
+        self._install(settled, pending.segment_id, pending.data, pending.entries)
+        self.settled_segments += 1
+        log.info(
+            "journal.segment_settled",
+            segment=pending.segment_id,
+            last_sqn=self.sqn,
+            tries=pending.tries,
+            unsettled_s=round(time.monotonic() - pending.since, 3),
+        )
+        self._after_write()
+        return True
+
+    def _held_back(self) -> StoreError:
+        """The error of a batch not written because a segment's outcome is still unknown."""
+        pending = self.unsettled
+        assert pending is not None
+        return StoreError(
+            f"this batch of writes was not written: the outcome of journal segment "
+            f"{pending.segment_id} is still unknown, as the store at {self.ctx.store.url} has "
+            f"not answered for {time.monotonic() - pending.since:.1f}s "
+            f"({Exception.__str__(pending.error)}); the Bookie takes writes again once the "
+            "store answers",
+            definite=True,
+            key=segment_key(pending.segment_id),
+        )
+
+    def _schedule_settle(self) -> None:
+        pending = self.unsettled
+        if pending is None or self._settle_timer or self.stopped is not None:
+            return
+        self._settle_timer = True
+        self.ctx.scheduler.after(pending.retry_after, self.actor_ref, _SettleDue())
+        pending.retry_after = min(SETTLE_RETRY_MAX, pending.retry_after * 2)
+
+    @handles(_SettleDue)
+    def _settle_due(self, _: _SettleDue) -> None:
+        self._settle_timer = False
+        if self.unsettled is None or self.stopped is not None:
+            return
+        if not self._settle():
+            self._schedule_settle()
+
+    def _put_segment(
+        self, segment_id: int, data: bytes, *, attempts: int = SEGMENT_WRITE_ATTEMPTS
+    ) -> StoreError | None:
         """Write a segment, retrying an unknown outcome with the same bytes; None if it landed.
 
         An error answered means it definitely did not land (that error says why): only a
@@ -400,7 +533,7 @@ class Inker(FileOwner):
         """
         delay = 0.05
         last: BaseException | None = None
-        for attempt in range(SEGMENT_WRITE_ATTEMPTS):
+        for attempt in range(attempts):
             try:
                 write_segment(self.ctx.store, segment_id, data, writer_epoch=self.epoch)
                 return None
@@ -414,11 +547,12 @@ class Inker(FileOwner):
                 last = exc  # our own epoch holds the slot: the bytes say whether it is this write
             if self._segment_holds(segment_id, data):
                 return None
-            time.sleep(delay)
-            delay = min(1.0, delay * 2)
+            if attempt + 1 < attempts:
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
         raise StoreError(
             f"the outcome of writing journal segment {segment_id} stayed unknown after "
-            f"{SEGMENT_WRITE_ATTEMPTS} attempts ({last})",
+            f"{attempts} attempts ({last})",
             definite=False,
             key=segment_key(segment_id),
         )
@@ -433,7 +567,7 @@ class Inker(FileOwner):
             return True
         raise InkpenError(
             f"journal segment {segment_id} holds other bytes of writer epoch {self.epoch}: "
-            "two writers claimed one epoch; close this Bookie"
+            "two writers claimed one epoch, or the store lost a write it had acknowledged"
         )
 
     def _after_write(self) -> None:
@@ -452,23 +586,23 @@ class Inker(FileOwner):
         return self._stopped or self.ctx.keeper.fenced
 
     def _stop_writing(self, error: InkpenError) -> None:
+        """Stop for good (a fence, or a loss nothing can repair): every later put fails."""
         if self.stopped is None:
-            log.warning("inker.stopped_writing", epoch=self.epoch, error=str(error))
-        self.intake.shut(error)
+            log.error("inker.stopped_writing", epoch=self.epoch, error=str(error))
         if isinstance(error, FencedError):
+            self.intake.shut(error)
             self.ctx.keeper.fence(error)  # halts the writer through the keeper's callback
-        else:
-            if self._stopped is None:
-                self._stopped = error
-            # Puts still held back by backpressure never reached a segment: definitely not
-            # written.
-            self.ctx.halt(
-                StoreError(
-                    f"this Bookie has stopped writing ({error}); close it and open the database "
-                    "again",
-                    definite=True,
-                )
+            return
+        if self._stopped is None:
+            # Later puts never reach a segment (nor do those held back by backpressure):
+            # definitely not written.
+            self._stopped = StoreError(
+                f"{REOPEN}it has stopped writing for good ({error}); close it and open the "
+                "database again, which recovers every write that landed",
+                definite=True,
             )
+        self.intake.shut(self._stopped)
+        self.ctx.halt(self._stopped)
 
     # -- rolling ----------------------------------------------------------------------------
 
@@ -660,6 +794,8 @@ class Inker(FileOwner):
         self._sync(_Sync())
         if self.stopped is not None:
             raise self.stopped
+        if self.unsettled is not None:
+            raise self._held_back()
         now = time.time()
         expire = None if message.lifetime is None else now + message.lifetime
         next_segment = self.next_segment
@@ -755,7 +891,11 @@ class Inker(FileOwner):
 
     @handles(_InkerStats)
     def _stats(self, _: _InkerStats) -> dict[str, Any]:
+        pending = self.unsettled
         return {
+            "unsettled_segment": None if pending is None else pending.segment_id,
+            "unsettled_s": None if pending is None else time.monotonic() - pending.since,
+            "settled_segments": self.settled_segments,
             "sqn": self.sqn,
             "writer_epoch": self.epoch,
             "next_segment": self.next_segment,
@@ -778,6 +918,23 @@ class Inker(FileOwner):
             stop(handle.clerk)
         self.files.clear()
         self.stop_retiring()
+
+
+def _as_store_error(caught: BaseException, segment_id: int) -> StoreError | None:
+    """What a failed segment write says about its outcome: the store's error; for anything
+    else the store let through (a bug of a store, say an ``OSError`` it did not map) an
+    indefinite one, since the write may have gone through; None for an inkpen error other
+    than the store's (a fence, or a slot holding other bytes: the Inker stops for good)."""
+    if isinstance(caught, StoreError):
+        return caught
+    if isinstance(caught, InkpenError):
+        return None
+    log.error("journal.segment_write_raised", segment=segment_id, error=repr(caught))
+    return StoreError(
+        f"writing journal segment {segment_id} raised {caught!r}",
+        definite=False,
+        key=segment_key(segment_id),
+    )
 
 
 # -- what other modules ask of the Inker --------------------------------------------------------

@@ -160,6 +160,7 @@ class LossyProxy:
         self._sockets: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self._lose_all: str | None = None
         self.requests: list[str] = []
         """Every request line forwarded, in order (with ``Transfer-Encoding`` when chunked)."""
         self._acceptor = threading.Thread(target=self._accept, name="lossy-proxy", daemon=True)
@@ -189,6 +190,19 @@ class LossyProxy:
         with self._lock:
             self._rules.append(rule)
         return rule
+
+    def lose_all(self, *, how: str = "reset") -> None:
+        """Lose the response of every request from now on until :meth:`heal`: each is forwarded
+        and takes effect, and its client connection is reset or closed instead of answered."""
+        if how not in ("reset", "close"):
+            raise ValueError(f"how must be 'reset' or 'close', not {how!r}")
+        with self._lock:
+            self._lose_all = how
+
+    def heal(self) -> None:
+        """Pass every response on again (after :meth:`lose_all`)."""
+        with self._lock:
+            self._lose_all = None
 
     def close(self) -> None:
         with self._lock:
@@ -224,6 +238,8 @@ class LossyProxy:
 
     def _pick(self, request: _Message) -> LossRule | None:
         with self._lock:
+            if self._lose_all is not None:
+                return LossRule("", "", {}, self._lose_all)
             for rule in self._rules:
                 if rule.matches(request):
                     if rule.skip:
