@@ -72,6 +72,7 @@ FEED_OPTIONS = frozenset(
     {
         "cursor",
         "cursor_lifetime",
+        "startingoffsets",
         "starting_sqn",
         "max_rows_per_batch",
         "rows_per_partition",
