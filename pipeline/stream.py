@@ -58,7 +58,7 @@ the source; the reader's options are ``readStream``'s only), so a new query name
 ``spark-stream-<12 hex digits>`` and records the name in its first offset; every later offset
 carries it, so the name lives in the checkpoint and survives restarts. ``.option("cursor",
 NAME)`` names it instead (queries that share a name share a cursor: each then holds only what
-the slowest commit left). Offsets of checkpoints written before cursors were named in them
+the furthest commit left). Offsets of checkpoints written before cursors were named in them
 (``{"sqn": n}``) use the cursor ``spark-stream`` these queries held. The cursor records its owner
 (``spark stream on <host>, named by its checkpoint's offsets``, or ``... by its cursor
 option``: ``inkpen feed list`` shows it and its age)
