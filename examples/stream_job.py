@@ -7,9 +7,11 @@ A writer thread puts (and now and then deletes) N objects into a store while a s
 reads the store's change feed (``spark.readStream.format("inkpen").option("path", url)``) and
 appends every change to a Parquet table. When the writer is done the query processes what is
 left and stops; the job checks that the table holds every change exactly once, in SQN order
-1..N, and prints rows, seconds and rows per second, then the same as one JSON line. The stream
-holds the feed cursor ``spark-stream`` (the default; ``.option("cursor", name)`` names another) so
-journal compaction cannot remove what it has not read.
+1..N, and prints rows, seconds and rows per second, then the same as one JSON line. The query
+starts at the earliest change (``startingOffsets``, ``earliest`` by default) and holds a feed
+cursor of its own (``spark-stream-<hex>``, named in its checkpoint's offsets; ``.option("cursor",
+name)`` names it instead), renewed as it commits, so journal compaction cannot remove what it
+has not read.
 """
 
 from __future__ import annotations

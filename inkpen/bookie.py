@@ -261,16 +261,17 @@ class Bookie(ReadAPI):
         return self._engine.manifests
 
     def create_feed_cursor(
-        self, name: str, sqn: int = 0, *, lifetime: float | None = None
+        self, name: str, sqn: int = 0, *, lifetime: float | None = None, owner: str | None = None
     ) -> FeedCursor:
         """Create the named feed cursor at ``sqn`` (the consumer has read every change up to it).
 
         While it lives, journal compaction keeps every change above the lowest live cursor, so
         ``changes(cursor.sqn)`` meets no gap. ``lifetime`` (seconds): it expires that long after
-        its creation or last advance; None: until deleted. A name in use is a ``UsageError``.
+        its creation or last advance; None: until deleted. ``owner``: free text saying who holds
+        it (``inkpen feed list`` shows it). A name in use is a ``UsageError``.
         """
         self._check_open()
-        return create_feed_cursor(self._manifests(), name, sqn, lifetime=lifetime)
+        return create_feed_cursor(self._manifests(), name, sqn, lifetime=lifetime, owner=owner)
 
     def advance_feed_cursor(self, name: str, sqn: int) -> FeedCursor:
         """Move the named cursor forward to ``sqn`` (renewing its lifetime); never back."""

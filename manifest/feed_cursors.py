@@ -3,13 +3,20 @@
 A :class:`~inkpen.manifest.model.FeedCursor` says "this consumer has read every change up to SQN
 ``sqn``". Its protocol, all by CAS update of the manifest (any process, with or without a writer):
 
-* **create** ``(name, sqn=0, lifetime=None)``: adds the cursor; a name already present is a
-  :class:`~inkpen.errors.UsageError` (advance or delete it instead). With a lifetime the cursor
-  expires ``lifetime`` seconds after its creation or its last advance.
+* **create** ``(name, sqn=0, lifetime=None, owner=None)``: adds the cursor; a name already
+  present is a :class:`~inkpen.errors.UsageError` (advance or delete it instead). With a lifetime
+  the cursor expires ``lifetime`` seconds after its creation or its last advance. ``owner`` is
+  free text saying who made it (``inkpen feed list`` shows it).
 * **advance** ``(name, sqn)``: moves it forward (the same SQN only renews its expiry). A cursor
   never moves back: compaction may already have dropped what lies below its old position. An
   expired cursor cannot be advanced (compaction may have acted on its expiry): create it again.
 * **delete** ``(name)``: removes it; a missing name is :class:`~inkpen.errors.NotFoundError`.
+* **hold** ``(name, sqn, lifetime, owner, advance)``: what a long-running consumer (the Spark
+  stream) does on each step, in one update: renew a live cursor with ``lifetime`` (and with
+  ``advance`` move it forward to ``sqn``), or create it at ``sqn`` when it is missing or
+  expired. The answer says which (:class:`Held`): after ``created`` / ``recreated`` on a resume,
+  compaction may have dropped changes above ``sqn`` while there was no live cursor, and the
+  consumer must check before it reads on.
 
 Journal compaction keeps every journal entry above the lowest live cursor
 (:meth:`~inkpen.manifest.model.Manifest.feed_floor`): the Inker's clerk judges entries against
@@ -22,7 +29,8 @@ already rolled into journal files, so it never removes an entry the latest journ
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from inkpen.checks import MAX_NAME, check_seconds
 from inkpen.checks import check_name as check_name_of
@@ -41,6 +49,17 @@ def check_name(name: object) -> str:
 
 def check_sqn(sqn: object) -> int:
     return check_sqn_of("a feed cursor's sqn", sqn)
+
+
+def check_owner(owner: object) -> str | None:
+    if owner is None:
+        return None
+    if not isinstance(owner, str) or len(owner) > 4 * MAX_NAME or not owner.isprintable():
+        raise UsageError(
+            f"a feed cursor's owner is printable text of at most {4 * MAX_NAME} characters, "
+            f"got {owner!r}"
+        )
+    return owner
 
 
 def check_lifetime(lifetime: object) -> float | None:
@@ -78,6 +97,7 @@ def create_feed_cursor(
     *,
     lifetime: float | None = None,
     exist_ok: bool = False,
+    owner: str | None = None,
 ) -> FeedCursor:
     """Add the cursor ``name`` at ``sqn`` (see the module docstring); answers it.
 
@@ -86,6 +106,7 @@ def create_feed_cursor(
     check_name(name)
     check_sqn(sqn)
     life = check_lifetime(lifetime)
+    check_owner(owner)
     url = manifests.url
 
     def change(versioned: VersionedManifest) -> Manifest | None:
@@ -98,13 +119,19 @@ def create_feed_cursor(
                 f"feed cursor {name!r} already exists in {url} (at SQN {present.sqn}); advance "
                 "or delete it"
             )
-        cursor = FeedCursor(name, sqn, now, None if life is None else now + life, life)
-        return _with(versioned.manifest, cursor)
+        return _with(versioned.manifest, _new(name, sqn, now, life, owner))
 
     result = manifests.update(change)
     cursor = _found(result, name, url)
-    log.info("feed.cursor_created", url=url, cursor=name, sqn=cursor.sqn, lifetime=life)
+    log.info(
+        "feed.cursor_created", url=url, cursor=name, sqn=cursor.sqn, lifetime=life, owner=owner
+    )
     return cursor
+
+
+def _new(name: str, sqn: int, now: float, life: float | None, owner: str | None) -> FeedCursor:
+    expire = None if life is None else now + life
+    return FeedCursor(name, sqn, now, expire, life, owner=owner, advance_time=now)
 
 
 def advance_feed_cursor(manifests: ManifestStore, name: str, sqn: int) -> FeedCursor:
@@ -127,11 +154,87 @@ def advance_feed_cursor(manifests: ManifestStore, name: str, sqn: int) -> FeedCu
                 "(compaction may already have dropped the changes in between)"
             )
         expire = None if found.lifetime is None else now + found.lifetime
-        return _with(versioned.manifest, replace(found, sqn=sqn, expire_time=expire))
+        moved = replace(found, sqn=sqn, expire_time=expire, advance_time=now)
+        return _with(versioned.manifest, moved)
 
     result = manifests.update(change)
     log.debug("feed.cursor_advanced", url=url, cursor=name, sqn=sqn)
     return _found(result, name, url)
+
+
+HoldOutcome = Literal["created", "recreated", "renewed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What :func:`hold_feed_cursor` did: the cursor as it is now, and how it got there."""
+
+    cursor: FeedCursor
+    outcome: HoldOutcome
+    """``created`` (there was none), ``recreated`` (it had expired; ``lapsed`` is the old one)
+    or ``renewed`` (it was live)."""
+    lapsed: FeedCursor | None = None
+
+
+def hold_feed_cursor(
+    manifests: ManifestStore,
+    name: str,
+    sqn: int,
+    *,
+    lifetime: float | None,
+    owner: str | None = None,
+    advance: bool = False,
+) -> Held:
+    """Keep the cursor ``name`` live for a consumer that may still read every change above ``sqn``.
+
+    One CAS update: a live cursor gets ``lifetime`` from now (and, with ``advance``, moves
+    forward to ``sqn``; it never moves back, so a cursor another consumer moved past ``sqn``
+    stays where it is); a missing or expired one is created at ``sqn`` with ``lifetime`` and
+    ``owner``. A live cursor keeps its owner (or takes ``owner`` when it has none).
+    """
+    check_name(name)
+    check_sqn(sqn)
+    life = check_lifetime(lifetime)
+    check_owner(owner)
+    url = manifests.url
+    done: list[Held] = []
+
+    def change(versioned: VersionedManifest) -> Manifest:
+        now = time.time()
+        done.clear()
+        found = versioned.manifest.feed_cursor(name)
+        if found is None or not found.is_live(now):
+            made = _new(name, sqn, now, life, owner)
+            outcome: HoldOutcome = "created" if found is None else "recreated"
+            done.append(Held(made, outcome, found))
+            return _with(versioned.manifest, made)
+        kept = replace(
+            found,
+            sqn=max(found.sqn, sqn) if advance else found.sqn,
+            expire_time=None if life is None else now + life,
+            lifetime=life,
+            owner=found.owner if found.owner is not None else owner,
+            advance_time=now,
+        )
+        done.append(Held(kept, "renewed"))
+        return _with(versioned.manifest, kept)
+
+    manifests.update(change)
+    held = done[0]
+    if held.outcome == "renewed":
+        log.debug("feed.cursor_renewed", url=url, cursor=name, sqn=held.cursor.sqn)
+    else:
+        log.info(
+            "feed.cursor_held",
+            url=url,
+            cursor=name,
+            sqn=sqn,
+            outcome=held.outcome,
+            lifetime=life,
+            owner=owner,
+            lapsed_at=None if held.lapsed is None else held.lapsed.expire_time,
+        )
+    return held
 
 
 def delete_feed_cursor(manifests: ManifestStore, name: str) -> None:
@@ -149,8 +252,11 @@ def delete_feed_cursor(manifests: ManifestStore, name: str) -> None:
 
 
 __all__ = [
+    "Held",
+    "HoldOutcome",
     "advance_feed_cursor",
     "create_feed_cursor",
     "delete_feed_cursor",
+    "hold_feed_cursor",
     "list_feed_cursors",
 ]

@@ -388,7 +388,10 @@ class FeedCursor:
 
     While the cursor is live, journal compaction keeps every journal entry above the lowest live
     cursor's ``sqn``, so the consumer meets no gap. With a ``lifetime`` (seconds) the cursor
-    expires that long after it was last created or advanced; None never expires.
+    expires that long after it was last created or advanced; None never expires. ``owner`` says
+    who made it (free text, e.g. ``spark stream ...``; None in manifests written before it was
+    recorded), ``advance_time`` when it was last created, advanced or renewed (None: never
+    recorded, read ``create_time``).
     """
 
     name: str
@@ -396,6 +399,8 @@ class FeedCursor:
     create_time: float
     expire_time: float | None = None
     lifetime: float | None = None
+    owner: str | None = None
+    advance_time: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -404,6 +409,9 @@ class FeedCursor:
         _check_time(self.create_time, f"feed cursor {self.name} create_time", optional=False)
         _check_time(self.expire_time, f"feed cursor {self.name} expire_time", optional=True)
         _check_time(self.lifetime, f"feed cursor {self.name} lifetime", optional=True)
+        _check_time(self.advance_time, f"feed cursor {self.name} advance_time", optional=True)
+        if self.owner is not None and not isinstance(self.owner, str):
+            raise UsageError(f"feed cursor {self.name} owner must be a str or None")
 
     def is_live(self, now: float) -> bool:
         """True until ``expire_time`` has passed (always, when it never expires)."""
@@ -416,6 +424,8 @@ class FeedCursor:
             "create_time": self.create_time,
             "expire_time": self.expire_time,
             "lifetime": self.lifetime,
+            "owner": self.owner,
+            "advance_time": self.advance_time,
         }
 
     @classmethod
@@ -426,6 +436,8 @@ class FeedCursor:
             create_time=doc["create_time"],
             expire_time=doc.get("expire_time"),
             lifetime=doc.get("lifetime"),
+            owner=doc.get("owner"),
+            advance_time=doc.get("advance_time"),
         )
 
 

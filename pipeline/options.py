@@ -25,6 +25,19 @@ Reading (``spark.read.format("inkpen")``):
   is read with ``spark.readStream`` (:mod:`.stream`, whose own options, :data:`FEED_OPTIONS`, a
   read refuses the same way).
 
+Streaming (``spark.readStream.format("inkpen")``, :mod:`.stream`), besides ``path``,
+``key_type``, ``values``, ``batch_rows`` and ``feed``:
+
+- ``startingOffsets`` (earliest): where a new query starts: ``earliest`` (every change),
+  ``latest`` (changes written after it starts) or an SQN N (changes above N; ``{"sqn": N}``
+  too); ``starting_sqn=N`` is the older spelling. A restarted query resumes from its checkpoint;
+- ``cursor``: the feed cursor's name (default: the query's own, ``spark-stream-<hex>``, named in
+  its offsets);
+- ``cursor_lifetime`` (259200, 3 days): seconds the cursor lives after its last renewal;
+- ``max_rows_per_batch``: at most this many SQNs per micro-batch;
+- ``rows_per_partition`` (250000): SQNs per Spark task;
+- ``refresh_interval`` (1): seconds between the following Reader's refreshes.
+
 Bulk loading (``df.write.format("inkpen").mode("append")``):
 
 - ``path`` (required): the database's store URL; an empty root gets a new database;
@@ -72,6 +85,7 @@ FEED_OPTIONS = frozenset(
     {
         "cursor",
         "cursor_lifetime",
+        "startingoffsets",
         "starting_sqn",
         "max_rows_per_batch",
         "rows_per_partition",

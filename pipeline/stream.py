@@ -20,50 +20,94 @@ then deletes that checkpoint when Spark creates its reader (:func:`release_read_
 options of a read that a stream cannot honour (``checkpoint``, ``bucket``, ``partitions``, ...)
 are refused then, before any batch runs.
 
-Offsets are SQNs: ``{"sqn": n}`` means every change up to SQN n. The protocol, with where each
-step runs:
+Offsets are ``{"sqn": n, "cursor": name}``: the query has read every change up to SQN n, and
+``name`` is its feed cursor. Spark keeps them in the query's checkpoint, so a query's position is
+its own, whatever other queries on the same database do. The protocol, with where each step
+runs:
 
-==============================  ========  ==================================================
-``initialOffset``               driver    create the feed cursor ``cursor`` (default
-                                          ``spark-stream``) at ``starting_sqn`` (0) unless it
-                                          is live; the stream starts at its SQN
-``latestOffset``                driver    a following Reader (:mod:`inkpen.actors.read.
-                                          follower`) refreshes; its last SQN, at most
-                                          ``max_rows_per_batch`` above the last offset planned
-``partitions(start, end)``      driver    ``(start, end]`` split into ranges of about
-                                          ``rows_per_partition`` SQNs
-``read(partition)``             executor  a Reader on the latest state streams the range's
-                                          changes as Arrow batches; a gap (compaction removed
-                                          changes) fails the batch with ``FeedGapError``
-``commit(end)``                 driver    advance the cursor to ``end``
-==============================  ========  ==================================================
+==================================  ========  ==============================================
+``initialOffset``                   driver    a new query only: its start, from
+                                              ``startingOffsets`` (below); creates its own feed
+                                              cursor there and names it in the offset
+``prepareForTriggerAvailableNow``   driver    ``trigger(availableNow=True)``: the latest SQN
+                                              now is where the run ends
+``latestOffset(start, limit)``      driver    a following Reader (:mod:`inkpen.actors.read.
+                                              follower`) refreshes; its last SQN, at most
+                                              ``max_rows_per_batch`` above ``start`` (and the
+                                              availableNow end); renews the cursor when due
+``partitions(start, end)``          driver    ``(start, end]`` split into ranges of about
+                                              ``rows_per_partition`` SQNs
+``read(partition)``                 executor  a Reader on the latest state streams the range's
+                                              changes as Arrow batches; a gap (compaction
+                                              removed changes) fails the batch with
+                                              ``FeedGapError``
+``commit(end)``                     driver    advance the cursor to ``end``, renewing it
+==================================  ========  ==============================================
+
+Where a new query starts: ``startingOffsets`` is ``earliest`` (the default: every change from
+SQN 1 on), ``latest`` (only changes written after the query starts), or an SQN N (the changes
+with SQN above N, as an offset ``{"sqn": N}`` means; ``{"sqn": N}`` itself is accepted too, and
+``starting_sqn=N`` is the older spelling of the same). It is read by ``initialOffset`` alone,
+which Spark asks only of a query with no offsets in its checkpoint: a restarted query resumes
+from its checkpointed offsets. The reader implements ``SupportsTriggerAvailableNow``, so
+``availableNow`` runs do not ask ``initialOffset`` again either.
+
+The feed cursor. Spark does not tell a Python stream reader its checkpoint location (the
+``checkpointLocation`` Spark passes to ``Scan.toMicroBatchStream`` is dropped before Python sees
+the source; the reader's options are ``readStream``'s only), so a new query names its cursor
+``spark-stream-<12 hex digits>`` and records the name in its first offset; every later offset
+carries it, so the name lives in the checkpoint and survives restarts. ``.option("cursor",
+NAME)`` names it instead (queries that share a name share a cursor: each then holds only what
+the furthest commit left). Offsets of checkpoints written before cursors were named in them
+(``{"sqn": n}``) use the cursor ``spark-stream`` these queries held. The cursor records its owner
+(``spark stream on <host>, named by its checkpoint's offsets``, or ``... by its cursor
+option``: ``inkpen feed list`` shows it and its age)
+and lives ``cursor_lifetime`` seconds (3 days by default) from its last renewal: every commit
+renews it, and ``latestOffset`` renews it when a quarter of its lifetime has passed (a running
+query with nothing to read), so only a query that stops running lets it lapse, and then stops
+holding compaction back.
+
+A query that resumes (its reader's first ``latestOffset``, ``partitions`` or ``commit``) and
+finds its cursor missing or lapsed creates it again at its position and then reads every change
+above that position once: if compaction removed one meanwhile, the query fails with
+``FeedGapError`` (never fewer rows than were written) and the cursor it re-created is deleted;
+otherwise it goes on.
 
 Exactly once: a batch's rows are a function of its offsets alone (the SQNs in ``(start, end]``
 never change), and the cursor sits at or below every offset Spark may still replay (it moves only
-on commit), so compaction keeps what a restarted query reads again. A restarted query resumes
-from its checkpointed offsets; ``initialOffset`` is asked only by a new query.
+on commit), so compaction keeps what a restarted query reads again.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
+import socket
+import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
-from inkpen.errors import NotFoundError, UsageError
+from inkpen.errors import FeedGapError, NotFoundError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import delete_checkpoint
 from inkpen.manifest.feed_cursors import (
-    advance_feed_cursor,
+    Held,
     check_name,
-    create_feed_cursor,
+    delete_feed_cursor,
+    hold_feed_cursor,
 )
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
@@ -85,7 +129,15 @@ from .schema import row_schema
 log = get_logger("inkpen.pipeline.stream")
 
 STREAM_OPTIONS = FEED_OPTIONS | {"path", "feed", "batch_rows", "key_type", "values", "indexes"}
-DEFAULT_CURSOR = "spark-stream"
+CURSOR_PREFIX = "spark-stream-"
+"""A new query's own cursor is this and 12 hex digits (see the module docstring)."""
+LEGACY_CURSOR = "spark-stream"
+"""The cursor of an offset that names none (written before offsets named their cursor)."""
+DEFAULT_CURSOR_LIFETIME = 3 * 86400.0
+MAX_SQN = 1 << 62
+
+Starting = Literal["earliest", "latest"] | int
+"""Where a new query starts: ``earliest`` (SQN 0), ``latest``, or an SQN."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +145,10 @@ class StreamOptions:
     """What a stream asked for (see the module docstring)."""
 
     url: str
-    cursor: str = DEFAULT_CURSOR
-    cursor_lifetime: float | None = None
-    starting_sqn: int = 0
+    cursor: str | None = None
+    """None: the query's own, named in its first offset."""
+    cursor_lifetime: float = DEFAULT_CURSOR_LIFETIME
+    starting: Starting = "earliest"
     max_rows_per_batch: int | None = None
     rows_per_partition: int = 250_000
     batch_rows: int = 8192
@@ -108,6 +161,40 @@ def names_stream(options: Mapping[str, str]) -> bool:
     """True when the options can only be a stream's: ``feed=true`` or a feed-only option."""
     given = _lowered(options)
     return _bool(given, "feed", False) or bool(set(given) & FEED_OPTIONS)
+
+
+STARTING_HELP = (
+    "option startingOffsets takes earliest (the default: every change from the first), latest "
+    "(only changes written after the query starts) or an SQN N (the changes with SQN above N, "
+    'as the offset {"sqn": N} means, which it takes too)'
+)
+
+
+def parse_starting(given: Mapping[str, str]) -> Starting:
+    """The ``startingOffsets`` option (or its older spelling ``starting_sqn``)."""
+    raw, older = given.get("startingoffsets"), given.get("starting_sqn")
+    if raw is not None and older is not None:
+        raise UsageError(
+            "options startingOffsets and starting_sqn say the same thing: give startingOffsets only"
+        )
+    if older is not None:
+        sqn = _int(given, "starting_sqn", 0, 0, MAX_SQN)
+        assert sqn is not None
+        return sqn
+    if raw is None:
+        return "earliest"
+    text = str(raw).strip()
+    if text.lower() in ("earliest", "latest"):
+        return "earliest" if text.lower() == "earliest" else "latest"
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        value = None
+    if isinstance(value, dict) and set(value) == {"sqn"}:
+        value = value["sqn"]
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_SQN:
+        return value
+    raise UsageError(f"{STARTING_HELP}; got {raw!r}")
 
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
@@ -128,18 +215,22 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     key_type = str(given.get("key_type", "binary")).strip().lower()
     if key_type not in ("binary", "string"):
         raise UsageError(f"option key_type must be binary or string, got {key_type!r}")
-    cursor = check_name(str(given.get("cursor", DEFAULT_CURSOR)))
-    lifetime = given.get("cursor_lifetime")
-    starting = _int(given, "starting_sqn", 0, 0, 1 << 62)
+    cursor = given.get("cursor")
+    if cursor is not None:
+        try:
+            check_name(str(cursor))
+        except UsageError as exc:
+            raise UsageError(f"option cursor: {exc}") from None
+    starting = parse_starting(given)
     per_batch = _int(given, "max_rows_per_batch", None, 1, 1 << 40)
     per_partition = _int(given, "rows_per_partition", 250_000, 1, 1 << 40)
     batch_rows = _int(given, "batch_rows", 8192, 1, 1_000_000)
-    assert starting is not None and per_partition is not None and batch_rows is not None
+    assert per_partition is not None and batch_rows is not None
     return StreamOptions(
         url=_url(given, "stream"),
-        cursor=cursor,
-        cursor_lifetime=None if lifetime is None else _seconds(given, "cursor_lifetime", 0.0),
-        starting_sqn=starting,
+        cursor=None if cursor is None else str(cursor),
+        cursor_lifetime=_seconds(given, "cursor_lifetime", DEFAULT_CURSOR_LIFETIME),
+        starting=starting,
         max_rows_per_batch=per_batch,
         rows_per_partition=per_partition,
         batch_rows=batch_rows,
@@ -182,48 +273,41 @@ class SqnRange(InputPartition):
 def _sqn(offset: Mapping[str, Any]) -> int:
     value = offset.get("sqn")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UsageError(f"an inkpen stream offset is {{'sqn': n}}, got {offset!r}")
+        raise UsageError(f"an inkpen stream offset is {{'sqn': n, 'cursor': name}}, got {offset!r}")
     return value
 
 
-class InkpenStreamReader(DataSourceStreamReader):
-    """The change feed as micro-batches (see the module docstring)."""
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class InkpenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The change feed as micro-batches (see the module docstring).
+
+    Spark keeps one instance on the driver for a query's run (``initialOffset`` ...
+    ``commit``) and sends copies to executors for ``read``; only the driver's keeps state.
+    """
 
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
         self._follower: Any = None
+        self._initial: dict[str, Any] | None = None
+        self._target: int | None = None
+        self._held_at: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_follower": None}
+        return {"options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__init__(state["options"])  # type: ignore[misc]
 
     def _manifests(self) -> ManifestStore:
         return ManifestStore(open_store(self.options.url))
 
-    def initialOffset(self) -> dict[Any, Any]:
-        manifests = self._manifests()
-        try:
-            cursor = create_feed_cursor(
-                manifests,
-                self.options.cursor,
-                self.options.starting_sqn,
-                lifetime=self.options.cursor_lifetime,
-                exist_ok=True,
-            )
-        finally:
-            manifests.store.close()
-        log.info(
-            "pipeline.stream_started", url=self.options.url, cursor=cursor.name, sqn=cursor.sqn
-        )
-        return {"sqn": cursor.sqn}
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_rows_per_batch
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
-
-    def latestOffset(self, start: dict[Any, Any], limit: ReadLimit) -> dict[Any, Any]:
+    def _last_sqn(self) -> int:
+        """The database's last SQN now (a following Reader, refreshed)."""
         from inkpen.reader import open_reader
 
         if self._follower is None:
@@ -232,13 +316,140 @@ class InkpenStreamReader(DataSourceStreamReader):
             )
         else:
             self._follower.refresh()
-        last = max(int(self._follower.last_sqn), _sqn(start))
+        return int(self._follower.last_sqn)
+
+    def _cursor(self, offset: Mapping[str, Any]) -> str:
+        """The query's cursor: the ``cursor`` option, else the name its offsets carry."""
+        if self.options.cursor is not None:
+            return self.options.cursor
+        name = offset.get("cursor", LEGACY_CURSOR)
+        if not isinstance(name, str):
+            raise UsageError(f"an inkpen stream offset names its cursor by a str, got {offset!r}")
+        return check_name(name)
+
+    def _hold(self, name: str, sqn: int, *, advance: bool, resuming: bool) -> Held | None:
+        """Keep the cursor live for a query that has read up to ``sqn`` (see the module
+        docstring): renew it (moving it to ``sqn`` with ``advance``), or create it again.
+
+        Without ``advance`` only when due: on this reader's first step and then every quarter
+        of the cursor's lifetime. With ``resuming``, a cursor that had to be created again is
+        checked: every change above ``sqn`` must still be there.
+        """
+        now = time.monotonic()
+        due = self._held_at is None or now - self._held_at >= self.options.cursor_lifetime / 4
+        if not (advance or due):
+            return None
+        named = "its cursor option" if self.options.cursor else "its checkpoint's offsets"
+        owner = f"spark stream on {socket.gethostname()}, named by {named}"
+        manifests = self._manifests()
+        try:
+            held = hold_feed_cursor(
+                manifests,
+                name,
+                sqn,
+                lifetime=self.options.cursor_lifetime,
+                owner=owner,
+                advance=advance,
+            )
+        finally:
+            manifests.store.close()
+        self._held_at = now
+        if held.cursor.sqn > sqn:
+            log.warning(
+                "pipeline.stream_cursor_ahead",
+                url=self.options.url,
+                cursor=name,
+                cursor_sqn=held.cursor.sqn,
+                sqn=sqn,
+            )
+        if resuming and held.outcome != "renewed":
+            self._check_nothing_lost(name, sqn, held)
+        return held
+
+    def _check_nothing_lost(self, name: str, sqn: int, held: Held) -> None:
+        """After the cursor was created again: every change above ``sqn`` is still there, or
+        ``FeedGapError`` (and the cursor made for nothing is deleted)."""
+        from inkpen.reader import open_reader
+
+        lapsed = (
+            "was missing"
+            if held.lapsed is None
+            else (f"lapsed at {_when(held.lapsed.expire_time)}")
+        )
+        log.warning(
+            "pipeline.stream_cursor_recreated",
+            url=self.options.url,
+            cursor=name,
+            sqn=sqn,
+            outcome=held.outcome,
+        )
+        try:
+            with open_reader(self.options.url) as reader:
+                for _ in reader.changes(sqn):
+                    pass
+        except FeedGapError as exc:
+            manifests = self._manifests()
+            try:
+                delete_feed_cursor(manifests, name)
+            except NotFoundError:
+                pass
+            finally:
+                manifests.store.close()
+            log.error(
+                "pipeline.stream_feed_gap", url=self.options.url, cursor=name, sqn=sqn, gap=exc.sqn
+            )
+            raise FeedGapError(
+                f"this stream's feed cursor {name!r} {lapsed}, and journal compaction has since "
+                f"removed SQN {exc.sqn}, a change the query has not read (it has read up to SQN "
+                f"{sqn}): going on would give fewer rows than were written. Start a new query "
+                "(a new checkpoint location; startingOffsets says where it starts), and keep "
+                "cursor_lifetime longer than the longest pause between a query's runs",
+                sqn=exc.sqn,
+            ) from None
+
+    def initialOffset(self) -> dict[Any, Any]:
+        if self._initial is None:  # Spark asks a new query's reader more than once
+            name = self.options.cursor or f"{CURSOR_PREFIX}{uuid.uuid4().hex[:12]}"
+            starting = self.options.starting
+            if starting == "earliest":
+                sqn = 0
+            elif starting == "latest":
+                sqn = self._last_sqn()
+            else:
+                sqn = starting
+            held = self._hold(name, sqn, advance=False, resuming=False)
+            self._initial = {"sqn": sqn, "cursor": name}
+            log.info(
+                "pipeline.stream_started",
+                url=self.options.url,
+                cursor=name,
+                sqn=sqn,
+                starting=starting,
+                outcome=None if held is None else held.outcome,
+            )
+        return dict(self._initial)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._last_sqn()
+        log.info("pipeline.stream_available_now", url=self.options.url, sqn=self._target)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_rows_per_batch
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def latestOffset(self, start: dict[Any, Any], limit: ReadLimit) -> dict[Any, Any]:
+        first, name = _sqn(start), self._cursor(start)
+        self._hold(name, first, advance=False, resuming=True)
+        last = max(self._last_sqn(), first)
+        if self._target is not None:
+            last = max(first, min(last, self._target))
         if isinstance(limit, ReadMaxRows):
-            last = min(last, _sqn(start) + limit.max_rows)
-        return {"sqn": last}
+            last = min(last, first + limit.max_rows)
+        return {"sqn": last, "cursor": name}
 
     def partitions(self, start: dict[Any, Any], end: dict[Any, Any]) -> Sequence[InputPartition]:
         lo, hi = _sqn(start), _sqn(end)
+        self._hold(self._cursor(start), lo, advance=False, resuming=True)
         step = self.options.rows_per_partition
         return [SqnRange(s, min(s + step, hi)) for s in range(lo, hi, step)]
 
@@ -281,22 +492,7 @@ class InkpenStreamReader(DataSourceStreamReader):
                 )
 
     def commit(self, end: dict[Any, Any]) -> None:
-        sqn = _sqn(end)
-        manifests = self._manifests()
-        try:
-            advance_feed_cursor(manifests, self.options.cursor, sqn)
-        except UsageError as exc:  # already further on (another query), or expired
-            log.warning(
-                "pipeline.stream_cursor_not_advanced", cursor=self.options.cursor, error=str(exc)
-            )
-        except NotFoundError:
-            log.warning("pipeline.stream_cursor_missing", cursor=self.options.cursor, sqn=sqn)
-            with contextlib.suppress(UsageError):
-                create_feed_cursor(
-                    manifests, self.options.cursor, sqn, lifetime=self.options.cursor_lifetime
-                )
-        finally:
-            manifests.store.close()
+        self._hold(self._cursor(end), _sqn(end), advance=True, resuming=True)
 
     def stop(self) -> None:
         if self._follower is not None:

@@ -202,3 +202,92 @@ def test_feed_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
     rows = json.loads(ok("feed", "list", url, "--json").out)
     assert [(r["name"], r["sqn"], r["live"]) for r in rows] == [("job", 1, True)]
+
+
+def wait_until_expired(cursor: inkpen.FeedCursor, timeout: float = 30.0) -> None:
+    """Poll the clock (with a deadline) until ``cursor`` has expired."""
+    import time
+
+    assert cursor.expire_time is not None
+    deadline = time.monotonic() + timeout
+    while cursor.is_live(time.time()):
+        assert time.monotonic() < deadline, f"cursor {cursor.name} did not expire"
+        time.sleep(0.05)
+
+
+def test_hold_creates_renews_advances_and_recreates_a_lapsed_cursor(store_url: str) -> None:
+    import time
+
+    from inkpen.manifest.feed_cursors import hold_feed_cursor, list_feed_cursors
+    from inkpen.manifest.store import ManifestStore
+    from inkpen.objectstore import open_store
+
+    with inkpen.open(store_url, **TINY) as book:
+        book.put("b", "k", b"v")
+        book.flush()
+    manifests = ManifestStore(open_store(store_url))
+    try:
+        made = hold_feed_cursor(manifests, "q", 3, lifetime=60.0, owner="spark stream on h")
+        assert made.outcome == "created" and made.lapsed is None
+        assert (made.cursor.sqn, made.cursor.owner, made.cursor.lifetime) == (
+            3,
+            "spark stream on h",
+            60.0,
+        )
+        # without advance a live cursor stays where it is, renewed with the new lifetime
+        kept = hold_feed_cursor(manifests, "q", 9, lifetime=120.0, owner="someone else")
+        assert kept.outcome == "renewed" and kept.cursor.sqn == 3
+        assert kept.cursor.owner == "spark stream on h" and kept.cursor.lifetime == 120.0
+        assert kept.cursor.expire_time is not None and made.cursor.expire_time is not None
+        assert kept.cursor.expire_time > made.cursor.expire_time
+        # with advance it moves forward, never back
+        moved = hold_feed_cursor(manifests, "q", 9, lifetime=120.0, advance=True)
+        assert moved.outcome == "renewed" and moved.cursor.sqn == 9
+        assert hold_feed_cursor(manifests, "q", 4, lifetime=1.0, advance=True).cursor.sqn == 9
+        short = manifests.latest()
+        assert short is not None
+        lapsing = short.manifest.feed_cursor("q")
+        assert lapsing is not None and lapsing.lifetime == 1.0
+        wait_until_expired(lapsing)
+        again = hold_feed_cursor(manifests, "q", 9, lifetime=60.0, owner="spark stream on h2")
+        assert again.outcome == "recreated" and again.lapsed == lapsing
+        assert (again.cursor.sqn, again.cursor.owner) == (9, "spark stream on h2")
+        assert again.cursor.is_live(time.time())
+        with pytest.raises(inkpen.UsageError):
+            hold_feed_cursor(manifests, "q", -1, lifetime=60.0)
+        with pytest.raises(inkpen.UsageError):
+            hold_feed_cursor(manifests, "q", 1, lifetime=60.0, owner="tab\there")
+        # the refused holds changed nothing
+        assert [c.sqn for c in list_feed_cursors(manifests)] == [9]
+    finally:
+        manifests.store.close()
+
+
+def test_feed_list_shows_each_cursors_owner_and_age(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import time
+
+    from support.cli import ok
+
+    url = str(tmp_path / "db")
+    with inkpen.open(url, **TINY) as book:
+        book.put("b", "k", b"v")
+        book.create_feed_cursor("mine", 1, owner="nightly export")
+    ok("feed", "create", url, "by-cli")
+    # a cursor made without an owner (as every cursor was before owners were recorded)
+    with inkpen.open(url, **TINY) as book:
+        book.create_feed_cursor("anonymous")
+    lines = {
+        line.split("\t")[0]: line.split("\t") for line in ok("feed", "list", url).out.splitlines()
+    }
+    assert lines["mine"][1:3] == ["sqn 1", "live, expires never"]
+    assert lines["mine"][3].startswith("age ") and " ago" in lines["mine"][3]
+    assert lines["mine"][4] == "owner nightly export"
+    assert lines["by-cli"][4].startswith("owner inkpen feed create by ")
+    assert lines["anonymous"][4] == "owner -"
+    rows = {r["name"]: r for r in json.loads(ok("feed", "list", url, "--json").out)}
+    assert rows["mine"]["owner"] == "nightly export" and rows["anonymous"]["owner"] is None
+    now = time.time()
+    for row in rows.values():
+        assert 0 <= row["age"] <= now - row["created"] + 1
+        assert row["advanced"] >= row["created"]

@@ -291,3 +291,26 @@ def test_writer_compaction_defaults_to_internal_and_round_trips() -> None:
     assert external.to_document()["writer_compaction"] == "external"
     with pytest.raises(UsageError, match="writer_compaction"):
         Manifest(writer_compaction="none")
+
+
+def test_feed_cursor_owner_and_advance_time_round_trip_and_old_documents_decode() -> None:
+    from inkpen.manifest.model import FeedCursor
+
+    cursors = (
+        FeedCursor("new", 7, 1.0, 4.0, 3.0, owner="spark stream on h", advance_time=1.0),
+        FeedCursor("plain", 0, 2.0),
+    )
+    manifest = Manifest(feed_cursors=cursors)
+    assert decode(encode(manifest), "manifest/x").feed_cursors == cursors
+    # a manifest written before cursors recorded an owner and their last advance
+    document = {
+        "feed_cursors": [
+            {"name": "old", "sqn": 5, "create_time": 1.0, "expire_time": None, "lifetime": None}
+        ]
+    }
+    (old,) = decode(encode_manifest(document), "manifest/x").feed_cursors
+    assert old == FeedCursor("old", 5, 1.0)
+    assert old.owner is None and old.advance_time is None
+    with pytest.raises(CorruptionError, match="manifest document is invalid"):
+        bad = {"feed_cursors": [{"name": "x", "sqn": 1, "create_time": 1.0, "owner": 5}]}
+        decode(encode_manifest(bad), "manifest/x")

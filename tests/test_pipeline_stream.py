@@ -4,6 +4,7 @@ schema reads and streams share, and a stream's rows loaded back."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -145,7 +146,8 @@ def test_the_plain_readstream_call_streams_with_the_schema_of_a_read(
     # the next, so the cursor is at the start or the end)
     assert spark_pins(url) == read_pin
     with inkpen.open(url, **TINY) as book:
-        assert {c.name: c.sqn for c in book.feed_cursors()}["spark-stream"] in (0, 60)
+        (own,) = book.feed_cursors()
+        assert own.name.startswith("spark-stream-") and own.sqn in (0, 60)
     # the harmless feed=true gives the same rows
     again = stream.option("feed", "true").option("cursor", "again").load()
     assert again.schema == read.schema
@@ -180,8 +182,8 @@ def test_a_stream_of_sizes_and_the_options_a_stream_refuses(
         with pytest.raises(Exception, match=message):
             stream_to_memory(load.load(), f"refused_{option}")
         assert spark_pins(url) == read_pin, f"the stream with {option} left its read's pin"
-    with inkpen.open(url, **TINY) as book:
-        assert [c.name for c in book.feed_cursors()] == ["spark-stream"]  # the sizes stream's
+    with inkpen.open(url, **TINY) as book:  # the sizes stream's own; the refused made none
+        assert [c.name[:13] for c in book.feed_cursors()] == ["spark-stream-"]
 
 
 def test_a_streamed_table_loads_into_another_database_once_deletes_are_filtered(
@@ -270,3 +272,236 @@ def test_the_example_stream_job_streams_every_change_once(
     assert lines[1] == "exactly once, in SQN order: True"
     report = json.loads(lines[2])
     assert (report["changes"], report["rows"], report["exactly_once"]) == (1500, 1500, True)
+
+
+# -- where a new query starts, and the cursor each query holds --------------------------------
+
+Change = tuple[int, str, str, bytes | None]
+"""(sqn, key, kind, value): the model of one change written."""
+
+
+def write_changes(url: str, model: list[Change], n: int, *, bucket: str = "b") -> None:
+    """``n`` more changes (puts, some overwrites and deletes), appended to ``model``."""
+    with inkpen.open(url, **TINY) as book:
+        for _ in range(n):
+            i = len(model)
+            key = f"k{i % 250:03d}"
+            if i % 11 == 10:
+                book.delete(bucket, key)
+                model.append((i + 1, key, "delete", None))
+            else:
+                book.put(bucket, key, b"v%d" % i)
+                model.append((i + 1, key, "put", b"v%d" % i))
+
+
+def run_query(
+    spark: SparkSession, url: str, out: Path, checkpoint: Path, **options: str
+) -> list[Change]:
+    """Run the query (availableNow) into the Parquet table ``out``; the table's rows, by SQN."""
+    stream = spark.readStream.format("inkpen").option("path", url).option("key_type", "string")
+    for name, value in options.items():
+        stream = stream.option(name, value)
+    frame = stream.load()
+    query = (
+        frame.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300), "the availableNow query did not finish"
+    assert query.exception() is None
+    return table_rows(spark, frame, out)
+
+
+def table_rows(spark: SparkSession, frame: DataFrame, out: Path) -> list[Change]:
+    if not out.exists():
+        return []
+    table = spark.read.schema(frame.schema).parquet(str(out))
+    got = [(r.sqn, r.key, r.kind, r.value and bytes(r.value)) for r in table.collect()]
+    return sorted(got)
+
+
+def stream_cursors(url: str) -> dict[str, inkpen.FeedCursor]:
+    """The database's feed cursors by name (expired ones too)."""
+    from inkpen.manifest.feed_cursors import list_feed_cursors
+    from inkpen.manifest.store import ManifestStore
+    from inkpen.objectstore import open_store
+
+    manifests = ManifestStore(open_store(url))
+    try:
+        return {c.name: c for c in list_feed_cursors(manifests)}
+    finally:
+        manifests.store.close()
+
+
+def test_a_new_query_beside_a_running_one_streams_the_whole_history(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    url = str(tmp_path / "db")
+    model: list[Change] = []
+    a_out, a_checkpoint = tmp_path / "a", tmp_path / "a-checkpoint"
+    write_changes(url, model, 300)
+    assert run_query(spark, url, a_out, a_checkpoint) == model
+    write_changes(url, model, 300)
+    assert run_query(spark, url, a_out, a_checkpoint) == model  # A resumed: 600, none twice
+    (a_cursor,) = stream_cursors(url).values()
+    write_changes(url, model, 300)
+    # B is new (a fresh checkpoint): it starts at the earliest change, whatever A has read
+    b_rows = run_query(spark, url, tmp_path / "b", tmp_path / "b-checkpoint")
+    assert len(b_rows) == 900 and b_rows == model
+    # each query holds a cursor of its own; A's is where A left it
+    cursors = stream_cursors(url)
+    assert a_cursor.name in cursors and len(cursors) == 2
+    (b_name,) = set(cursors) - {a_cursor.name}
+    assert a_cursor.name.startswith("spark-stream-") and b_name.startswith("spark-stream-")
+    assert cursors[a_cursor.name].sqn == a_cursor.sqn == 300  # committed when A resumed
+    assert cursors[b_name].sqn == 0  # B's one batch is committed when B plans the next
+    for cursor in cursors.values():
+        assert cursor.owner is not None and cursor.owner.startswith("spark stream on ")
+        assert cursor.lifetime == 3 * 86400.0 and cursor.expire_time is not None
+    # A again: its own position, every change once
+    assert run_query(spark, url, a_out, a_checkpoint) == model
+    assert stream_cursors(url)[a_cursor.name].sqn == 600
+
+
+def test_starting_offsets_latest_and_an_sqn(spark: SparkSession, tmp_path: Path) -> None:
+    url = str(tmp_path / "db")
+    model: list[Change] = []
+    write_changes(url, model, 100)
+    latest_out, latest_checkpoint = tmp_path / "latest", tmp_path / "latest-checkpoint"
+    options = {"startingOffsets": "latest"}
+    assert run_query(spark, url, latest_out, latest_checkpoint, **options) == []
+    write_changes(url, model, 50)
+    # the restart resumes from its checkpoint: the 50 written since the query started
+    assert run_query(spark, url, latest_out, latest_checkpoint, **options) == model[100:]
+    # an SQN N: the changes above N, as an offset {"sqn": N} means
+    sqn_rows = run_query(
+        spark, url, tmp_path / "sqn", tmp_path / "sqn-checkpoint", startingOffsets="40"
+    )
+    assert sqn_rows == model[40:] and sqn_rows[0][0] == 41
+    as_offset = run_query(
+        spark, url, tmp_path / "json", tmp_path / "json-checkpoint", startingOffsets='{"sqn": 149}'
+    )
+    assert as_offset == model[149:]
+    earliest = run_query(
+        spark, url, tmp_path / "zero", tmp_path / "zero-checkpoint", startingOffsets="earliest"
+    )
+    assert earliest == model
+    # the latest query's cursor started at 100; the SQN queries' at their SQNs
+    starts = sorted(c.sqn for c in stream_cursors(url).values())
+    assert starts == [0, 40, 100, 149]
+
+
+@pytest.mark.parametrize("bad", ["soon", "-1", "1.5", '{"sqn": -3}', '{"offset": 4}', "true"])
+def test_bad_starting_offsets_are_refused_naming_the_option(
+    spark: SparkSession, tmp_path: Path, bad: str
+) -> None:
+    url = str(tmp_path / "db")
+    write_changes(url, [], 5)
+    stream = spark.readStream.format("inkpen").option("path", url).option("startingOffsets", bad)
+    with pytest.raises(Exception, match="option startingOffsets takes earliest"):
+        stream_to_memory(stream.load(), "refused_start")
+    assert stream_cursors(url) == {}  # nothing changed
+
+
+def test_starting_offsets_parse() -> None:
+    from inkpen.errors import UsageError
+    from inkpen.pipeline.stream import parse_stream_options
+
+    def starting(**options: str) -> object:
+        return parse_stream_options({"path": "/x", **options}).starting
+
+    assert starting() == "earliest"
+    assert starting(startingOffsets=" Latest ") == "latest"
+    assert starting(STARTINGOFFSETS="12") == 12
+    assert starting(startingOffsets='{"sqn": 0}') == 0
+    assert starting(starting_sqn="7") == 7  # the older spelling
+    with pytest.raises(UsageError, match="startingOffsets and starting_sqn"):
+        starting(startingOffsets="3", starting_sqn="3")
+    with pytest.raises(UsageError, match=r"option startingOffsets takes .*; got 'x'"):
+        starting(startingOffsets="x")
+    with pytest.raises(UsageError, match="option cursor"):
+        starting(cursor="")
+    with pytest.raises(UsageError, match="cursor_lifetime"):
+        parse_stream_options({"path": "/x", "cursor_lifetime": "0"})
+    assert parse_stream_options({"path": "/x"}).cursor_lifetime == 3 * 86400.0
+
+
+def overwrite_and_compact(url: str, model: list[Change], bucket: str) -> None:
+    """Write keys of ``bucket`` twice over (into ``model``) and compact: the first round's
+    changes are replaced, so journal compaction drops them unless a live cursor holds them."""
+    with inkpen.open(url, **TINY) as book:
+        for round_ in range(3):
+            for j in range(60):
+                value = b"%d" % round_ * 40
+                book.put(bucket, f"o{j:02d}", value)
+                model.append((len(model) + 1, f"o{j:02d}", "put", value))
+        book.flush()
+        book.compact_ledger()
+        for _ in range(20):
+            if not book.compact_journal().compacted:
+                break
+
+
+def wait_until_lapsed(url: str, name: str, timeout: float = 60.0) -> None:
+    """Poll (with a deadline) until the cursor ``name`` has expired."""
+    deadline = time.monotonic() + timeout
+    while stream_cursors(url)[name].is_live(time.time()):
+        assert time.monotonic() < deadline, f"cursor {name} did not lapse"
+        time.sleep(0.1)
+
+
+def test_a_query_whose_cursor_lapsed_resumes_when_nothing_it_needs_is_gone_else_fails(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    url = str(tmp_path / "db")
+    model: list[Change] = []
+    write_changes(url, model, 50)
+    gap_out, gap_checkpoint = tmp_path / "gap", tmp_path / "gap-checkpoint"
+    short = {"cursor_lifetime": "1"}
+    assert run_query(spark, url, gap_out, gap_checkpoint, cursor="gap", **short) == model
+    wait_until_lapsed(url, "gap")
+    # a live cursor at 50 would hold every change above it; with it lapsed, compaction drops
+    # the replaced changes above 50
+    overwrite_and_compact(url, model, "r")
+    with inkpen.open_reader(url) as reader, pytest.raises(inkpen.FeedGapError) as dropped:
+        list(reader.changes(50))
+    assert dropped.value.sqn == 51
+    # the gap query resumes at 50: the changes it needs are gone, and it says so
+    stream = (
+        spark.readStream.format("inkpen")
+        .option("path", url)
+        .option("key_type", "string")
+        .option("cursor", "gap")
+    )
+    frame = stream.load()
+    query = (
+        frame.writeStream.format("parquet")
+        .option("path", str(gap_out))
+        .option("checkpointLocation", str(gap_checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match=r"FeedGapError.*feed cursor 'gap' lapsed at .* SQN 51"):
+        query.awaitTermination(300)
+    assert not query.isActive
+    assert table_rows(spark, frame, gap_out) == model[:50]  # no fewer rows silently added
+    assert "gap" not in stream_cursors(url)  # the cursor made again for nothing is gone
+    # where nothing a lapsed query needs was dropped, it re-creates its cursor and goes on
+    keep_url = str(tmp_path / "keep-db")
+    keep_model: list[Change] = []
+    write_changes(keep_url, keep_model, 50)
+    keep_out, keep_checkpoint = tmp_path / "keep2", tmp_path / "keep2-checkpoint"
+    rows = run_query(spark, keep_url, keep_out, keep_checkpoint, cursor="keep", **short)
+    assert rows == keep_model
+    wait_until_lapsed(keep_url, "keep")
+    write_changes(keep_url, keep_model, 70, bucket="new")  # no overwrites: nothing to drop
+    with inkpen.open(keep_url, **TINY) as book:
+        book.flush()
+        book.compact_ledger()
+        book.compact_journal()
+    rows = run_query(spark, keep_url, keep_out, keep_checkpoint, cursor="keep")
+    assert rows == keep_model
+    again = stream_cursors(keep_url)["keep"]
+    assert again.is_live(time.time()) and again.lifetime == 3 * 86400.0

@@ -8,6 +8,8 @@ writer epoch, so a live writer keeps running and builds its next manifest update
 
 from __future__ import annotations
 
+import getpass
+import socket
 import time
 from typing import Any
 
@@ -28,14 +30,26 @@ from .targets import database
 
 
 def _summary(cursor: FeedCursor, now: float) -> dict[str, Any]:
+    advanced = cursor.create_time if cursor.advance_time is None else cursor.advance_time
     return {
         "name": cursor.name,
         "sqn": cursor.sqn,
+        "owner": cursor.owner,
         "created": cursor.create_time,
+        "age": max(0.0, now - cursor.create_time),
+        "advanced": advanced,
         "expires": cursor.expire_time,
         "lifetime": cursor.lifetime,
         "live": cursor.is_live(now),
     }
+
+
+def _default_owner() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"inkpen feed create by {user} on {socket.gethostname()}"
 
 
 @click.group("feed")
@@ -48,6 +62,10 @@ def feed_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the cursors as JSON.")
 def list_command(url: str, as_json: bool) -> None:
     """List the database's feed cursors, expired ones included. Reads only.
+
+    Each line: name, SQN, live or EXPIRED and when it expires, its age (since it was created)
+    and when it was last advanced or renewed, and its owner (who created it; "-" when the
+    database recorded none).
 
     \b
     Example:
@@ -63,7 +81,9 @@ def list_command(url: str, as_json: bool) -> None:
             state = "live" if row["live"] else "EXPIRED"
             click.echo(
                 f"{row['name']}\tsqn {row['sqn']}\t{state}, expires "
-                f"{render.expiry(row['expires'], now)}"
+                f"{render.expiry(row['expires'], now)}\tage {render.span(row['age'])}, "
+                f"advanced {render.span(max(0.0, now - row['advanced']))} ago\t"
+                f"owner {row['owner'] or '-'}"
             )
     else:
         click.echo("no feed cursors")
@@ -85,15 +105,22 @@ def list_command(url: str, as_json: bool) -> None:
     default=None,
     help="Expire this long after creation or the last advance (90s, 15m, 2h, 7d); default never.",
 )
-def create(url: str, name: str, sqn: int, lifetime: float | None) -> None:
+@click.option(
+    "--owner",
+    default=None,
+    help="Who holds the cursor, shown by `feed list` (default: this user and host).",
+)
+def create(url: str, name: str, sqn: int, lifetime: float | None, owner: str | None) -> None:
     """Create a feed cursor NAME at --sqn.
 
     \b
     Example:
-      inkpen feed create ./.inkpen-demo/db exporter --sqn 0 --lifetime 7d
+      inkpen feed create ./.inkpen-demo/db exporter --sqn 0 --lifetime 7d --owner nightly-export
     """
     with database(url) as manifests:
-        made = create_feed_cursor(manifests, name, sqn, lifetime=lifetime)
+        made = create_feed_cursor(
+            manifests, name, sqn, lifetime=lifetime, owner=owner or _default_owner()
+        )
     click.echo(
         f"feed cursor {made.name} at sqn {made.sqn}, expires "
         f"{render.expiry(made.expire_time, time.time())}"
