@@ -31,7 +31,7 @@ from inkpen.manifest.model import decode
 from inkpen.manifest.paths import MANIFEST_PREFIX, manifest_key, parse_manifest_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
-from inkpen.objectstore.url import check_distinct_locations, parse_store_url
+from inkpen.objectstore.url import backend_of, check_distinct_locations, parse_store_url
 
 from . import bookie as _bookie
 from .checks import check_flag, check_text
@@ -48,7 +48,7 @@ def _store(url: str | ObjectStore, *, must_exist: bool, what: str) -> Iterator[O
     if not isinstance(url, str):
         raise UsageError(f"{what} must be a store URL or an ObjectStore, got {type(url).__name__}")
     parsed = parse_store_url(url)
-    if must_exist and parsed.scheme == "file" and not os.path.isdir(parsed.location):
+    if must_exist and backend_of(parsed).local and not os.path.isdir(parsed.location):
         what = (
             "is a file, not a directory" if os.path.lexists(parsed.location) else ("does not exist")
         )
@@ -160,7 +160,7 @@ def list_databases(url: str | ObjectStore, *, include_destroyed: bool = False) -
     check_flag("include_destroyed", include_destroyed)
     if isinstance(url, str):
         parsed = parse_store_url(url)
-        if parsed.scheme == "file" and not os.path.isdir(parsed.location):
+        if backend_of(parsed).local and not os.path.isdir(parsed.location):
             return []
     names: list[str] = []
     with _store(url, must_exist=False, what="url") as root:

@@ -35,6 +35,7 @@ from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store, parse_store_url
+from inkpen.objectstore.url import backend_of
 
 from .checks import check_flag, check_seconds, check_text
 from .errors import CheckpointLapsedError, InkpenError, NotFoundError, UsageError
@@ -357,7 +358,7 @@ def open_reader(
     check_text("checkpoint", checkpoint, optional=True)
     if isinstance(url, str):
         parsed = parse_store_url(url)
-        if parsed.scheme == "file" and not os.path.isdir(parsed.location):
+        if backend_of(parsed).local and not os.path.isdir(parsed.location):
             # Reading must not leave a directory behind for a mistyped path.
             what = (
                 "is a file, not a directory"

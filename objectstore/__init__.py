@@ -1,6 +1,7 @@
 """objectstore/: where inkpen's bytes live.
 
-One protocol (:class:`ObjectStore`, in :mod:`.base`) and three implementations chosen by URL:
+One protocol (:class:`ObjectStore`, in :mod:`.base`) and three backends, registered by URL
+scheme in :mod:`.backends` (the one place a scheme is known; a new backend is one module):
 
 - ``memory://NAME[/prefix]``: in-process, for unit tests (:mod:`.memory`);
 - a directory path or ``file:///abs/path``: the embedded default (:mod:`.local`);
@@ -13,12 +14,14 @@ Two wrappers work around any store: :class:`FaultyStore` injects seeded failures
 
 from __future__ import annotations
 
+from .backends import Backend, StoreURL, register
 from .base import ListPage, ObjectInfo, ObjectStore, StoreBase
 from .counting import CountingStore
 from .faults import FaultPlan, FaultyStore, InjectedFault
 from .url import open_store, parse_store_url
 
 __all__ = [
+    "Backend",
     "CountingStore",
     "FaultPlan",
     "FaultyStore",
@@ -27,6 +30,8 @@ __all__ = [
     "ObjectInfo",
     "ObjectStore",
     "StoreBase",
+    "StoreURL",
     "open_store",
     "parse_store_url",
+    "register",
 ]

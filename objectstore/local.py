@@ -26,11 +26,13 @@ import os
 import stat
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import PurePosixPath
 from typing import Literal
-from urllib.parse import quote
+from urllib.parse import SplitResult, quote, unquote
 
 from inkpen.errors import AlreadyExistsError, NotFoundError, StoreError, UsageError
 
+from .backends import Backend, Place, StoreURL
 from .base import (
     DEFAULT_PAGE_SIZE,
     ListPage,
@@ -54,6 +56,7 @@ from .local_metadata import (
     XattrMetadata,
     xattrs_supported,
 )
+from .url import checked_path
 
 TEMP_DIR = ".inkpen-tmp"
 RESERVED_PREFIX = ".inkpen-"
@@ -527,3 +530,32 @@ def _unlink_quietly(path: str) -> None:
     one no listing shows."""
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+def _parse(parts: SplitResult, url: str, options: dict[str, str]) -> StoreURL:
+    if parts.netloc not in ("", "localhost"):
+        raise UsageError(f"file URL {url!r} must be file:///absolute/path")
+    path = unquote(parts.path)
+    if not path.startswith("/"):
+        raise UsageError(f"file URL {url!r} must name an absolute path")
+    return StoreURL("file", checked_path(url, os.path.abspath(path)), options=options)
+
+
+def _open(parsed: StoreURL) -> ObjectStore:
+    return LocalStore(parsed.location)
+
+
+def _place(parsed: StoreURL) -> Place:
+    # Resolved: absolute, ``..`` and symlinks followed, so every alias of one directory gives
+    # the same place.
+    return "file", "", PurePosixPath(os.path.realpath(parsed.location)).parts
+
+
+BACKEND = Backend(
+    scheme="file",
+    form="file:///abs/path",
+    parse=_parse,
+    open=_open,
+    place=_place,
+    local=True,
+)

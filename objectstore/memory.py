@@ -11,9 +11,11 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import SplitResult
 
-from inkpen.errors import AlreadyExistsError, NotFoundError
+from inkpen.errors import AlreadyExistsError, NotFoundError, UsageError
 
+from .backends import Backend, Place, StoreURL
 from .base import (
     DEFAULT_PAGE_SIZE,
     ListPage,
@@ -146,3 +148,27 @@ class MemoryStore(StoreBase):
             return
         info = origin.head(src_key)
         self.put(dest_key, origin.get(src_key), metadata=info.metadata)
+
+
+def _parse(parts: SplitResult, url: str, options: dict[str, str]) -> StoreURL:
+    if not parts.netloc:
+        raise UsageError(f"memory URL {url!r} needs a space name: memory://NAME")
+    return StoreURL("memory", parts.netloc, parts.path.strip("/"), options)
+
+
+def _open(parsed: StoreURL) -> ObjectStore:
+    return MemoryStore(parsed.location, prefix=parsed.prefix)
+
+
+def _place(parsed: StoreURL) -> Place:
+    return "memory", parsed.location, tuple(part for part in parsed.prefix.split("/") if part)
+
+
+BACKEND = Backend(
+    scheme="memory",
+    form="memory://name",
+    parse=_parse,
+    open=_open,
+    place=_place,
+    durable=False,
+)

@@ -22,15 +22,12 @@ never turn a success into a failure.
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
 
 import botocore.session
 from botocore.config import Config
@@ -45,123 +42,20 @@ from .base import (
     ListPage,
     ObjectInfo,
     ObjectStore,
-    StoreBase,
     check_data,
-    check_key,
     check_metadata,
     check_page,
     check_prefix,
     check_range,
     innermost,
 )
+from .s3_common import MAX_POOL_CONNECTIONS, S3Base
 from .s3_errors import error_code, http_status, map_s3_error
-
-DEFAULT_REGION = "us-east-1"
-DEFAULT_MAX_ATTEMPTS = 5
-DEFAULT_CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 30.0
-MAX_POOL_CONNECTIONS = 64
-MAX_KEY_BYTES = 1024
-OPTIONS = ("endpoint", "region", "max_attempts", "connect_timeout", "read_timeout", "client")
-CLIENTS = ("boto3", "obstore")
-DEFAULT_CLIENT = "obstore"
 
 _CONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _CONFLICT_ROUNDS = 6
 """How often a create-if-absent is re-sent while S3 reports a conflicting write in flight."""
 _CONFLICT_BACKOFF = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class S3Options:
-    """How to reach an S3 service: endpoint, region, retry budget and timeouts."""
-
-    endpoint: str | None
-    """``http(s)://host:port`` of an S3-compatible server; None for AWS itself."""
-    region: str = DEFAULT_REGION
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    """Tries per request, the first included."""
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    client: str = DEFAULT_CLIENT
-    """Which client library sends the requests: ``boto3`` or ``obstore``."""
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, str]) -> S3Options:
-        """Options from a URL's query, falling back to the standard AWS variables."""
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise UsageError(
-                f"unknown S3 option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}"
-            )
-        endpoint = options.get("endpoint") or _env_endpoint()
-        if endpoint and not endpoint.startswith(("http://", "https://")):
-            raise UsageError(f"S3 endpoint {endpoint!r} must start with http:// or https://")
-        client = options.get("client") or os.environ.get("INKPEN_S3_CLIENT") or DEFAULT_CLIENT
-        if client not in CLIENTS:
-            raise UsageError(f"S3 option client={client!r} must be one of {', '.join(CLIENTS)}")
-        return cls(
-            endpoint=endpoint,
-            region=(
-                options.get("region")
-                or os.environ.get("AWS_REGION")
-                or os.environ.get("AWS_DEFAULT_REGION")
-                or DEFAULT_REGION
-            ),
-            max_attempts=_positive_int(options, "max_attempts", DEFAULT_MAX_ATTEMPTS),
-            connect_timeout=_positive_float(options, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
-            read_timeout=_positive_float(options, "read_timeout", DEFAULT_READ_TIMEOUT),
-            client=client,
-        )
-
-
-class S3Base(StoreBase):
-    """What both S3 stores share: the bucket, the prefix their keys live under, the URL, the
-    options and the closed state. Each subclass sends the requests through its own client."""
-
-    def _settle(self, bucket: str, prefix: str, options: Mapping[str, str] | None) -> S3Options:
-        """Check and keep the location; answers the parsed options (the subclass's client)."""
-        if not isinstance(bucket, str) or not bucket:
-            raise UsageError("an S3 store needs a bucket name: s3://bucket/prefix")
-        settings = S3Options.from_mapping(options or {})
-        self._bucket = bucket
-        self._prefix = prefix.strip("/")
-        self._root = f"{self._prefix}/" if self._prefix else ""
-        self._endpoint = settings.endpoint
-        self._region = settings.region
-        query = urlencode(sorted((options or {}).items()), safe=":/")
-        self._url = f"s3://{bucket}" + (f"/{self._prefix}" if self._prefix else "")
-        self._url += f"?{query}" if query else ""
-        self._where = f"s3://{bucket}/{self._prefix} (endpoint {self._endpoint or 'AWS'})"
-        self._closed = False
-        return settings
-
-    @property
-    def bucket(self) -> str:
-        return self._bucket
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix (without trailing ``/``) under which this store's objects live."""
-        return self._prefix
-
-    @property
-    def endpoint(self) -> str | None:
-        """The endpoint URL, or None for AWS itself."""
-        return self._endpoint
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError(f"the store {self._url} is closed; open it again to use it")
-
-    def _full(self, key: str) -> str:
-        self._check_open()
-        full = self._root + check_key(key)
-        if len(full.encode("utf-8")) > MAX_KEY_BYTES:
-            raise UsageError(
-                f"object key {key!r} makes an S3 key longer than {MAX_KEY_BYTES} bytes"
-            )
-        return full
 
 
 class S3Store(S3Base):
@@ -395,17 +289,6 @@ class S3Store(S3Base):
             raise self._error(exc, "open", None) from None
 
 
-def open_s3_store(
-    bucket: str, prefix: str = "", options: Mapping[str, str] | None = None
-) -> ObjectStore:
-    """The S3 store for ``s3://bucket/prefix?options``, on the client its options pick."""
-    if S3Options.from_mapping(options or {}).client == "obstore":
-        from .s3_obstore import ObstoreS3Store
-
-        return ObstoreS3Store(bucket, prefix, options)
-    return S3Store(bucket, prefix, options)
-
-
 _loader: Loader | None = None
 _loader_lock = threading.Lock()
 
@@ -421,33 +304,3 @@ def _new_session() -> botocore.session.Session:
     session = botocore.session.Session()
     session.register_component("data_loader", loader)
     return session
-
-
-def _env_endpoint() -> str | None:
-    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
-
-
-def _positive_int(options: Mapping[str, str], name: str, default: int) -> int:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise UsageError(f"S3 option {name}={raw!r} must be a whole number >= 1")
-    return value
-
-
-def _positive_float(options: Mapping[str, str], name: str, default: float) -> float:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise UsageError(f"S3 option {name}={raw!r} must be a number of seconds > 0")
-    return value

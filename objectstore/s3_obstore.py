@@ -59,7 +59,7 @@ from .base import (
     check_range,
     innermost,
 )
-from .s3 import MAX_POOL_CONNECTIONS, S3Base
+from .s3_common import MAX_POOL_CONNECTIONS, S3Base
 
 try:
     import obstore

@@ -1,67 +1,50 @@
-"""Turning a store URL into an :class:`ObjectStore`."""
+"""Turning a store URL into an :class:`ObjectStore`: the backend its scheme names
+(:mod:`.backends`) parses and opens it."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from inkpen.errors import UsageError
 
+from .backends import Backend, Place, StoreURL, backend, schemes
 from .base import ObjectStore, innermost
 
-
-@dataclass(frozen=True, slots=True)
-class StoreURL:
-    """A parsed store URL: scheme, location (bucket, directory or space name), prefix, options."""
-
-    scheme: str
-    location: str
-    prefix: str = ""
-    options: dict[str, str] = field(default_factory=dict)
+__all__ = [
+    "StoreURL",
+    "backend_of",
+    "check_distinct_locations",
+    "checked_path",
+    "locations_overlap",
+    "open_store",
+    "parse_store_url",
+]
 
 
 def parse_store_url(url: str) -> StoreURL:
-    """Parse ``memory://NAME[/prefix]``, ``file:///abs/dir``, a plain directory path, or
-    ``s3://bucket[/prefix][?endpoint=...&region=...]``; raise :class:`UsageError` otherwise."""
+    """Parse a plain directory path, or a URL of a registered scheme (``file:///abs/dir``,
+    ``s3://bucket[/prefix][?endpoint=...&region=...]``, ``memory://NAME[/prefix]``, ...);
+    raise :class:`UsageError` otherwise."""
     if not isinstance(url, str) or not url.strip():
-        raise UsageError(
-            "store URL must be a non-empty str (a directory, file://, s3://, memory://)"
-        )
+        forms = ", ".join(f"{s}://" for s in schemes())
+        raise UsageError(f"store URL must be a non-empty str (a directory, or {forms})")
     if "\x00" in url:
         raise UsageError(f"store URL {url!r} contains a NUL character")
     if "://" not in url:
-        return StoreURL("file", _local_path(url, os.path.abspath(os.path.expanduser(url))))
+        # A plain path is a local directory: the file:// backend's location.
+        path = checked_path(url, os.path.abspath(os.path.expanduser(url)))
+        return StoreURL("file", path)
     try:
         url.encode("utf-8")
     except UnicodeEncodeError:
         raise UsageError(f"store URL {url!r} is not valid Unicode text (lone surrogate)") from None
     parts = urlsplit(url)
-    scheme = parts.scheme.lower()
     options = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    if scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise UsageError(f"file URL {url!r} must be file:///absolute/path")
-        path = unquote(parts.path)
-        if not path.startswith("/"):
-            raise UsageError(f"file URL {url!r} must name an absolute path")
-        return StoreURL("file", _local_path(url, os.path.abspath(path)), options=options)
-    if scheme == "memory":
-        if not parts.netloc:
-            raise UsageError(f"memory URL {url!r} needs a space name: memory://NAME")
-        return StoreURL("memory", parts.netloc, parts.path.strip("/"), options)
-    if scheme == "s3":
-        if not parts.netloc:
-            raise UsageError(f"S3 URL {url!r} needs a bucket: s3://bucket/prefix")
-        return StoreURL("s3", parts.netloc, unquote(parts.path).strip("/"), options)
-    raise UsageError(
-        f"unknown store URL scheme {parts.scheme!r} in {url!r}; "
-        "use a directory path, file:///abs/path, s3://bucket/prefix or memory://name"
-    )
+    return backend(parts.scheme.lower()).parse(parts, url, options)
 
 
-def _local_path(url: str, path: str) -> str:
+def checked_path(url: str, path: str) -> str:
     """``path`` when the filesystem can name it (no NUL, encodable), else a UsageError."""
     if "\x00" in path:
         raise UsageError(f"store URL {url!r} names a path with a NUL character")
@@ -75,34 +58,21 @@ def _local_path(url: str, path: str) -> str:
 def open_store(url: str) -> ObjectStore:
     """Open the object store a URL names (see :func:`parse_store_url`)."""
     parsed = parse_store_url(url)
-    if parsed.scheme == "memory":
-        from .memory import MemoryStore
-
-        return MemoryStore(parsed.location, prefix=parsed.prefix)
-    if parsed.scheme == "file":
-        from .local import LocalStore
-
-        return LocalStore(parsed.location)
-    from .s3 import open_s3_store
-
-    return open_s3_store(parsed.location, parsed.prefix, parsed.options)
+    return backend(parsed.scheme).open(parsed)
 
 
-def _place(where: str | ObjectStore) -> tuple[str, str, tuple[str, ...]]:
-    """Where a store URL (or a store) keeps its objects: a kind (``file``, ``memory``, or
-    ``s3`` with its endpoint), a space (bucket, memory space; empty for the local filesystem) and
-    the path segments of its root inside it. A local path is resolved: absolute, ``..`` and
-    symlinks followed, so every alias of one directory gives the same place."""
+def backend_of(parsed: StoreURL) -> Backend:
+    """The backend a parsed URL names."""
+    return backend(parsed.scheme)
+
+
+def _place(where: str | ObjectStore) -> Place:
+    """Where a store URL (or a store) keeps its objects (the backend's
+    :attr:`~inkpen.objectstore.backends.Backend.place`): every alias of one location gives the
+    same place."""
     url = innermost(where).url if isinstance(where, ObjectStore) else where
     parsed = parse_store_url(url)
-    if parsed.scheme == "file":
-        resolved = os.path.realpath(parsed.location)
-        return "file", "", PurePosixPath(resolved).parts
-    segments = tuple(part for part in parsed.prefix.split("/") if part)
-    if parsed.scheme == "s3":
-        endpoint = parsed.options.get("endpoint", "").rstrip("/").lower()
-        return f"s3 {endpoint}", parsed.location, segments
-    return parsed.scheme, parsed.location, segments
+    return backend(parsed.scheme).place(parsed)
 
 
 def locations_overlap(a: str | ObjectStore, b: str | ObjectStore) -> bool:

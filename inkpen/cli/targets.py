@@ -22,18 +22,19 @@ from inkpen.errors import NotFoundError, UsageError
 from inkpen.manifest.model import VersionedManifest
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.objectstore import ObjectStore, open_store
-from inkpen.objectstore.url import parse_store_url
+from inkpen.objectstore.url import backend_of, parse_store_url
 
 
 def checked_url(url: str, *, must_exist: bool) -> str:
     """``url`` after the command's checks (see the module docstring); raises clear errors."""
     parsed = parse_store_url(url)
-    if parsed.scheme == "memory":
+    kind = backend_of(parsed)
+    if not kind.durable:
         raise UsageError(
-            f"{url} is a memory store, which lives inside one process; give the command a "
-            "directory, a file:// URL or an s3:// URL"
+            f"{url} is a {kind.scheme}:// store, which lives inside one process; give the "
+            "command a directory or the URL of a store that outlives it"
         )
-    if must_exist and parsed.scheme == "file" and not os.path.isdir(parsed.location):
+    if must_exist and kind.local and not os.path.isdir(parsed.location):
         raise no_directory(url, parsed.location)
     return url
 
@@ -101,7 +102,7 @@ def reader(url: str, *, checkpoint: str | None = None) -> Iterator[inkpen.Reader
 def _holds_nothing(url: str) -> bool:
     """True when ``url`` is a directory that does not exist or a root with no objects at all."""
     parsed = parse_store_url(url)
-    if parsed.scheme == "file" and not os.path.isdir(parsed.location):
+    if backend_of(parsed).local and not os.path.isdir(parsed.location):
         return not os.path.lexists(parsed.location)  # a file is refused by database() instead
     with existing_store(url) as store:
         return ManifestStore(store).check_root_state() is RootState.EMPTY
