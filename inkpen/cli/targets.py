@@ -22,6 +22,7 @@ from inkpen.errors import NotFoundError, UsageError
 from inkpen.manifest.model import VersionedManifest
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.objectstore import ObjectStore, open_store
+from inkpen.objectstore.backends import backend, schemes
 from inkpen.objectstore.url import backend_of, parse_store_url
 
 
@@ -30,9 +31,10 @@ def checked_url(url: str, *, must_exist: bool) -> str:
     parsed = parse_store_url(url)
     kind = backend_of(parsed)
     if not kind.durable:
+        lasting = " or ".join(f"{s}://" for s in schemes() if backend(s).durable)
         raise UsageError(
-            f"{url} is a {kind.scheme}:// store, which lives inside one process; give the "
-            "command a directory or the URL of a store that outlives it"
+            f"{url} is a {kind.scheme} store, which lives inside one process; give the command "
+            f"a directory or a {lasting} URL"
         )
     if must_exist and kind.local and not os.path.isdir(parsed.location):
         raise no_directory(url, parsed.location)
