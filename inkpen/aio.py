@@ -37,13 +37,12 @@ from typing import Any, Generic, Literal, TypeVar
 
 from inkpen.actors.engine.engine import Engine, put_timed_out
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
-from inkpen.actors.journal.changes import Change
+from inkpen.actors.journal.changes import PendingChange
 from inkpen.actors.journal.clerk import CompactionReport
-from inkpen.actors.journal.intake import Batch
-from inkpen.actors.read.feed import Change as FeedChange
-from inkpen.actors.read.feed import GapPolicy
+from inkpen.actors.journal.intake import WriteGroup
+from inkpen.actors.read.feed import Change, GapPolicy
 from inkpen.actors.read.path import Head
-from inkpen.batch import Batch as WriteBatch
+from inkpen.batch import Batch
 from inkpen.formats.tictac import TicTacTree
 from inkpen.manifest.gc import GcReport
 from inkpen.objectstore import ObjectStore
@@ -199,7 +198,7 @@ class _AsyncReads(Generic[R]):
 
     def changes(
         self, since: int = 0, *, bucket: str | bytes | None = None, gaps: GapPolicy = "raise"
-    ) -> AsyncFold[FeedChange]:
+    ) -> AsyncFold[Change]:
         """``async for change in handle.changes(since)``: the change feed, in SQN order."""
         return self._fold(lambda: self._sync.changes(since, bucket=bucket, gaps=gaps))
 
@@ -270,9 +269,9 @@ class _Waits:
     """The futures of the batches this handle's puts wait on, one per (loop, batch)."""
 
     def __init__(self) -> None:
-        self._futures: dict[tuple[asyncio.AbstractEventLoop, Batch], asyncio.Future[None]] = {}
+        self._futures: dict[tuple[asyncio.AbstractEventLoop, WriteGroup], asyncio.Future[None]] = {}
 
-    def future(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> asyncio.Future[None]:
+    def future(self, loop: asyncio.AbstractEventLoop, batch: WriteGroup) -> asyncio.Future[None]:
         """The future ``batch`` settles in ``loop``; called in the loop's thread only."""
         slot = (loop, batch)
         fut = self._futures.get(slot)
@@ -284,7 +283,7 @@ class _Waits:
             )
         return fut
 
-    def _settle(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> None:
+    def _settle(self, loop: asyncio.AbstractEventLoop, batch: WriteGroup) -> None:
         fut = self._futures.pop((loop, batch))
         if fut.done():
             return
@@ -351,13 +350,13 @@ class AsyncBookie(_AsyncReads[Bookie]):
         self._sync._check_not_head_only("delete")
         await self._write([self._sync._changes.delete(bucket, key, indexes, if_sqn=if_sqn)])
 
-    async def write(self, batch: WriteBatch) -> None:
+    async def write(self, batch: Batch) -> None:
         """Apply ``batch`` atomically; returns once durable (see :meth:`inkpen.Bookie.write`)."""
         changes = self._sync._batch_changes(batch)
         if changes:
             await self._write(changes)
 
-    async def _write(self, changes: list[Change]) -> None:
+    async def _write(self, changes: list[PendingChange]) -> None:
         engine = self._engine
         delay = engine.admission()
         if delay is None:  # backpressure at STOP: wait for room in a worker thread

@@ -20,7 +20,7 @@ from typing import Any
 
 from inkpen.actors.engine.engine import Engine
 from inkpen.actors.engine.hot_backup import HotBackup
-from inkpen.actors.journal.changes import Change, ChangeMaker
+from inkpen.actors.journal.changes import ChangeMaker, PendingChange
 from inkpen.actors.journal.clerk import CompactionReport
 from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.path import Views, ViewSource
@@ -129,7 +129,7 @@ class Bookie(ReadAPI):
         if changes:
             self._engine.write_unit(changes)
 
-    def _batch_changes(self, batch: Batch) -> list[Change]:
+    def _batch_changes(self, batch: Batch) -> list[PendingChange]:
         """The checked changes of ``batch``, which is marked written (a batch is written once)."""
         self._check_open()
         self._check_not_head_only("write")

@@ -33,7 +33,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from inkpen.actors.journal.changes import Change, ChangeMaker, ledger_entries
+from inkpen.actors.journal.changes import ChangeMaker, PendingChange, ledger_entries
 from inkpen.errors import UsageError
 from inkpen.formats.journal import JournalEntry
 from inkpen.formats.keys import LedgerValue
@@ -89,9 +89,9 @@ def _column(batch: pa.RecordBatch, name: str | None) -> list[Any]:
 
 def _puts(
     columns: LoadColumns, batches: Iterable[pa.RecordBatch], maker: ChangeMaker, partition: int
-) -> list[Change]:
+) -> list[PendingChange]:
     """Step 1: every row as a checked put, in input order."""
-    changes: list[Change] = []
+    changes: list[PendingChange] = []
     first_row = 0
     for batch in batches:
         buckets = _column(batch, columns.bucket)
@@ -124,7 +124,7 @@ def _puts(
 
 
 def _write(
-    store: ObjectStore, target: LoadTarget, changes: list[Change], options: Options
+    store: ObjectStore, target: LoadTarget, changes: list[PendingChange], options: Options
 ) -> tuple[list[JournalFileDescriptor], list[SstDescriptor]]:
     """Steps 2-5: sort, number, journal, and build the ledger's SSTs."""
     changes.sort(key=_LEDGER_KEY)

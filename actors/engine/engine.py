@@ -38,10 +38,10 @@ from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.engine.snapshot_clones import SnapshotParts
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import inker as inker_actor
-from inkpen.actors.journal.changes import Change
+from inkpen.actors.journal.changes import PendingChange
 from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.inker import Inker
-from inkpen.actors.journal.intake import Batch, WriteIntake
+from inkpen.actors.journal.intake import WriteGroup, WriteIntake
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.heap import limit_heap_growth
 from inkpen.actors.kernel.in_flight import InFlight
@@ -391,29 +391,29 @@ class Engine:
         """The views the actors publish: the lock-free read path reads them."""
         return self.ctx.board
 
-    def write(self, change: Change) -> None:
+    def write(self, change: PendingChange) -> None:
         """Hand a checked change to the write intake (after backpressure); returns once it is
         durable in a journal segment and visible to reads."""
         self.ctx.throttle.wait()
         batch, unit = self.intake.submit(change)
         self._wait_unit(batch, unit)
 
-    def write_unit(self, changes: list[Change]) -> None:
+    def write_unit(self, changes: list[PendingChange]) -> None:
         """Hand checked changes to the write intake as one unit, written in one journal segment
         (all or nothing); returns once durable and visible, or raises why none was written."""
         self.ctx.throttle.wait()
         batch, unit = self.intake.submit_unit(changes)
         self._wait_unit(batch, unit)
 
-    def _wait_unit(self, batch: Batch, unit: int) -> None:
+    def _wait_unit(self, batch: WriteGroup, unit: int) -> None:
         timeout = self.ctx.options.put_timeout
         if not batch.wait_unit(unit, timeout):
             raise put_timed_out(self.url, timeout)
 
-    def submit(self, changes: list[Change]) -> tuple[Batch, int]:
+    def submit(self, changes: list[PendingChange]) -> tuple[WriteGroup, int]:
         """Hand checked changes (one unit) to the write intake without waiting: answers their
-        batch and unit number; the batch's settling (:meth:`Batch.add_done_callback`) says when
-        it is durable and visible, then :meth:`Batch.check_unit` whether the unit was refused.
+        batch and unit number; the batch's settling (:meth:`WriteGroup.add_done_callback`) says when
+        it is durable and visible, then :meth:`WriteGroup.check_unit` whether the unit was refused.
         Consults no backpressure: the caller does that first (:attr:`throttle`)."""
         return self.intake.submit_unit(changes)
 

@@ -1,7 +1,7 @@
 """Turning calls into changes: validation, journal entries and the ledger entries they imply.
 
 A put or delete is checked and encoded in the caller's thread (so a rejected call touches nothing
-and costs no actor message), becomes a :class:`Change` waiting in the Inker's intake, a
+and costs no actor message), becomes a :class:`PendingChange` waiting in the Inker's intake, a
 :class:`~inkpen.formats.journal.JournalEntry` once the Inker gives it an SQN, and finally the ledger
 entries the Bookie caches: the object's key with its metadata, plus one entry per index spec and
 its REVERSE twin. (Before a delete or a put with a ttl is written, the Inker adds the specs it
@@ -48,7 +48,7 @@ _OPS = {"add": INDEX_ADD, "remove": INDEX_REMOVE}
 IndexSpec = tuple[int, bytes, bytes]
 
 
-class Change(NamedTuple):
+class PendingChange(NamedTuple):
     """One validated put or delete, waiting for its SQN."""
 
     kind: Kind
@@ -81,7 +81,7 @@ class Change(NamedTuple):
         )
 
 
-def reaches_other_entries(change: Change) -> bool:
+def reaches_other_entries(change: PendingChange) -> bool:
     """Whether ``change`` also changes index entries it does not name: a delete of an object
     removes them all, a put with a ttl shortens their life to its own. The Inker adds the specs
     for them just before it writes the change (:mod:`inkpen.actors.read.conditions`)."""
@@ -133,7 +133,7 @@ def check_if_sqn(if_sqn: Any) -> int:
 
 
 class ChangeMaker:
-    """Validates calls against the Bookie's options and builds :class:`Change` values."""
+    """Validates calls against the Bookie's options and builds :class:`PendingChange` values."""
 
     __slots__ = ("_clock", "_options")
 
@@ -151,7 +151,7 @@ class ChangeMaker:
         *,
         tag: Tag = Tag.OBJECT,
         if_sqn: Any = None,
-    ) -> Change:
+    ) -> PendingChange:
         options = self._options
         limit = options.max_key_bytes
         b = bucket if type(bucket) is bytes and 0 < len(bucket) <= limit else None
@@ -180,7 +180,7 @@ class ChangeMaker:
         if specs:
             weight += sum(len(f) + len(t) for _, f, t in specs)
         return _new_tuple(
-            Change,
+            PendingChange,
             (
                 Kind.OBJECT,
                 b,
@@ -204,7 +204,7 @@ class ChangeMaker:
         *,
         tag: Tag = Tag.OBJECT,
         if_sqn: Any = None,
-    ) -> Change:
+    ) -> PendingChange:
         options = self._options
         b = as_bytes("bucket", bucket, options.max_key_bytes)
         k = as_bytes("key", key, options.max_key_bytes)
@@ -218,9 +218,11 @@ class ChangeMaker:
         lk = object_key(b, k, tag=tag)
         weight = len(lk) + 64 + sum(len(f) + len(t) for _, f, t in specs)
         condition = None if if_sqn is None else check_if_sqn(if_sqn)
-        return Change(Kind.TOMBSTONE, b, k, lk, None, specs, None, now_ms, 0, weight, condition)
+        return PendingChange(
+            Kind.TOMBSTONE, b, k, lk, None, specs, None, now_ms, 0, weight, condition
+        )
 
-    def head_only(self, spec: Any) -> Change:
+    def head_only(self, spec: Any) -> PendingChange:
         """One ``("add" | "remove", bucket, key, subkey, value)`` spec of ``Bookie.mput``: a put
         or a delete of a head-only object (HEAD tag), whose value the ledger keeps."""
         if not isinstance(spec, Sequence) or isinstance(spec, str | bytes) or len(spec) != 5:
@@ -238,7 +240,9 @@ class ChangeMaker:
         lk = object_key(b, k, sk, tag=Tag.HEAD)
         now_ms = int(self._clock() * 1000)
         if op == "remove":
-            return Change(Kind.TOMBSTONE, b, k, lk, None, (), None, now_ms, 0, len(lk) + 64, None)
+            return PendingChange(
+                Kind.TOMBSTONE, b, k, lk, None, (), None, now_ms, 0, len(lk) + 64, None
+            )
         if isinstance(value, bytearray | memoryview):
             value = bytes(value)
         if not isinstance(value, bytes):
@@ -249,7 +253,7 @@ class ChangeMaker:
                 f"most {MAX_HEAD_VALUE_BYTES} bytes"
             )
         weight = len(lk) + len(value) + 64
-        return Change(
+        return PendingChange(
             Kind.OBJECT, b, k, lk, value, (), None, now_ms, content_hash(value), weight, None
         )
 

@@ -54,7 +54,7 @@ from inkpen.actors.files.registry import FileOwner
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import external
 from inkpen.actors.journal import replay as journal_replay
-from inkpen.actors.journal.changes import Change
+from inkpen.actors.journal.changes import PendingChange
 from inkpen.actors.journal.clerk import (
     CompactionDone,
     CompactionReport,
@@ -63,7 +63,7 @@ from inkpen.actors.journal.clerk import (
     roll,
     roll_segments,
 )
-from inkpen.actors.journal.intake import Batch, WriteIntake
+from inkpen.actors.journal.intake import WriteGroup, WriteIntake
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.keeper import commit_or_roll_back
 from inkpen.actors.kernel.throttle import NONE, SLOW, STOP
@@ -104,7 +104,7 @@ class ApplyBatch:
     """Inker to Bookie: these entries are durable and visible in the journal view; cache their
     ledger entries, then release the batch's callers."""
 
-    batch: Batch
+    batch: WriteGroup
     entries: tuple[JournalEntry, ...]
 
 
@@ -140,17 +140,17 @@ class _LoadJournal:
 
 @dataclass(frozen=True, slots=True)
 class _BatchOpened:
-    batch: Batch
+    batch: WriteGroup
 
 
 @dataclass(frozen=True, slots=True)
 class _BatchFull:
-    batch: Batch
+    batch: WriteGroup
 
 
 @dataclass(frozen=True, slots=True)
 class _FlushDue:
-    batch: Batch
+    batch: WriteGroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +215,7 @@ class _Unsettled:
     segment_id: int
     data: bytes
     entries: tuple[JournalEntry, ...]
-    changes: list[Change]
+    changes: list[PendingChange]
     since: float
     """``time.monotonic()`` when its outcome first became unknown."""
     error: InkpenError
@@ -241,10 +241,10 @@ class Conditions(Protocol):
     """What the Inker asks of the checker of conditional writes (the engine hands it
     :class:`inkpen.actors.read.conditions.ConditionChecker`, which reads the published views)."""
 
-    def written(self, batch: Batch, entries: tuple[JournalEntry, ...]) -> None:
+    def written(self, batch: WriteGroup, entries: tuple[JournalEntry, ...]) -> None:
         """A segment was written for ``batch``: its entries count until the views show them."""
 
-    def check(self, batch: Batch, first_sqn: int, now_ms: int) -> list[Change]:
+    def check(self, batch: WriteGroup, first_sqn: int, now_ms: int) -> list[PendingChange]:
         """The changes of ``batch`` to write, with the index specs they imply; rejected units go
         to ``batch.rejected``."""
 
@@ -348,7 +348,7 @@ class Inker(FileOwner):
             self._write(batch)
         return self.sqn
 
-    def _write(self, batch: Batch) -> None:
+    def _write(self, batch: WriteGroup) -> None:
         if self.stopped is not None:
             batch.fail(self.stopped)
             return
@@ -431,7 +431,7 @@ class Inker(FileOwner):
         self._after_write()
 
     def _install(
-        self, batch: Batch, segment_id: int, data: bytes, entries: tuple[JournalEntry, ...]
+        self, batch: WriteGroup, segment_id: int, data: bytes, entries: tuple[JournalEntry, ...]
     ) -> None:
         """A segment is durable: give out its SQNs, publish it, have the Bookie apply it."""
         first = entries[0].sqn
@@ -476,7 +476,7 @@ class Inker(FileOwner):
         self.unsettled = None
         # Its callers were told the outcome is unknown; it landed, so its writes are installed
         # (visible, and counted by the conditions of later batches) under a batch of their own.
-        settled = Batch()
+        settled = WriteGroup()
         settled.changes = pending.changes
         self._install(settled, pending.segment_id, pending.data, pending.entries)
         self.settled_segments += 1

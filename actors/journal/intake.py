@@ -1,10 +1,11 @@
 """The Inker's intake: where application threads leave changes for the next journal segment.
 
 Puts from many threads must cost few actor messages, so a put does not message the Inker: it adds
-its :class:`~inkpen.actors.journal.changes.Change` to the open :class:`Batch` under a lock and waits
-on the batch's event. The intake tells the Inker only when a batch opens (its first change) or fills
-up (``max_batch_bytes``); the Inker takes the whole batch in one step, writes it as one segment and
-the Bookie releases every waiter of the batch at once (group commit).
+its :class:`~inkpen.actors.journal.changes.PendingChange` to the open :class:`WriteGroup` (a batch
+of the group commit) under a lock and waits on the batch's event. The intake tells the Inker only
+when a batch opens (its first change) or fills up (``max_batch_bytes``); the Inker takes the
+whole batch in one step, writes it as one segment and the Bookie releases every waiter of the
+batch at once (group commit).
 
 A **unit** is what one call submits: one change (``put``, ``delete``) or every change of one
 application write batch (``Bookie.write``). Atomicity of a write batch rests on this rule, which
@@ -13,7 +14,7 @@ is one object, created whole or not at all, read back whole and rolled whole und
 commit, so a unit inside one segment is all-or-nothing for every reader and after any crash. A
 unit that would push the open batch past ``max_batch_bytes`` closes that batch first and opens a
 new one; a unit larger than ``max_batch_bytes`` on its own gets a segment of its own. The Inker
-may reject a unit whose condition (``if_sqn``) fails (:attr:`Batch.rejected`): then none of its
+may reject a unit whose condition (``if_sqn``) fails (:attr:`WriteGroup.rejected`): then none of its
 changes is written, and the rest of the segment is written without them.
 
 The notifications are sent under the intake's lock (a tell only queues a message), so the Inker
@@ -29,14 +30,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from inkpen.actors.journal.changes import Change, reaches_other_entries
+from inkpen.actors.journal.changes import PendingChange, reaches_other_entries
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 
 log = get_logger("inkpen.journal")
 
 
-class Batch:
+class WriteGroup:
     """Changes bound for one journal segment, and the callers waiting for it to be settled.
 
     A whole batch is released at once, so waking its callers is on every put's path: each
@@ -60,7 +61,7 @@ class Batch:
     )
 
     def __init__(self) -> None:
-        self.changes: list[Change] = []
+        self.changes: list[PendingChange] = []
         self.units: list[int] = []
         """The end offset in ``changes`` of each unit, in submission order."""
         self.conditional = False
@@ -76,7 +77,7 @@ class Batch:
         self.error: BaseException | None = None
         self._settled = False
         self._waiters: list[threading.Lock] = []
-        self._callbacks: list[Callable[[Batch], object]] = []
+        self._callbacks: list[Callable[[WriteGroup], object]] = []
         self._guard = threading.Lock()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -100,7 +101,7 @@ class Batch:
             raise self.error
         return True
 
-    def add_done_callback(self, callback: Callable[[Batch], object]) -> None:
+    def add_done_callback(self, callback: Callable[[WriteGroup], object]) -> None:
         """Call ``callback(batch)`` once the batch is settled (at once if it already is).
 
         For waiters that must not park a thread (the asyncio handle): the callback runs in the
@@ -158,19 +159,21 @@ class WriteIntake:
 
     def __init__(self, max_batch_bytes: int) -> None:
         self._lock = threading.Lock()
-        self._open: Batch | None = None
+        self._open: WriteGroup | None = None
         self._max = max_batch_bytes
-        self._on_open: Callable[[Batch], None] = _unconnected
-        self._on_full: Callable[[Batch], None] = _unconnected
+        self._on_open: Callable[[WriteGroup], None] = _unconnected
+        self._on_full: Callable[[WriteGroup], None] = _unconnected
         self._shut: InkpenError | None = None
 
-    def connect(self, on_open: Callable[[Batch], None], on_full: Callable[[Batch], None]) -> None:
+    def connect(
+        self, on_open: Callable[[WriteGroup], None], on_full: Callable[[WriteGroup], None]
+    ) -> None:
         """Name the Inker's callbacks for a batch opening and a batch filling up."""
         with self._lock:
             self._on_open = on_open
             self._on_full = on_full
 
-    def submit(self, change: Change) -> tuple[Batch, int]:
+    def submit(self, change: PendingChange) -> tuple[WriteGroup, int]:
         """Add one change as a unit to the open batch (opening one if needed); returns that
         batch and the unit's number in it."""
         with self._lock:
@@ -179,7 +182,7 @@ class WriteIntake:
             batch = self._open
             opened = batch is None
             if batch is None:
-                batch = self._open = Batch()
+                batch = self._open = WriteGroup()
             changes = batch.changes
             changes.append(change)
             batch.units.append(len(changes))
@@ -195,7 +198,7 @@ class WriteIntake:
                 self._on_full(batch)
         return batch, len(batch.units) - 1
 
-    def submit_unit(self, changes: list[Change]) -> tuple[Batch, int]:
+    def submit_unit(self, changes: list[PendingChange]) -> tuple[WriteGroup, int]:
         """Add ``changes`` as one unit, all in one batch and so in one segment (see the module
         docstring): a unit that does not fit the open batch closes it and starts the next."""
         weight = sum(c.weight for c in changes)
@@ -211,7 +214,7 @@ class WriteIntake:
                 batch = None
             opened = batch is None
             if batch is None:
-                batch = self._open = Batch()
+                batch = self._open = WriteGroup()
             batch.changes.extend(changes)
             batch.units.append(len(batch.changes))
             batch.weight += weight
@@ -224,7 +227,7 @@ class WriteIntake:
                 self._on_full(batch)  # a unit above max_batch_bytes: a segment of its own
         return batch, len(batch.units) - 1
 
-    def take(self, batch: Batch | None = None) -> Batch | None:
+    def take(self, batch: WriteGroup | None = None) -> WriteGroup | None:
         """Close and return the open batch (only if it is ``batch``, when one is named)."""
         with self._lock:
             current = self._open
@@ -251,12 +254,12 @@ class WriteIntake:
         return self._shut
 
 
-def _run_callback(callback: Callable[[Batch], object], batch: Batch) -> None:
+def _run_callback(callback: Callable[[WriteGroup], object], batch: WriteGroup) -> None:
     try:
         callback(batch)
     except Exception as exc:  # a waiter's hand-off must not break the actor settling the batch
         log.warning("journal.batch_callback_failed", error=repr(exc))
 
 
-def _unconnected(batch: Batch) -> None:
+def _unconnected(batch: WriteGroup) -> None:
     raise RuntimeError("the write intake is not connected to an Inker yet")

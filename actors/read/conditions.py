@@ -46,11 +46,11 @@ from collections.abc import Sequence
 from inkpen.actors.journal.changes import (
     INDEX_ADD,
     INDEX_REMOVE,
-    Change,
     IndexSpec,
+    PendingChange,
     reaches_other_entries,
 )
-from inkpen.actors.journal.intake import Batch
+from inkpen.actors.journal.intake import WriteGroup
 from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.path import Views, object_index_entries, read_head
 from inkpen.errors import ConflictError, CorruptionError, InkpenError, StoreError
@@ -76,7 +76,7 @@ class _BoardSource:
         return self._board.take()
 
 
-def _state_of(change_or_entry: Change | JournalEntry, sqn: int) -> State:
+def _state_of(change_or_entry: PendingChange | JournalEntry, sqn: int) -> State:
     if change_or_entry.kind == Kind.OBJECT:
         return sqn, change_or_entry.expiry_ms
     return 0, None
@@ -107,7 +107,7 @@ def _live(terms: Terms, now_ms: int) -> list[tuple[Term, int | None]]:
     )
 
 
-def expand(change: Change, terms: Terms, now_ms: int) -> Change:
+def expand(change: PendingChange, terms: Terms, now_ms: int) -> PendingChange:
     """``change`` with the specs it implies for the object's index entries it does not name.
 
     A delete gets a remove spec for every live entry; a put with a ttl an add spec (so the put's
@@ -142,7 +142,7 @@ class _TermBook:
     def __init__(
         self,
         source: _BoardSource,
-        batch: Batch,
+        batch: WriteGroup,
         recent: Sequence[JournalEntry],
     ) -> None:
         self._source = source
@@ -174,13 +174,13 @@ class ConditionChecker:
 
     def __init__(self, board: ViewBoard) -> None:
         self._source = _BoardSource(board)
-        self._unapplied: deque[tuple[Batch, tuple[JournalEntry, ...]]] = deque()
+        self._unapplied: deque[tuple[WriteGroup, tuple[JournalEntry, ...]]] = deque()
         self._uncached: dict[bytes, State] = {}
         """Keys of segments the Bookie could not cache (the views never show them)."""
         self._uncached_entries: list[JournalEntry] = []
         """Entries with index specs of those segments."""
 
-    def written(self, batch: Batch, entries: tuple[JournalEntry, ...]) -> None:
+    def written(self, batch: WriteGroup, entries: tuple[JournalEntry, ...]) -> None:
         """A segment was written for ``batch``; its entries count until the views show them."""
         self._prune()
         self._unapplied.append((batch, entries))
@@ -195,7 +195,7 @@ class ConditionChecker:
                     if entry.index_specs:
                         self._uncached_entries.append(entry)
 
-    def check(self, batch: Batch, first_sqn: int, now_ms: int) -> list[Change]:
+    def check(self, batch: WriteGroup, first_sqn: int, now_ms: int) -> list[PendingChange]:
         """The changes of ``batch`` to write, in order, with the index specs they imply;
         rejected units go to ``batch.rejected``.
 
@@ -212,10 +212,10 @@ class ConditionChecker:
         if batch.expands:
             written = [e for _, entries in self._unapplied for e in entries]
             book = _TermBook(self._source, batch, [*self._uncached_entries, *written])
-        accepted: list[Change] = []
+        accepted: list[PendingChange] = []
         changes = batch.changes
         for unit, (start, end) in enumerate(batch.unit_bounds()):
-            part: Sequence[Change] = changes[start:end]
+            part: Sequence[PendingChange] = changes[start:end]
             if book is None and not any(c.if_sqn is not None for c in part):
                 for change in part:
                     recent[change.ledger_key] = _state_of(change, first_sqn + len(accepted))
@@ -223,7 +223,7 @@ class ConditionChecker:
                 continue
             local: dict[bytes, State] = {}
             local_terms: dict[bytes, Terms] = {}
-            out: list[Change] = []
+            out: list[PendingChange] = []
             failed: InkpenError | None = None
             for i, change in enumerate(part):
                 key = change.ledger_key
@@ -270,7 +270,7 @@ class ConditionChecker:
         return head.sqn, expiry
 
 
-def _conflict(change: Change, actual: int) -> ConflictError:
+def _conflict(change: PendingChange, actual: int) -> ConflictError:
     expected = change.if_sqn
     assert expected is not None
     want = "absent" if expected == 0 else f"at SQN {expected}"
