@@ -81,7 +81,7 @@ def probe(executable: str) -> Probe:
     if done.returncode != 0 or len(words) != 2:
         return Probe(executable, f"{found} could not be run (exit status {done.returncode})")
     version, has_inkpen = words
-    mine = "%d.%d" % sys.version_info[:2]
+    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if has_inkpen != "True":
         return Probe(executable, f"{found} cannot import inkpen and pyarrow")
     if version != mine:
