@@ -15,7 +15,8 @@ split it into partitions balanced by size (:mod:`.plan`, :mod:`.splits`) and str
 partition as Arrow batches (:mod:`.scan`). Bulk loads write
 sorted journal files and SSTs per task (:mod:`.load_task`) and commit them all in one manifest
 CAS, fencing any live writer and keeping its acknowledged writes (:mod:`.commit`, :mod:`.tail`).
-Options are listed in :mod:`.options`, the schemas in :mod:`.schema`. README.md's Spark section
+Options are listed in :mod:`.options`, the schemas in :mod:`.schema`; :mod:`.interpreter` picks
+the Python that :func:`register` gives the source's workers. README.md's Spark section
 and DESIGN.md section 9 describe the protocols.
 """
 
