@@ -15,7 +15,8 @@ split it into partitions balanced by size (:mod:`.plan`, :mod:`.splits`) and str
 partition as Arrow batches (:mod:`.scan`). Bulk loads write
 sorted journal files and SSTs per task (:mod:`.load_task`) and commit them all in one manifest
 CAS, fencing any live writer and keeping its acknowledged writes (:mod:`.commit`, :mod:`.tail`).
-Options are listed in :mod:`.options`, the schemas in :mod:`.schema`. README.md's Spark section
+Options are listed in :mod:`.options`, the schemas in :mod:`.schema`; :mod:`.interpreter` picks
+the Python that :func:`register` gives the source's workers. README.md's Spark section
 and DESIGN.md section 9 describe the protocols.
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 
 from . import _requires  # noqa: F401  (first: says which extra to install)
 from .commit import LoadReport, commit_load
+from .interpreter import worker_python
 from .load_task import LoadedPartition, write_partition
 from .pinning import pinned_checkpoint
 from .source import NAME, InkpenDataSource, InkpenReader, InkpenWriter
@@ -34,14 +36,31 @@ DefaultSource = InkpenDataSource
 
 
 def register(spark: Any) -> None:
-    """Register the ``inkpen`` format with a SparkSession by hand.
+    """Register the ``inkpen`` format with a running SparkSession, with workers that can run it.
 
     Not needed where inkpen is installed in the Python that Spark's workers run: Spark 4 finds
-    the source there by itself (through ``pyspark_inkpen``). No session setting is needed or
-    changed: the source takes no pushed filters, so ``spark.sql.python.filterPushdown.enabled``
-    may be on or off.
+    the source there by itself (through ``pyspark_inkpen``). Spark's workers run
+    ``PYSPARK_PYTHON``, else ``python3``; when that Python cannot import inkpen (a job run as
+    ``.venv/bin/python job.py`` without activating the virtualenv) and ``PYSPARK_PYTHON`` is not
+    set and the master is local, the source is registered to run its workers with this
+    interpreter instead (logged as ``pipeline.worker_python``); other sources and UDFs keep
+    Spark's choice. Otherwise a :class:`~inkpen.errors.UsageError` says what to set
+    (:mod:`.interpreter`). No session setting is changed: the source takes no pushed filters,
+    so ``spark.sql.python.filterPushdown.enabled`` may be on or off.
     """
-    spark.dataSource.register(InkpenDataSource)
+    context = spark.sparkContext
+    python = worker_python(spark)
+    if python == context.pythonExec:
+        spark.dataSource.register(InkpenDataSource)
+        return
+    # pyspark gives a registered source the context's interpreter when it pickles the class
+    # (pyspark.sql.udf._wrap_function reads SparkContext.pythonExec): lend it ours meanwhile.
+    spark_choice = context.pythonExec
+    context.pythonExec = python
+    try:
+        spark.dataSource.register(InkpenDataSource)
+    finally:
+        context.pythonExec = spark_choice
 
 
 __all__ = [
