@@ -20,7 +20,7 @@ from inkpen import _checkout  # noqa: F401
 
 from inkpen.actors.engine.compactor import Compactor, CompactorReport, open_compactor
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
-from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.read.feed import Change
 from inkpen.actors.read.path import Head
 from inkpen.formats.tictac import TicTacTree

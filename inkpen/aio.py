@@ -38,7 +38,7 @@ from typing import Any, Generic, Literal, TypeVar
 from inkpen.actors.engine.engine import Engine, put_timed_out
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.changes import PendingChange
-from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.journal.intake import WriteGroup
 from inkpen.actors.read.feed import Change, GapPolicy
 from inkpen.actors.read.path import Head

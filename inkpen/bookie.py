@@ -21,7 +21,7 @@ from typing import Any
 from inkpen.actors.engine.engine import Engine
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.journal.changes import ChangeMaker, PendingChange
-from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.path import Views, ViewSource
 from inkpen.manifest.feed_cursors import (

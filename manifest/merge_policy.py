@@ -5,15 +5,15 @@ number of choices made before (its only state, for policies that alternate), it 
 :class:`MergeJob` (a frozen description: which files leave which level for which level, whether
 the target is the basement, and whether the job is a **move**) or None when the ledger needs no
 merge. It reads nothing, writes nothing and starts nothing; the Penciller's clerk
-(:mod:`inkpen.actors.ledger.clerk`) runs whatever job it chose, and the Penciller asks it (with
-``turn=0``) whether any merge is still due when asked to compact.
+(:mod:`inkpen.actors.ledger.penciller_clerk`) runs whatever job it chose, and the Penciller asks
+it (with ``turn=0``) whether any merge is still due when asked to compact.
 
 The policy in use is the ``merge_policy`` option (:class:`inkpen.Options`): any object with
 this protocol's ``choose``. Left at None, it is :class:`LeveledMergePolicy` with the options'
-``l1_target_files`` and ``level_fanout``
-(:func:`inkpen.actors.ledger.clerk.policy_for` is the one place that decides). This module sits
-beside :mod:`inkpen.manifest.levels`, as Leveled's pmanifest sits beside its actors: pure, so the
-Penciller, the compactor and anyone writing a policy of their own can use it.
+``l1_target_files`` and ``level_fanout`` (:func:`inkpen.actors.ledger.penciller_clerk.policy_for`
+is the one place that decides). This module sits beside :mod:`inkpen.manifest.levels`, as
+Leveled's pmanifest sits beside its actors: pure, so the Penciller, the compactor and anyone
+writing a policy of their own can use it.
 
 :class:`LeveledMergePolicy` is Leveled's order of priority, with L0 weighed against the levels:
 
@@ -116,8 +116,8 @@ class LeveledMergePolicy:
     grooming_sample: int = GROOMING_SAMPLE
     l0_trigger: int = 4
     """L0 files that make L0 as full as a level at its target;
-    :func:`~inkpen.actors.ledger.clerk.policy_for` makes it half of the options' ``max_l0_files``
-    (6 by default)."""
+    :func:`~inkpen.actors.ledger.penciller_clerk.policy_for` makes it half of the options'
+    ``max_l0_files`` (6 by default)."""
 
     def choose(self, levels: Levels[F], *, turn: int) -> MergeJob[F] | None:
         if levels.l0 and not self._fuller_than_l0(levels):

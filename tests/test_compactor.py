@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 import inkpen
-from inkpen.actors.ledger import external
+from inkpen.actors.ledger import compactor_levels
 from inkpen.manifest.gc import GcOptions, run_gc
 from inkpen.manifest.model import Manifest
 from inkpen.manifest.store import ManifestStore
@@ -191,8 +191,8 @@ def test_writer_l0_commit_keeps_a_merge_it_has_not_adopted(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The writer never looks for the compactor's commit: its next L0 commit must still keep it.
-    monkeypatch.setattr(external, "WATCH_INTERVAL", 3600.0)
-    monkeypatch.setattr(external, "WATCH_INTERVAL_HELD", 3600.0)
+    monkeypatch.setattr(compactor_levels, "WATCH_INTERVAL", 3600.0)
+    monkeypatch.setattr(compactor_levels, "WATCH_INTERVAL_HELD", 3600.0)
     with inkpen.open(store_url, **EXTERNAL) as book:
         for i in range(40):
             book.put("b", f"a{i:03d}".encode(), b"1")
@@ -221,8 +221,8 @@ def test_a_snapshot_keeps_reading_files_a_compactor_replaced(
     # The snapshot is taken when the writer's manifest already holds the compactor's merge but
     # its ledger view does not yet: the files the view reads must stay pinned for other
     # processes' GC (the writer checkpoint), and the writer's own deletes wait for the snapshot.
-    monkeypatch.setattr(external, "WATCH_INTERVAL", 3600.0)
-    monkeypatch.setattr(external, "WATCH_INTERVAL_HELD", 3600.0)
+    monkeypatch.setattr(compactor_levels, "WATCH_INTERVAL", 3600.0)
+    monkeypatch.setattr(compactor_levels, "WATCH_INTERVAL_HELD", 3600.0)
     with inkpen.open(store_url, **EXTERNAL) as book:
         for i in range(50):
             book.put("b", f"k{i:03d}".encode(), b"old")

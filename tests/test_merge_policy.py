@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import inkpen
 from inkpen.actors.kernel import compute
-from inkpen.actors.ledger.clerk import policy_for
+from inkpen.actors.ledger.penciller_clerk import policy_for
 from inkpen.errors import UsageError
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
 from inkpen.formats.sst import SstInfo, SstReader, SstShape, build_sst

@@ -40,11 +40,11 @@ from inkpen.actors.engine.snapshot_clones import (
     start_journal_clone,
     start_ledger_clone,
 )
-from inkpen.actors.journal import clerk as inker_clerk_actor
 from inkpen.actors.journal import inker as inker_actor
+from inkpen.actors.journal import inker_clerk as inker_clerk_actor
 from inkpen.actors.journal.changes import ledger_entries
-from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.inker import REOPEN, ApplyBatch, CompactJournal, Inker
+from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.throttle import NONE, SLOW, STOP
 from inkpen.actors.kernel.views import CacheView, MemTable

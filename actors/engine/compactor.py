@@ -48,11 +48,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from inkpen.actors.journal.clerk import CompactionReport
+from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.journal.retention import Judgement, file_chunks
 from inkpen.actors.kernel import compute
 from inkpen.actors.kernel.views import LedgerView, SstHandle
-from inkpen.actors.ledger.clerk import policy_for
+from inkpen.actors.ledger.penciller_clerk import policy_for
 from inkpen.checks import check_seconds
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, JournalReader

@@ -33,14 +33,14 @@ import pykka
 from inkpen.actors.base import ActorGone, stop
 from inkpen.actors.engine import bookie_actor
 from inkpen.actors.engine.bookie_actor import Bookie
-from inkpen.actors.engine.gc import GarbageCollector, request_gc
+from inkpen.actors.engine.collector import GarbageCollector, request_gc
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.engine.snapshot_clones import SnapshotParts
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import PendingChange
-from inkpen.actors.journal.clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.inker import Inker
+from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.intake import WriteGroup, WriteIntake
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.heap import limit_heap_growth
@@ -50,8 +50,8 @@ from inkpen.actors.kernel.scheduler import Scheduler
 from inkpen.actors.kernel.throttle import Throttle
 from inkpen.actors.kernel.views import SegmentTable, SstHandle, ViewBoard
 from inkpen.actors.ledger import penciller as penciller_actor
-from inkpen.actors.ledger.clerk import PencillerClerk
 from inkpen.actors.ledger.penciller import Penciller
+from inkpen.actors.ledger.penciller_clerk import PencillerClerk
 from inkpen.actors.read.conditions import ConditionChecker
 from inkpen.errors import AlreadyExistsError, FencedError, InkpenError, StoreError, UsageError
 from inkpen.logs import get_logger

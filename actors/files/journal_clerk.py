@@ -1,6 +1,6 @@
 """The journal-file clerk: one actor per journal file (segments rolled, or compaction output).
 
-Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
+Life cycle (the shared end of life is in :mod:`inkpen.actors.files.file_clerk`)::
 
     writing ──▶ reading ──▶ delete_pending ──▶ deleted
 
@@ -29,7 +29,7 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import call, call_async, handles
-from inkpen.actors.files.clerk import FileClerk
+from inkpen.actors.files.file_clerk import FileClerk
 from inkpen.actors.kernel.views import JournalHandle
 from inkpen.errors import InkpenError
 from inkpen.formats.journal import JournalEntry
@@ -100,7 +100,7 @@ class JournalClerk(FileClerk):
     """Owns one journal-file object: writes it, opens its reader, and later deletes it.
 
     Answers :class:`_OpenJournal`, :class:`_WriteJournal`, and the delete_pending messages of
-    :class:`~inkpen.actors.files.clerk.FileClerk`.
+    :class:`~inkpen.actors.files.file_clerk.FileClerk`.
     """
 
     kind = "journal"

@@ -18,7 +18,7 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import InkpenActor, handles, stop
-from inkpen.actors.files.clerk import (
+from inkpen.actors.files.file_clerk import (
     ConfirmDelete,
     FileDeleted,
     answer_confirm_delete,

@@ -1,6 +1,6 @@
 """The SST clerk: one actor per ledger file.
 
-Life cycle (the shared end of life is in :mod:`inkpen.actors.files.clerk`)::
+Life cycle (the shared end of life is in :mod:`inkpen.actors.files.file_clerk`)::
 
     writing ──▶ reading ──▶ delete_pending ──▶ deleted
 
@@ -28,7 +28,7 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import call, call_async, handles, send
-from inkpen.actors.files.clerk import FileClerk
+from inkpen.actors.files.file_clerk import FileClerk
 from inkpen.actors.kernel import compute
 from inkpen.actors.kernel.views import MemTable, SstHandle
 from inkpen.errors import InkpenError
@@ -119,7 +119,7 @@ class SstClerk(FileClerk):
     """Owns one SST object: writes it, opens its reader, and later deletes it.
 
     Answers :class:`_OpenSst`, :class:`_WriteSst` (asks) and :class:`_BuildL0` (tell), plus the
-    delete_pending messages of :class:`~inkpen.actors.files.clerk.FileClerk`.
+    delete_pending messages of :class:`~inkpen.actors.files.file_clerk.FileClerk`.
     """
 
     kind = "sst"

@@ -52,10 +52,10 @@ import pykka
 from inkpen.actors.base import ActorGone, call, handles, send, stop
 from inkpen.actors.files.registry import FileOwner
 from inkpen.actors.files.start import open_files
-from inkpen.actors.journal import external
+from inkpen.actors.journal import compactor_files
 from inkpen.actors.journal import replay as journal_replay
 from inkpen.actors.journal.changes import PendingChange
-from inkpen.actors.journal.clerk import (
+from inkpen.actors.journal.inker_clerk import (
     CompactionDone,
     CompactionReport,
     Rolled,
@@ -306,7 +306,7 @@ class Inker(FileOwner):
         self.clerk = message.clerk
         if self.external:
             self.ctx.keeper.set_floor("inker.view", self.adopted)
-            self.ctx.scheduler.after(external.WATCH_INTERVAL, self.actor_ref, _Watch())
+            self.ctx.scheduler.after(compactor_files.WATCH_INTERVAL, self.actor_ref, _Watch())
 
     def _publish(self) -> None:
         self.ctx.board.journal = JournalView.of(
@@ -699,13 +699,13 @@ class Inker(FileOwner):
         if latest.id > self.adopted:
             self._adopt(latest)
             self._publish()
-        self.ctx.scheduler.after(external.WATCH_INTERVAL, self.actor_ref, _Watch())
+        self.ctx.scheduler.after(compactor_files.WATCH_INTERVAL, self.actor_ref, _Watch())
 
     def _adopt(self, versioned: VersionedManifest) -> None:
         """Take the journal files of ``versioned`` (a compactor's compactions); set those they
         replaced to delete_pending at its id; the view floor pins them for other processes."""
         try:
-            files, dropped = external.adopt(
+            files, dropped = compactor_files.adopt(
                 self.files,
                 versioned.manifest.journal.files,
                 lambda missing: open_files(self.ctx, self.actor_ref, missing),

@@ -21,7 +21,7 @@ it once, and the published view and the manifest change are both derived from th
 (:meth:`~inkpen.manifest.levels.Levels.to_manifest` is the one conversion to the manifest's
 shape).
 
-The Penciller's clerk (:mod:`inkpen.actors.ledger.clerk`) runs the merges the merge policy
+The Penciller's clerk (:mod:`inkpen.actors.ledger.penciller_clerk`) runs the merges the merge policy
 (:mod:`inkpen.manifest.merge_policy`) chooses; the Penciller commits each result in one
 manifest change and sets the replaced files' clerks to delete_pending, confirming each deletion
 only when no registered snapshot older than the change and no live checkpoint can still read
@@ -51,8 +51,8 @@ from inkpen.actors.files.start import open_files, start_clerk
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.keeper import commit_or_roll_back
 from inkpen.actors.kernel.views import LedgerView, MemTable, SstHandle
-from inkpen.actors.ledger import external
-from inkpen.actors.ledger.clerk import MergeDone, MergeIdle, offer_work, policy_for
+from inkpen.actors.ledger import compactor_levels
+from inkpen.actors.ledger.penciller_clerk import MergeDone, MergeIdle, offer_work, policy_for
 from inkpen.errors import CorruptionError, FencedError, InkpenError, StoreError
 from inkpen.formats.sst import SstShape
 from inkpen.logs import get_logger
@@ -197,7 +197,7 @@ class Penciller(FileOwner):
         self.clerk = message.clerk
         if self.external:
             self.ctx.keeper.set_floor("penciller.view", self.adopted)
-            self.ctx.scheduler.after(external.WATCH_INTERVAL, self.actor_ref, _Watch())
+            self.ctx.scheduler.after(compactor_levels.WATCH_INTERVAL, self.actor_ref, _Watch())
         self._maybe_merge()
 
     def _publish(self) -> None:
@@ -510,7 +510,7 @@ class Penciller(FileOwner):
         except Exception as exc:
             log.warning("ledger.adopt_failed", error=str(exc))
         held = len(self.levels.l0) >= self.ctx.options.max_l0_files
-        interval = external.WATCH_INTERVAL_HELD if held else external.WATCH_INTERVAL
+        interval = compactor_levels.WATCH_INTERVAL_HELD if held else compactor_levels.WATCH_INTERVAL
         self.ctx.scheduler.after(interval, self.actor_ref, _Watch())
 
     def _adopt(self, versioned: VersionedManifest, known: tuple[SstHandle, ...] = ()) -> None:
@@ -518,8 +518,8 @@ class Penciller(FileOwner):
         delete_pending at its id. The view floor keeps the writer checkpoint at or below the
         manifest the published view holds, so other processes' GC keeps its files."""
         wanted = versioned.manifest.ledger.levels
-        if not external.same_files(self.levels, wanted):
-            levels, dropped = external.adopt(
+        if not compactor_levels.same_files(self.levels, wanted):
+            levels, dropped = compactor_levels.adopt(
                 self.levels,
                 wanted,
                 lambda missing: open_files(self.ctx, self.actor_ref, missing),
