@@ -68,7 +68,6 @@ from inkpen.manifest.model import (
 )
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
-from inkpen.options import Options
 
 from .files import write_journal, write_ssts
 from .load_task import LoadedPartition
@@ -162,7 +161,7 @@ def _write_tail(
 ) -> tuple[tuple[SstDescriptor, ...], JournalFileDescriptor | None]:
     """Step 3: the tail's ledger entries as SSTs (one per key tag: objects and index entries
     apart), the unrolled segments as one journal file."""
-    ssts = write_ssts(store, tail.entries, SstShape.of(Options(sst_target_bytes=_TAIL_SST_BYTES)))
+    ssts = write_ssts(store, tail.entries, SstShape(target_bytes=_TAIL_SST_BYTES))
     rolled = write_journal(store, tail.unrolled, writer_epoch=epoch) if tail.unrolled else None
     return tuple(ssts), rolled
 
