@@ -7,7 +7,9 @@ delete, index queries, folds, snapshots, checkpoints, hot backups, journal compa
 ``inkpen.restore``, ``inkpen.destroy`` and ``inkpen.list_databases`` work on whole databases
 without a Bookie.
 ``inkpen.open_compactor(url)`` gives a :class:`Compactor`: merges and GC in a process of their
-own, beside a writer opened with ``compaction="external"``.
+own, beside a writer opened with ``compaction="external"``. The seams an application may fill
+are :class:`MergePolicy` (which merge comes next, over :class:`Levels`; the ``merge_policy``
+option) and :class:`ObjectStore` (where the bytes live; any store may be passed to ``open``).
 See README.md and DESIGN.md.
 """
 
@@ -18,6 +20,7 @@ from inkpen import _checkout  # noqa: F401
 
 # isort: split
 
+from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.engine.compactor import Compactor, CompactorReport, open_compactor
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.inker_clerk import CompactionReport
@@ -25,7 +28,10 @@ from inkpen.actors.read.feed import Change
 from inkpen.actors.read.path import Head
 from inkpen.formats.tictac import TicTacTree
 from inkpen.manifest.gc import GcReport
+from inkpen.manifest.levels import Levels
+from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
 from inkpen.manifest.model import FeedCursor
+from inkpen.objectstore import ObjectStore
 
 from . import aio
 from ._version import __version__
@@ -68,10 +74,16 @@ __all__ = [
     "Head",
     "HotBackup",
     "InkpenError",
+    "LeveledMergePolicy",
+    "Levels",
+    "MergeJob",
+    "MergePolicy",
     "NotFoundError",
+    "ObjectStore",
     "Options",
     "Reader",
     "Snapshot",
+    "Stats",
     "StoreError",
     "TicTacTree",
     "UsageError",

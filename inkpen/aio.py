@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
+from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.engine.engine import Engine, put_timed_out
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.changes import PendingChange
@@ -404,7 +405,7 @@ class AsyncBookie(_AsyncReads[Bookie]):
     async def run_gc(self, *, min_age: float | None = None, dry_run: bool = False) -> GcReport:
         return await self._call(self._sync.run_gc, min_age=min_age, dry_run=dry_run)
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self) -> Stats:
         return await self._call(self._sync.stats)
 
     async def close(self) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.engine.engine import Engine
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.journal.changes import ChangeMaker, PendingChange
@@ -332,8 +333,9 @@ class Bookie(ReadAPI):
         self._check_open()
         self._engine.compact_ledger()
 
-    def stats(self) -> dict[str, Any]:
-        """Counters: cache and memory sizes, files per level, journal size, SQNs, epoch."""
+    def stats(self) -> Stats:
+        """Counters: cache and memory sizes, files per level (from L0), journal size, SQNs,
+        epoch, backpressure, the fence (every key is documented on :class:`inkpen.Stats`)."""
         self._check_open()
         return self._engine.stats()
 

@@ -43,13 +43,13 @@ from inkpen.actors.engine.snapshot_clones import (
 from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal import inker_clerk as inker_clerk_actor
 from inkpen.actors.journal.changes import ledger_entries
-from inkpen.actors.journal.inker import REOPEN, ApplyBatch, CompactJournal, Inker
+from inkpen.actors.journal.inker import REOPEN, ApplyBatch, CompactJournal, Inker, InkerStats
 from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.throttle import NONE, SLOW, STOP
 from inkpen.actors.kernel.views import CacheView, MemTable
 from inkpen.actors.ledger import penciller as penciller_actor
-from inkpen.actors.ledger.penciller import LedgerRoom, Penciller
+from inkpen.actors.ledger.penciller import LedgerRoom, Penciller, PencillerStats
 from inkpen.actors.read.path import lookup
 from inkpen.errors import FencedError, InkpenError, UsageError
 from inkpen.logs import get_logger
@@ -270,9 +270,9 @@ class Bookie(InkpenActor):
     # -- the rest -----------------------------------------------------------------------------
 
     @handles(_BookieStats)
-    def _stats(self, _: _BookieStats) -> dict[str, Any]:
+    def _stats(self, _: _BookieStats) -> Stats:
         assert self.inker is not None and self.penciller is not None
-        stats: dict[str, Any] = {
+        return {
             "ledger_cache_entries": self._entries(),
             "ledger_cache_tables": len(self.tables),
             "pushes": self.pushes,
@@ -282,10 +282,9 @@ class Bookie(InkpenActor):
             "snapshots": len(self.snapshots),
             "fenced": self.ctx.keeper.fenced is not None,
             "stopped": _stopped(self.ctx),
+            **inker_actor.stats(self.inker),
+            **penciller_actor.stats(self.penciller),
         }
-        stats.update(inker_actor.stats(self.inker))
-        stats.update(penciller_actor.stats(self.penciller))
-        return stats
 
     @handles(_ShutdownBookie)
     def _shutdown(self, _: _ShutdownBookie) -> None:
@@ -293,6 +292,29 @@ class Bookie(InkpenActor):
             for clone in clones:
                 stop(clone)
         self.snapshots.clear()
+
+
+class Stats(InkerStats, PencillerStats):
+    """What ``Bookie.stats()`` answers: a dict with these keys (the Bookie's own below, the
+    Inker's in :class:`~inkpen.actors.journal.inker.InkerStats`, the Penciller's in
+    :class:`~inkpen.actors.ledger.penciller.PencillerStats`). A snapshot, not a live view."""
+
+    ledger_cache_entries: int
+    """Recent changes the Bookie holds until the Penciller takes them."""
+    ledger_cache_tables: int
+    pushes: int
+    """Pushes of the cache to the Penciller since open."""
+    refused_pushes: int
+    """Pushes the Penciller refused (its memory full while L0 waits): backpressure."""
+    pressure: dict[str, int]
+    """Backpressure level by reason (0 none, 1 slow, 2 stop)."""
+    throttled_puts: int
+    """Puts held back by backpressure right now."""
+    snapshots: int
+    fenced: bool
+    """A newer writer has opened the database: this handle writes no more."""
+    stopped: str | None
+    """Why the writer takes no more writes ("reopen the Bookie: ..."), or None."""
 
 
 def _stopped(ctx: EngineContext) -> str | None:
@@ -346,9 +368,9 @@ def compact_journal(bookie: pykka.ActorRef[Bookie], result: Future[CompactionRep
     call(bookie, CompactJournal(result))
 
 
-def stats(bookie: pykka.ActorRef[Bookie]) -> dict[str, Any]:
+def stats(bookie: pykka.ActorRef[Bookie]) -> Stats:
     """The counters of ``Bookie.stats()``, gathered from the three owners."""
-    counters: dict[str, Any] = call(bookie, _BookieStats())
+    counters: Stats = call(bookie, _BookieStats())
     return counters
 
 

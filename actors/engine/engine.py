@@ -32,7 +32,7 @@ import pykka
 
 from inkpen.actors.base import ActorGone, stop
 from inkpen.actors.engine import bookie_actor
-from inkpen.actors.engine.bookie_actor import Bookie
+from inkpen.actors.engine.bookie_actor import Bookie, Stats
 from inkpen.actors.engine.collector import GarbageCollector, request_gc
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.engine.snapshot_clones import SnapshotParts
@@ -494,7 +494,7 @@ class Engine:
             lambda: self.release_snapshot(parts.snapshot_id),
         )
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> Stats:
         return bookie_actor.stats(self.bookie)
 
     def _await(self, result: concurrent.futures.Future[T]) -> T:

@@ -45,7 +45,7 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import pykka
 
@@ -222,6 +222,33 @@ class _Unsettled:
     """The latest failure to settle it."""
     tries: int = 0
     retry_after: float = SETTLE_RETRY_FIRST
+
+
+class InkerStats(TypedDict):
+    """The Inker's part of :class:`inkpen.Stats`."""
+
+    unsettled_segment: int | None
+    """A journal segment whose write has an unknown outcome (a store outage), or None."""
+    unsettled_s: float | None
+    """Seconds that segment has waited to be settled."""
+    settled_segments: int
+    """Segments of unknown outcome settled since open (written again or found landed)."""
+    sqn: int
+    """The last SQN given to a change."""
+    writer_epoch: int
+    next_segment: int
+    unrolled_segments: int
+    """Journal segments written and not yet rolled into a journal file."""
+    unrolled_bytes: int
+    journal_files: int
+    journal_bytes: int
+    segments_written: int
+    """Segments this writer wrote since open."""
+    segment_bytes_written: int
+    journal_snapshots: int
+    """Live snapshot registrations with the Inker."""
+    journal_pending_deletes: int
+    """Journal files replaced and waiting until no snapshot or checkpoint needs them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -890,7 +917,7 @@ class Inker(FileOwner):
     # -- the rest -----------------------------------------------------------------------------
 
     @handles(_InkerStats)
-    def _stats(self, _: _InkerStats) -> dict[str, Any]:
+    def _stats(self, _: _InkerStats) -> InkerStats:
         pending = self.unsettled
         return {
             "unsettled_segment": None if pending is None else pending.segment_id,
@@ -999,9 +1026,9 @@ def release(inker: pykka.ActorRef[Inker], snapshot_id: str) -> None:
     send(inker, _ReleaseJournal(snapshot_id))
 
 
-def stats(inker: pykka.ActorRef[Inker]) -> dict[str, Any]:
+def stats(inker: pykka.ActorRef[Inker]) -> InkerStats:
     """Counters for ``Bookie.stats()``."""
-    counters: dict[str, Any] = call(inker, _InkerStats())
+    counters: InkerStats = call(inker, _InkerStats())
     return counters
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import pykka
 
@@ -141,6 +141,33 @@ class _RetryMerge:
 @dataclass(frozen=True, slots=True)
 class _Watch:
     """From the timer (external compaction): look for a compactor's commits."""
+
+
+class PencillerStats(TypedDict):
+    """The Penciller's part of :class:`inkpen.Stats`. Per-level lists index from L0."""
+
+    ledger_mem_entries: int
+    ledger_mem_tables: int
+    l0_writing: bool
+    """An L0 file is being written from memory."""
+    l0_files: int
+    level_files: list[int]
+    """Files per level: ``level_files[0]`` is L0's."""
+    level_bytes: list[int]
+    """Bytes per level, indexed as ``level_files``."""
+    ledger_bytes: int
+    persisted_sqn: int
+    """Every change up to this SQN is in an SST."""
+    l0_writes: int
+    merges: int
+    moves: int
+    """Merges done by a manifest change alone (a file that overlapped nothing below)."""
+    ledger_snapshots: int
+    ledger_pending_deletes: int
+    compaction: str
+    """``internal`` (this writer merges) or ``external`` (a compactor process does)."""
+    waiting_for_compactor: bool
+    """External compaction: L0 is full and writers wait for the compactor."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,7 +587,7 @@ class Penciller(FileOwner):
     # -- the rest -----------------------------------------------------------------------------
 
     @handles(_PencillerStats)
-    def _stats(self, _: _PencillerStats) -> dict[str, Any]:
+    def _stats(self, _: _PencillerStats) -> PencillerStats:
         return {
             "ledger_mem_entries": self._mem_entries(),
             "ledger_mem_tables": len(self.mem),
@@ -648,9 +675,9 @@ def release(penciller: pykka.ActorRef[Penciller], snapshot_id: str) -> None:
     send(penciller, _ReleaseLedger(snapshot_id))
 
 
-def stats(penciller: pykka.ActorRef[Penciller]) -> dict[str, Any]:
+def stats(penciller: pykka.ActorRef[Penciller]) -> PencillerStats:
     """Counters for ``Bookie.stats()``."""
-    counters: dict[str, Any] = call(penciller, _PencillerStats())
+    counters: PencillerStats = call(penciller, _PencillerStats())
     return counters
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from inkpen import Stats
+
 from . import render
 from .progress import progress
 from .targets import writer
@@ -20,7 +22,7 @@ from .targets import writer
 STEPS = ("opening (recovery)", "persisting memory", "merging the ledger", "compacting the journal")
 
 
-def _shape(stats: dict[str, Any]) -> dict[str, Any]:
+def _shape(stats: Stats) -> dict[str, Any]:
     return {
         "memory_entries": stats["ledger_mem_entries"] + stats["ledger_cache_entries"],
         "l0_files": stats["l0_files"],
