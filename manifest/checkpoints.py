@@ -23,6 +23,23 @@ its checkpoint may have stopped protecting its files: the checkpoint vanished, i
 before a refresh succeeded, or a refresh returned only after the expiry it extended (it may have
 landed late, after another process judged the checkpoint expired). A lapsed lease says so and is
 never refreshed again.
+
+**A creation that lands below the latest.** The CAS reads the latest version ``n`` and creates
+``n + 1`` if absent. GC collects superseded versions, and the writer's own GC may do so at any
+age (``gc_min_age`` 0): between the creator's read and its create, the writer may commit
+``n + 1`` and ``n + 2`` — dropping files ``n`` names — and its GC collect version ``n + 1`` and
+those files. The create then finds the slot free and succeeds: a version below the latest, which
+no process ever reads as the latest (a higher id exists from then on) or builds on, holding a
+checkpoint nobody sees and naming files that may already be gone. A Reader that read it failed
+with a bare ``NotFoundError`` while opening its views. So a creation is confirmed: after the
+CAS, the latest manifest must hold the checkpoint (its id is new, so only a version derived
+from the one this creation wrote can hold it; a version below the latest is derived by no one).
+If it does, the checkpoint's version is in the line every later version, GC pass and delete
+check builds on, and the protection above holds from its commit. If it does not, the creation
+is made again from the latest — same id, fresh clock, segments listed anew — up to
+:data:`LANDING_ATTEMPTS` times, then a definite :class:`StoreError`; the stray version is a
+superseded manifest GC collects. (A checkpoint dropped or deleted by someone else before the
+check is made again the same way.)
 """
 
 from __future__ import annotations
@@ -43,6 +60,9 @@ from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, Versioned
 from .store import ManifestStore, require_live
 
 log = get_logger("inkpen.manifest")
+
+LANDING_ATTEMPTS = 5
+"""Creations of one checkpoint whose version landed below the latest before giving up."""
 
 
 def _check_lifetime(lifetime: object, *, optional: bool) -> float | None:
@@ -195,8 +215,29 @@ def ensure_checkpoint(
         )
         return manifest.with_checkpoint(checkpoint)
 
-    result = manifest_store.update(change)
-    created = _require_checkpoint(result, checkpoint_id, url)
+    for attempt in range(1, LANDING_ATTEMPTS + 1):
+        result = manifest_store.update(change)
+        created = _require_checkpoint(result, checkpoint_id, url)
+        if _in_latest(manifest_store, checkpoint_id):
+            break
+        # The version was collected between reading the latest and creating the next: ours
+        # landed below the latest, where nobody builds on it (module docstring), or the
+        # checkpoint was dropped already.
+        log.warning(
+            "checkpoint.landed_below_latest",
+            url=url,
+            checkpoint=checkpoint_id,
+            manifest_id=result.id,
+            attempt=attempt,
+        )
+    else:
+        raise StoreError(
+            f"checkpoint {checkpoint_id} could not be added to the manifest of {url}: "
+            f"{LANDING_ATTEMPTS} times the version it was written as was collected before the "
+            "write landed (superseded manifests are being collected as fast as they are "
+            "written); retry, or run GC with a larger min_age",
+            definite=True,
+        )
     log.debug(
         "checkpoint.created",
         url=url,
@@ -205,6 +246,13 @@ def ensure_checkpoint(
         expire_time=created.expire_time,
     )
     return created
+
+
+def _in_latest(manifest_store: ManifestStore, checkpoint_id: str) -> bool:
+    """Whether the latest manifest holds ``checkpoint_id``: the version that added it is in
+    the line of versions everyone builds on, not a collected slot below the latest."""
+    latest = manifest_store.latest()
+    return latest is not None and latest.manifest.checkpoint(checkpoint_id) is not None
 
 
 def refresh_checkpoint(
