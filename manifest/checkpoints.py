@@ -24,22 +24,30 @@ before a refresh succeeded, or a refresh returned only after the expiry it exten
 landed late, after another process judged the checkpoint expired). A lapsed lease says so and is
 never refreshed again.
 
-**A creation that lands below the latest.** The CAS reads the latest version ``n`` and creates
+**An update that lands below the latest.** The CAS reads the latest version ``n`` and creates
 ``n + 1`` if absent. GC collects superseded versions, and the writer's own GC may do so at any
-age (``gc_min_age`` 0): between the creator's read and its create, the writer may commit
-``n + 1`` and ``n + 2`` — dropping files ``n`` names — and its GC collect version ``n + 1`` and
-those files. The create then finds the slot free and succeeds: a version below the latest, which
-no process ever reads as the latest (a higher id exists from then on) or builds on, holding a
-checkpoint nobody sees and naming files that may already be gone. A Reader that read it failed
-with a bare ``NotFoundError`` while opening its views. So a creation is confirmed: after the
-CAS, the latest manifest must hold the checkpoint (its id is new, so only a version derived
-from the one this creation wrote can hold it; a version below the latest is derived by no one).
-If it does, the checkpoint's version is in the line every later version, GC pass and delete
-check builds on, and the protection above holds from its commit. If it does not, the creation
-is made again from the latest — same id, fresh clock, segments listed anew — up to
-:data:`LANDING_ATTEMPTS` times, then a definite :class:`StoreError`; the stray version is a
-superseded manifest GC collects. (A checkpoint dropped or deleted by someone else before the
-check is made again the same way.)
+age (``gc_min_age`` 0): between a Reader's read and its create, the writer may commit ``n + 1``
+and ``n + 2`` — dropping files ``n`` names — and its GC collect version ``n + 1`` and those
+files. The create then finds the slot free and succeeds: a version below the latest, which no
+process ever takes for the latest (a higher id exists from then on) or builds on. A checkpoint
+created so is seen by nobody and names files that may already be gone: a Reader that read it
+failed with a bare ``NotFoundError`` opening its views. A refresh landing so is lost (the lease
+believes an expiry no GC sees: a lapse that did not have to be), a delete too (the checkpoint
+pins on until it expires, for ever without an expiry). The writer's own commits cannot land so:
+its checkpoint pins every version from its last commit up, so none above the one it read is
+collected.
+
+So every checkpoint change here is confirmed: after the CAS the latest manifest must show it —
+the checkpoint present (its id is new: only a version derived from the one this creation wrote
+can hold it, and a version below the latest is derived by no one), its new expiry, or its
+absence. Shown, the version is in the line every later version, GC pass and delete check builds
+on, and a new checkpoint protects its files from its commit as above (until that commit ``n``
+was the latest, so nothing it names was collected). Not shown, the change is made again from the
+latest — a creation with the same id, a fresh clock and the segments listed anew; a refresh
+judging the expiry again — up to :data:`LANDING_ATTEMPTS` times, then a definite
+:class:`StoreError`; the stray version is a superseded manifest GC collects. (A checkpoint
+dropped by someone else before the check is created again, or its refresh ends in
+:class:`NotFoundError`.)
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from inkpen.errors import InkpenError, NotFoundError, StoreError, UsageError
@@ -62,7 +70,7 @@ from .store import ManifestStore, require_live
 log = get_logger("inkpen.manifest")
 
 LANDING_ATTEMPTS = 5
-"""Creations of one checkpoint whose version landed below the latest before giving up."""
+"""Attempts of one checkpoint change whose version landed below the latest before giving up."""
 
 
 def _check_lifetime(lifetime: object, *, optional: bool) -> float | None:
@@ -215,29 +223,13 @@ def ensure_checkpoint(
         )
         return manifest.with_checkpoint(checkpoint)
 
-    for attempt in range(1, LANDING_ATTEMPTS + 1):
-        result = manifest_store.update(change)
-        created = _require_checkpoint(result, checkpoint_id, url)
-        if _in_latest(manifest_store, checkpoint_id):
-            break
-        # The version was collected between reading the latest and creating the next: ours
-        # landed below the latest, where nobody builds on it (module docstring), or the
-        # checkpoint was dropped already.
-        log.warning(
-            "checkpoint.landed_below_latest",
-            url=url,
-            checkpoint=checkpoint_id,
-            manifest_id=result.id,
-            attempt=attempt,
-        )
-    else:
-        raise StoreError(
-            f"checkpoint {checkpoint_id} could not be added to the manifest of {url}: "
-            f"{LANDING_ATTEMPTS} times the version it was written as was collected before the "
-            "write landed (superseded manifests are being collected as fast as they are "
-            "written); retry, or run GC with a larger min_age",
-            definite=True,
-        )
+    result = _update_landed(
+        manifest_store,
+        change,
+        lambda latest: latest.checkpoint(checkpoint_id) is not None,
+        f"checkpoint {checkpoint_id} could not be added",
+    )
+    created = _require_checkpoint(result, checkpoint_id, url)
     log.debug(
         "checkpoint.created",
         url=url,
@@ -248,11 +240,35 @@ def ensure_checkpoint(
     return created
 
 
-def _in_latest(manifest_store: ManifestStore, checkpoint_id: str) -> bool:
-    """Whether the latest manifest holds ``checkpoint_id``: the version that added it is in
-    the line of versions everyone builds on, not a collected slot below the latest."""
-    latest = manifest_store.latest()
-    return latest is not None and latest.manifest.checkpoint(checkpoint_id) is not None
+def _update_landed(
+    manifest_store: ManifestStore,
+    change: Callable[[VersionedManifest], Manifest | None],
+    landed: Callable[[Manifest], bool],
+    what: str,
+) -> VersionedManifest:
+    """``manifest_store.update(change)``, confirmed: afterwards the latest manifest must show
+    the change (``landed``), else the version it was written as lay below the latest (a slot
+    GC had collected; module docstring) and the update is made again from the latest, up to
+    :data:`LANDING_ATTEMPTS` times."""
+    url = manifest_store.url
+    for attempt in range(1, LANDING_ATTEMPTS + 1):
+        result = manifest_store.update(change)
+        latest = manifest_store.latest()
+        if latest is not None and landed(latest.manifest):
+            return result
+        log.warning(
+            "checkpoint.landed_below_latest",
+            url=url,
+            manifest_id=result.id,
+            latest=None if latest is None else latest.id,
+            attempt=attempt,
+        )
+    raise StoreError(
+        f"{what} in the manifest of {url}: {LANDING_ATTEMPTS} times the version it was written "
+        "as was collected before the write landed (superseded manifests are being collected "
+        "as fast as they are written); retry, or run GC with a larger min_age",
+        definite=True,
+    )
 
 
 def refresh_checkpoint(
@@ -281,7 +297,27 @@ def refresh_checkpoint(
             )
         return versioned.manifest.with_checkpoint(replace(found, expire_time=_expiry(when, life)))
 
-    result = manifest_store.update(change)
+    written: list[Checkpoint] = []
+
+    def landed(latest: Manifest) -> bool:
+        # The expiry written (or a later one) is in the latest; a checkpoint gone from it is
+        # the next attempt's NotFoundError.
+        found = latest.checkpoint(checkpoint_id)
+        if found is None:
+            return False
+        mine = written[-1].expire_time
+        return found.expire_time is None or (mine is not None and found.expire_time >= mine)
+
+    def refresh(versioned: VersionedManifest) -> Manifest:
+        manifest = change(versioned)
+        found = manifest.checkpoint(checkpoint_id)
+        assert found is not None
+        written.append(found)
+        return manifest
+
+    result = _update_landed(
+        manifest_store, refresh, landed, f"checkpoint {checkpoint_id} could not be refreshed"
+    )
     return _require_checkpoint(result, checkpoint_id, url)
 
 
@@ -293,7 +329,12 @@ def delete_checkpoint(manifest_store: ManifestStore, checkpoint_id: str) -> None
         _require_checkpoint(versioned, checkpoint_id, url)
         return versioned.manifest.without_checkpoint(checkpoint_id)
 
-    manifest_store.update(change)
+    _update_landed(
+        manifest_store,
+        change,
+        lambda latest: latest.checkpoint(checkpoint_id) is None,
+        f"checkpoint {checkpoint_id} could not be deleted",
+    )
     log.debug("checkpoint.deleted", url=url, checkpoint=checkpoint_id)
 
 

@@ -288,3 +288,44 @@ def test_a_checkpoint_whose_version_was_collected_before_it_landed_is_made_again
         assert not [cp for cp in latest.manifest.checkpoints if cp.kind == "reader"]
         manifests.store.close()
         store.close()
+
+
+@pytest.mark.parametrize("step", ["refresh", "delete"])
+def test_a_refresh_or_delete_whose_version_was_collected_before_it_landed_is_made_again(
+    url: str, step: str
+) -> None:
+    store = HookedStore(open_store(url))
+    manifests = ManifestStore(store)
+    manifests.create(Manifest())
+    checkpoint = create_checkpoint(manifests, lifetime=60.0, metadata={"kind": "reader"})
+    before = manifests.latest()
+    assert before is not None
+    others = ManifestStore(open_store(url))
+
+    def two_versions_and_a_gc() -> None:
+        # After this update read version n and before it creates n + 1: n + 1 and n + 2 are
+        # written elsewhere and n + 1 is collected, so the create finds the slot free.
+        for persisted in (1, 2):
+            others.update(lambda v, p=persisted: v.manifest.with_ledger(LedgerState((), p)))
+        run_gc(open_store(url), options=GcOptions(min_age=0, offline=True))
+        assert manifest_key(before.id + 1) not in stored(url)
+
+    store.before_create("manifest/", two_versions_and_a_gc)
+    if step == "refresh":
+        refreshed = refresh_checkpoint(manifests, checkpoint.id, lifetime=600.0)
+        assert refreshed.expire_time is not None
+        assert checkpoint.expire_time is not None
+        assert refreshed.expire_time > checkpoint.expire_time
+    else:
+        delete_checkpoint(manifests, checkpoint.id)
+    assert store.fired == ["manifest/"]
+    latest = others.latest()
+    assert latest is not None and latest.id > before.id + 2
+    assert latest.manifest.ledger.persisted_sqn == 2
+    found = latest.manifest.checkpoint(checkpoint.id)
+    if step == "refresh":
+        assert found is not None and found.expire_time == refreshed.expire_time
+    else:
+        assert found is None
+    others.store.close()
+    store.close()
