@@ -227,7 +227,8 @@ def ensure_checkpoint(
         manifest_store,
         change,
         lambda latest: latest.checkpoint(checkpoint_id) is not None,
-        f"checkpoint {checkpoint_id} could not be added",
+        checkpoint_id,
+        "added",
     )
     created = _require_checkpoint(result, checkpoint_id, url)
     log.debug(
@@ -244,6 +245,7 @@ def _update_landed(
     manifest_store: ManifestStore,
     change: Callable[[VersionedManifest], Manifest | None],
     landed: Callable[[Manifest], bool],
+    checkpoint_id: str,
     what: str,
 ) -> VersionedManifest:
     """``manifest_store.update(change)``, confirmed: afterwards the latest manifest must show
@@ -259,12 +261,15 @@ def _update_landed(
         log.warning(
             "checkpoint.landed_below_latest",
             url=url,
+            checkpoint=checkpoint_id,
+            change=what,
             manifest_id=result.id,
             latest=None if latest is None else latest.id,
             attempt=attempt,
         )
     raise StoreError(
-        f"{what} in the manifest of {url}: {LANDING_ATTEMPTS} times the version it was written "
+        f"checkpoint {checkpoint_id} could not be {what} in the manifest of {url}: "
+        f"{LANDING_ATTEMPTS} times the version it was written "
         "as was collected before the write landed (superseded manifests are being collected "
         "as fast as they are written); retry, or run GC with a larger min_age",
         definite=True,
@@ -315,9 +320,7 @@ def refresh_checkpoint(
         written.append(found)
         return manifest
 
-    result = _update_landed(
-        manifest_store, refresh, landed, f"checkpoint {checkpoint_id} could not be refreshed"
-    )
+    result = _update_landed(manifest_store, refresh, landed, checkpoint_id, "refreshed")
     return _require_checkpoint(result, checkpoint_id, url)
 
 
@@ -333,7 +336,8 @@ def delete_checkpoint(manifest_store: ManifestStore, checkpoint_id: str) -> None
         manifest_store,
         change,
         lambda latest: latest.checkpoint(checkpoint_id) is None,
-        f"checkpoint {checkpoint_id} could not be deleted",
+        checkpoint_id,
+        "deleted",
     )
     log.debug("checkpoint.deleted", url=url, checkpoint=checkpoint_id)
 

@@ -273,8 +273,12 @@ def test_a_checkpoint_whose_version_was_collected_before_it_landed_is_made_again
             assert old_files - names, "no file of version n was collected"
 
         store.before_create("manifest/", writer_moves_on_and_collects)
-        with inkpen.open_reader(store, checkpoint_lifetime=60.0) as reader:
+        with capture_logs() as logs, inkpen.open_reader(store, checkpoint_lifetime=60.0) as reader:
             assert store.fired == ["manifest/"]
+            stray = [e for e in logs if e["event"] == "checkpoint.landed_below_latest"]
+            assert [(e["checkpoint"], e["manifest_id"]) for e in stray] == [
+                (reader.checkpoint_id, before.id + 1)
+            ]
             assert reader.manifest_id > before.id + 1
             seen = {key.decode(): value for _, key, value in reader.objects("r")}
             assert seen == dict.fromkeys(keys, b"new")
