@@ -23,6 +23,31 @@ its checkpoint may have stopped protecting its files: the checkpoint vanished, i
 before a refresh succeeded, or a refresh returned only after the expiry it extended (it may have
 landed late, after another process judged the checkpoint expired). A lapsed lease says so and is
 never refreshed again.
+
+**An update that lands below the latest.** The CAS reads the latest version ``n`` and creates
+``n + 1`` if absent. GC collects superseded versions, and the writer's own GC may do so at any
+age (``gc_min_age`` 0): between a Reader's read and its create, the writer may commit ``n + 1``
+and ``n + 2`` — dropping files ``n`` names — and its GC collect version ``n + 1`` and those
+files. The create then finds the slot free and succeeds: a version below the latest, which no
+process ever takes for the latest (a higher id exists from then on) or builds on. A checkpoint
+created so is seen by nobody and names files that may already be gone: a Reader that read it
+failed with a bare ``NotFoundError`` opening its views. A refresh landing so is lost (the lease
+believes an expiry no GC sees: a lapse that did not have to be), a delete too (the checkpoint
+pins on until it expires, for ever without an expiry). The writer's own commits cannot land so:
+its checkpoint pins every version from its last commit up, so none above the one it read is
+collected.
+
+So every checkpoint change here is confirmed: after the CAS the latest manifest must show it —
+the checkpoint present (its id is new: only a version derived from the one this creation wrote
+can hold it, and a version below the latest is derived by no one), its new expiry, or its
+absence. Shown, the version is in the line every later version, GC pass and delete check builds
+on, and a new checkpoint protects its files from its commit as above (until that commit ``n``
+was the latest, so nothing it names was collected). Not shown, the change is made again from the
+latest — a creation with the same id, a fresh clock and the segments listed anew; a refresh
+judging the expiry again — up to :data:`LANDING_ATTEMPTS` times, then a definite
+:class:`StoreError`; the stray version is a superseded manifest GC collects. (A checkpoint
+dropped by someone else before the check is created again, or its refresh ends in
+:class:`NotFoundError`.)
 """
 
 from __future__ import annotations
@@ -31,7 +56,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from inkpen.checks import (
@@ -49,6 +74,9 @@ from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, Versioned
 from .store import ManifestStore, require_live
 
 log = get_logger("inkpen.manifest")
+
+LANDING_ATTEMPTS = 5
+"""Attempts of one checkpoint change whose version landed below the latest before giving up."""
 
 
 def _check_lifetime(lifetime: object, *, optional: bool) -> float | None:
@@ -201,7 +229,13 @@ def ensure_checkpoint(
         )
         return manifest.with_checkpoint(checkpoint)
 
-    result = manifest_store.update(change)
+    result = _update_landed(
+        manifest_store,
+        change,
+        lambda latest: latest.checkpoint(checkpoint_id) is not None,
+        checkpoint_id,
+        "added",
+    )
     created = _require_checkpoint(result, checkpoint_id, url)
     log.debug(
         "checkpoint.created",
@@ -211,6 +245,41 @@ def ensure_checkpoint(
         expire_time=created.expire_time,
     )
     return created
+
+
+def _update_landed(
+    manifest_store: ManifestStore,
+    change: Callable[[VersionedManifest], Manifest | None],
+    landed: Callable[[Manifest], bool],
+    checkpoint_id: str,
+    what: str,
+) -> VersionedManifest:
+    """``manifest_store.update(change)``, confirmed: afterwards the latest manifest must show
+    the change (``landed``), else the version it was written as lay below the latest (a slot
+    GC had collected; module docstring) and the update is made again from the latest, up to
+    :data:`LANDING_ATTEMPTS` times."""
+    url = manifest_store.url
+    for attempt in range(1, LANDING_ATTEMPTS + 1):
+        result = manifest_store.update(change)
+        latest = manifest_store.latest()
+        if latest is not None and landed(latest.manifest):
+            return result
+        log.warning(
+            "checkpoint.landed_below_latest",
+            url=url,
+            checkpoint=checkpoint_id,
+            change=what,
+            manifest_id=result.id,
+            latest=None if latest is None else latest.id,
+            attempt=attempt,
+        )
+    raise StoreError(
+        f"checkpoint {checkpoint_id} could not be {what} in the manifest of {url}: "
+        f"{LANDING_ATTEMPTS} times the version it was written "
+        "as was collected before the write landed (superseded manifests are being collected "
+        "as fast as they are written); retry, or run GC with a larger min_age",
+        definite=True,
+    )
 
 
 def refresh_checkpoint(
@@ -241,7 +310,25 @@ def refresh_checkpoint(
             )
         return versioned.manifest.with_checkpoint(replace(found, expire_time=_expiry(when, life)))
 
-    result = manifest_store.update(change)
+    written: list[Checkpoint] = []
+
+    def landed(latest: Manifest) -> bool:
+        # The expiry written (or a later one) is in the latest; a checkpoint gone from it is
+        # the next attempt's NotFoundError.
+        found = latest.checkpoint(checkpoint_id)
+        if found is None:
+            return False
+        mine = written[-1].expire_time
+        return found.expire_time is None or (mine is not None and found.expire_time >= mine)
+
+    def refresh(versioned: VersionedManifest) -> Manifest:
+        manifest = change(versioned)
+        found = manifest.checkpoint(checkpoint_id)
+        assert found is not None
+        written.append(found)
+        return manifest
+
+    result = _update_landed(manifest_store, refresh, landed, checkpoint_id, "refreshed")
     return _require_checkpoint(result, checkpoint_id, url)
 
 
@@ -253,7 +340,13 @@ def delete_checkpoint(manifest_store: ManifestStore, checkpoint_id: str) -> None
         _require_checkpoint(versioned, checkpoint_id, url)
         return versioned.manifest.without_checkpoint(checkpoint_id)
 
-    manifest_store.update(change)
+    _update_landed(
+        manifest_store,
+        change,
+        lambda latest: latest.checkpoint(checkpoint_id) is None,
+        checkpoint_id,
+        "deleted",
+    )
     log.debug("checkpoint.deleted", url=url, checkpoint=checkpoint_id)
 
 

@@ -49,6 +49,13 @@ A manifest a live checkpoint pins that turns out missing stops the pass: as a
 :class:`NotFoundError` when the checkpoint lapsed and was collected meanwhile (another process's
 GC judged later), as a :class:`CorruptionError` only when the latest manifest still holds it.
 
+Collecting a superseded version can open a gap under an update in flight in another process
+(it read ``n`` as the latest; ``n + 1`` and ``n + 2`` are written and ``n + 1`` collected before
+its create of ``n + 1``, which then lands below the latest). A ``min_age`` longer than an update
+rules that out; the writer's GC may run at any age, so the writer's checkpoint range covers its
+own updates and checkpoint changes confirm that they show in the latest
+(:mod:`inkpen.manifest.checkpoints`).
+
 Fence segments (size :data:`~inkpen.formats.journal.EMPTY_JOURNAL_SIZE`) are kept by default: the
 slot after each writer's last segment holds a newer writer's fence, and deleting it would let a
 stalled writer write into that slot and acknowledge writes nobody replays.

@@ -165,8 +165,11 @@ class ManifestStore:
         absent proves nothing, because GC deletes superseded versions and so leaves gaps below
         the latest (probing alone would take a gap for the end, and an update would then write
         into it, below the latest: a lost update). An update therefore always starts from a
-        listed latest; a gap can only open under it again if two newer versions are written and
-        the first collected within one update, which GC's ``min_age`` rules out.
+        listed latest; a gap can still open under it if two newer versions are written and the
+        first collected within one update. A ``min_age`` longer than an update rules that out;
+        the writer's own GC may run at any age, so the writer's checkpoint keeps every version
+        from the writer's last commit up (its updates never land in a gap), and checkpoint
+        changes confirm they show in the latest afterwards (:mod:`inkpen.manifest.checkpoints`).
         """
         with self._lock:
             cached = self._cached

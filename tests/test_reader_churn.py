@@ -117,9 +117,9 @@ def test_readers_never_fail_while_the_writer_compacts_and_collects(
                 # its lease lapsed, which is right. Any other error is a finding.
                 lapsed += 1
             elif "error" in line:
-                errors.append(line["error"])
+                errors.append(f"{line['error']}\n{line.get('traceback', '')}")
             else:
                 check_fold(line["fold"], keys, acked, line["opened"])
                 cycles += 1
-    assert not errors, f"{len(errors)} reader cycles failed: {errors[:5]}"
+    assert not errors, f"{len(errors)} reader cycles failed:\n" + "\n".join(errors[:5])
     assert cycles >= READERS * 3, f"only {cycles} reader cycles ran ({lapsed} lapsed)"

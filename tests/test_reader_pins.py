@@ -240,3 +240,91 @@ def test_gc_finding_a_lapsed_checkpoints_manifest_gone_reports_no_corruption(url
     assert store.fired == [manifest_key(checkpoint.manifest_id)]
     assert not isinstance(raised.value, inkpen.CorruptionError)
     store.close()
+
+
+def test_a_checkpoint_whose_version_was_collected_before_it_landed_is_made_again(
+    url: str,
+) -> None:
+    # The Reader reads the latest manifest n, then creates n + 1 holding its checkpoint. If, in
+    # between, the writer commits n + 1 and n + 2 (dropping files n names) and its GC (min_age
+    # 0) collects version n + 1 with those files, the create finds the slot free and lands below
+    # the latest: a version nobody builds on, naming files that are gone.
+    keys = [f"k{i:02d}" for i in range(40)]
+    with inkpen.open(url, **QUIET) as book:
+        rewrite_everything(book, keys, b"old")
+        manifests = ManifestStore(open_store(url))
+        before = manifests.latest()
+        assert before is not None
+        old_files = {n for _, n in before.manifest.referenced_objects()}
+        store = HookedStore(open_store(url))
+
+        def writer_moves_on_and_collects() -> None:
+            rewrite_everything(book, keys, b"new")
+            book.run_gc(min_age=0)
+            latest = manifests.latest()
+            assert latest is not None and latest.id > before.id + 1
+            names = stored(url)
+            assert manifest_key(before.id + 1) not in names, "the next version was not collected"
+            assert old_files - names, "no file of version n was collected"
+
+        store.before_create("manifest/", writer_moves_on_and_collects)
+        with capture_logs() as logs, inkpen.open_reader(store, checkpoint_lifetime=60.0) as reader:
+            assert store.fired == ["manifest/"]
+            stray = [e for e in logs if e["event"] == "checkpoint.landed_below_latest"]
+            assert [(e["checkpoint"], e["manifest_id"]) for e in stray] == [
+                (reader.checkpoint_id, before.id + 1)
+            ]
+            assert reader.manifest_id > before.id + 1
+            seen = {key.decode(): value for _, key, value in reader.objects("r")}
+            assert seen == dict.fromkeys(keys, b"new")
+            latest = manifests.latest()
+            assert latest is not None
+            assert latest.manifest.checkpoint(reader.checkpoint_id) is not None
+            book.run_gc(min_age=0)  # the checkpoint, in the latest, keeps what the Reader reads
+            assert reader.get("r", "k00") == b"new"
+        latest = manifests.latest()
+        assert latest is not None
+        assert not [cp for cp in latest.manifest.checkpoints if cp.kind == "reader"]
+        manifests.store.close()
+        store.close()
+
+
+@pytest.mark.parametrize("step", ["refresh", "delete"])
+def test_a_refresh_or_delete_whose_version_was_collected_before_it_landed_is_made_again(
+    url: str, step: str
+) -> None:
+    store = HookedStore(open_store(url))
+    manifests = ManifestStore(store)
+    manifests.create(Manifest())
+    checkpoint = create_checkpoint(manifests, lifetime=60.0, metadata={"kind": "reader"})
+    before = manifests.latest()
+    assert before is not None
+    others = ManifestStore(open_store(url))
+
+    def two_versions_and_a_gc() -> None:
+        # After this update read version n and before it creates n + 1: n + 1 and n + 2 are
+        # written elsewhere and n + 1 is collected, so the create finds the slot free.
+        for persisted in (1, 2):
+            others.update(lambda v, p=persisted: v.manifest.with_ledger(LedgerState((), p)))
+        run_gc(open_store(url), options=GcOptions(min_age=0, offline=True))
+        assert manifest_key(before.id + 1) not in stored(url)
+
+    store.before_create("manifest/", two_versions_and_a_gc)
+    if step == "refresh":
+        refreshed = refresh_checkpoint(manifests, checkpoint.id, lifetime=600.0)
+        assert refreshed.expire_time is not None
+        assert checkpoint.expire_time is not None
+        assert refreshed.expire_time > checkpoint.expire_time
+    else:
+        delete_checkpoint(manifests, checkpoint.id)
+    assert store.fired == ["manifest/"]
+    latest = others.latest()
+    assert latest is not None and latest.id > before.id + 2
+    assert latest.manifest.ledger.persisted_sqn == 2
+    found = latest.manifest.checkpoint(checkpoint.id)
+    if step == "refresh":
+        assert found is not None and found.expire_time == refreshed.expire_time
+    else:
+        assert found is None
+    others.store.close()
+    store.close()

@@ -8,7 +8,8 @@ refresh falls inside it) and closes the Reader. It prints one JSON line per cycl
 - ``{"cycle": n, "checkpoint": id, "opened": t, "fold": {key: value}}`` after a cycle that read
   without error and whose gets agreed with its fold (a Reader reads one fixed state); ``t`` is
   the wall-clock time just before ``open_reader``;
-- ``{"cycle": n, "error": "Type: message"}`` for any error (it goes on with the next cycle);
+- ``{"cycle": n, "error": "Type: message", "traceback": "..."}`` for any error, with where it
+  was raised (it goes on with the next cycle);
 
 and ``{"done": cycles}`` at the end.
 """
@@ -19,6 +20,7 @@ import json
 import random
 import sys
 import time
+import traceback
 
 import inkpen
 
@@ -62,7 +64,11 @@ def main() -> None:
         try:
             line: dict[str, object] = {"cycle": cycles, **one_cycle(url, lifetime, rng, linger)}
         except Exception as exc:  # every error is the test's finding: report it, go on
-            line = {"cycle": cycles, "error": f"{type(exc).__name__}: {exc}"}
+            line = {
+                "cycle": cycles,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
         print(json.dumps(line), flush=True)
         cycles += 1
     print(json.dumps({"done": cycles}), flush=True)
