@@ -44,7 +44,8 @@ absence. Shown, the version is in the line every later version, GC pass and dele
 on, and a new checkpoint protects its files from its commit as above (until that commit ``n``
 was the latest, so nothing it names was collected). Not shown, the change is made again from the
 latest — a creation with the same id, a fresh clock and the segments listed anew; a refresh
-judging the expiry again — up to :data:`LANDING_ATTEMPTS` times, then a definite
+judging the expiry again — up to :data:`~inkpen.manifest.store.LANDING_ATTEMPTS` times, then a
+definite
 :class:`StoreError`; the stray version is a superseded manifest GC collects. (A checkpoint
 dropped by someone else before the check is created again, or its refresh ends in
 :class:`NotFoundError`.)
@@ -74,9 +75,6 @@ from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, Versioned
 from .store import ManifestStore, require_live
 
 log = get_logger("inkpen.manifest")
-
-LANDING_ATTEMPTS = 5
-"""Attempts of one checkpoint change whose version landed below the latest before giving up."""
 
 
 def _check_lifetime(lifetime: object, *, optional: bool) -> float | None:
@@ -254,31 +252,15 @@ def _update_landed(
     checkpoint_id: str,
     what: str,
 ) -> VersionedManifest:
-    """``manifest_store.update(change)``, confirmed: afterwards the latest manifest must show
-    the change (``landed``), else the version it was written as lay below the latest (a slot
-    GC had collected; module docstring) and the update is made again from the latest, up to
-    :data:`LANDING_ATTEMPTS` times."""
-    url = manifest_store.url
-    for attempt in range(1, LANDING_ATTEMPTS + 1):
-        result = manifest_store.update(change)
-        latest = manifest_store.latest()
-        if latest is not None and landed(latest.manifest):
-            return result
-        log.warning(
-            "checkpoint.landed_below_latest",
-            url=url,
-            checkpoint=checkpoint_id,
-            change=what,
-            manifest_id=result.id,
-            latest=None if latest is None else latest.id,
-            attempt=attempt,
-        )
-    raise StoreError(
-        f"checkpoint {checkpoint_id} could not be {what} in the manifest of {url}: "
-        f"{LANDING_ATTEMPTS} times the version it was written "
-        "as was collected before the write landed (superseded manifests are being collected "
-        "as fast as they are written); retry, or run GC with a larger min_age",
-        definite=True,
+    """``manifest_store.update(change)``, confirmed in the latest manifest (module docstring;
+    :meth:`~inkpen.manifest.store.ManifestStore.update_landed`)."""
+    return manifest_store.update_landed(
+        change,
+        landed,
+        event="checkpoint.landed_below_latest",
+        subject=f"checkpoint {checkpoint_id} ({what})",
+        checkpoint=checkpoint_id,
+        what=what,
     )
 
 

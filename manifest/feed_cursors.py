@@ -24,6 +24,11 @@ Journal compaction keeps every journal entry above the lowest live cursor
 commits onto holds a live cursor below the floor it judged with, so a cursor created while a
 compaction runs is honoured too. GC deletes only files no active manifest names and segments
 already rolled into journal files, so it never removes an entry the latest journal holds.
+
+Every change is confirmed in the latest manifest
+(:meth:`~inkpen.manifest.store.ManifestStore.update_landed`): a version written below the latest
+(a slot the writer's GC collected between this process's read and its create) records a cursor
+nobody sees, which would hold back no compaction; such a change is made again from the latest.
 """
 
 from __future__ import annotations
@@ -121,7 +126,14 @@ def create_feed_cursor(
             )
         return _with(versioned.manifest, _new(name, sqn, now, life, owner))
 
-    result = manifests.update(change)
+    result = manifests.update_landed(
+        change,
+        lambda latest: latest.feed_cursor(name) is not None,
+        event="feed.cursor_landed_below_latest",
+        subject=f"feed cursor {name!r} (created)",
+        cursor=name,
+        what="created",
+    )
     cursor = _found(result, name, url)
     log.info(
         "feed.cursor_created", url=url, cursor=name, sqn=cursor.sqn, lifetime=life, owner=owner
@@ -157,7 +169,18 @@ def advance_feed_cursor(manifests: ManifestStore, name: str, sqn: int) -> FeedCu
         moved = replace(found, sqn=sqn, expire_time=expire, advance_time=now)
         return _with(versioned.manifest, moved)
 
-    result = manifests.update(change)
+    def landed(latest: Manifest) -> bool:
+        present = latest.feed_cursor(name)
+        return present is not None and present.sqn >= sqn
+
+    result = manifests.update_landed(
+        change,
+        landed,
+        event="feed.cursor_landed_below_latest",
+        subject=f"feed cursor {name!r} (advanced to {sqn})",
+        cursor=name,
+        what="advanced",
+    )
     log.debug("feed.cursor_advanced", url=url, cursor=name, sqn=sqn)
     return _found(result, name, url)
 
@@ -219,7 +242,19 @@ def hold_feed_cursor(
         done.append(Held(kept, "renewed"))
         return _with(versioned.manifest, kept)
 
-    manifests.update(change)
+    def landed(latest: Manifest) -> bool:
+        present = latest.feed_cursor(name)
+        wanted = done[0].cursor.advance_time
+        return present is not None and (wanted is None or (present.advance_time or 0.0) >= wanted)
+
+    manifests.update_landed(
+        change,
+        landed,
+        event="feed.cursor_landed_below_latest",
+        subject=f"feed cursor {name!r} (held)",
+        cursor=name,
+        what="held",
+    )
     held = done[0]
     if held.outcome == "renewed":
         log.debug("feed.cursor_renewed", url=url, cursor=name, sqn=held.cursor.sqn)
@@ -247,7 +282,14 @@ def delete_feed_cursor(manifests: ManifestStore, name: str) -> None:
         m = versioned.manifest
         return replace(m, feed_cursors=tuple(c for c in m.feed_cursors if c.name != name))
 
-    manifests.update(change)
+    manifests.update_landed(
+        change,
+        lambda latest: latest.feed_cursor(name) is None,
+        event="feed.cursor_landed_below_latest",
+        subject=f"feed cursor {name!r} (deleted)",
+        cursor=name,
+        what="deleted",
+    )
     log.info("feed.cursor_deleted", url=url, cursor=name)
 
 

@@ -48,6 +48,10 @@ from .paths import MANIFEST_PREFIX, manifest_key, parse_manifest_key
 
 log = get_logger("inkpen.manifest")
 
+LANDING_ATTEMPTS = 5
+"""Attempts of one confirmed update (:meth:`ManifestStore.update_landed`) whose version landed
+below the latest before giving up."""
+
 _BACKOFF_FIRST = 0.002
 _BACKOFF_CAP = 0.25
 _RELIST_ATTEMPTS = 5
@@ -335,6 +339,52 @@ class ManifestStore:
                 )
             _backoff(attempt, deadline)
             current = self.latest()
+
+    def update_landed(
+        self,
+        change: ManifestChange,
+        landed: Callable[[Manifest], bool],
+        *,
+        event: str,
+        subject: str,
+        attempts: int = LANDING_ATTEMPTS,
+        **context: object,
+    ) -> VersionedManifest:
+        """:meth:`update`, confirmed: afterwards the latest manifest must show the change
+        (``landed``), else the version it was written as lay below the latest and the update is
+        made again from the latest, up to ``attempts`` times (then a definite
+        :class:`StoreError`).
+
+        An update of another process than the writer can land so: between its read of version
+        ``n`` and its create of ``n + 1``, the writer may commit ``n + 1`` and ``n + 2`` and its
+        own GC (which may run at any ``min_age``) collect the superseded ``n + 1``; the create
+        then finds the slot free. Such a version is taken for the latest by no one and built on
+        by no one, so what it records (a checkpoint, a feed cursor) holds nothing back. The
+        writer's own commits cannot land so: its checkpoint pins every version from its last
+        commit up. Every checkpoint and feed-cursor change of other processes comes through
+        here. ``event`` is logged at each retry with ``context``; ``subject`` names what was
+        changed in the final error."""
+        url = self.url
+        for attempt in range(1, attempts + 1):
+            result = self.update(change)
+            latest = self.latest()
+            if latest is not None and landed(latest.manifest):
+                return result
+            log.warning(
+                event,
+                url=url,
+                **context,
+                manifest_id=result.id,
+                latest=None if latest is None else latest.id,
+                attempt=attempt,
+            )
+        raise StoreError(
+            f"{subject} could not be recorded in the manifest of {url}: {attempts} times the "
+            "version it was written as was collected before the write landed (superseded "
+            "manifests are being collected as fast as they are written); retry, or run GC with "
+            "a larger min_age",
+            definite=True,
+        )
 
     def _write_next(self, target: int, data: bytes, deadline: float) -> bool:
         """Create manifest ``target``; True when our bytes landed, False when someone else's did."""

@@ -8,7 +8,20 @@ import random
 import pytest
 
 import inkpen
+from inkpen.manifest.feed_cursors import (
+    advance_feed_cursor,
+    create_feed_cursor,
+    delete_feed_cursor,
+    hold_feed_cursor,
+)
+from inkpen.manifest.gc import GcOptions, run_gc
+from inkpen.manifest.model import LedgerState, Manifest
+from inkpen.manifest.paths import manifest_key
+from inkpen.manifest.store import ManifestStore
+from inkpen.objectstore import open_store
 from support.engine import TINY
+from support.hooks import HookedStore
+from support.logs import capture_logs
 
 Logged = list[tuple[str, str, str, bytes | None]]
 
@@ -291,3 +304,53 @@ def test_feed_list_shows_each_cursors_owner_and_age(tmp_path) -> None:  # type: 
     for row in rows.values():
         assert 0 <= row["age"] <= now - row["created"] + 1
         assert row["advanced"] >= row["created"]
+
+
+@pytest.mark.parametrize("step", ["create", "advance", "hold", "delete"])
+@pytest.mark.parametrize("store_kind", ["memory", "local"], indirect=True)
+def test_a_cursor_change_whose_version_was_collected_before_it_landed_is_made_again(
+    store_url: str, step: str
+) -> None:
+    # Between this process's read of version n and its create of n + 1, the writer commits
+    # n + 1 and n + 2 and its GC collects n + 1: the create finds the slot free and lands below
+    # the latest, where no compaction would see the cursor. The change must be made again.
+    store = HookedStore(open_store(store_url))
+    manifests = ManifestStore(store)
+    manifests.create(Manifest())
+    if step != "create":
+        create_feed_cursor(manifests, "c", 5, lifetime=600.0)
+    before = manifests.latest()
+    assert before is not None
+    others = ManifestStore(open_store(store_url))
+
+    def two_versions_and_a_gc() -> None:
+        for persisted in (1, 2):
+            others.update(lambda v, p=persisted: v.manifest.with_ledger(LedgerState((), p)))
+        report = run_gc(open_store(store_url), options=GcOptions(min_age=0, offline=True))
+        assert manifest_key(before.id + 1) in report.deleted
+
+    store.before_create("manifest/", two_versions_and_a_gc)
+    with capture_logs() as logs:
+        if step == "create":
+            create_feed_cursor(manifests, "c", 5, lifetime=600.0)
+        elif step == "advance":
+            advance_feed_cursor(manifests, "c", 9)
+        elif step == "hold":
+            hold_feed_cursor(manifests, "c", 9, lifetime=900.0, advance=True)
+        else:
+            delete_feed_cursor(manifests, "c")
+    assert store.fired == ["manifest/"]
+    stray = [e for e in logs if e["event"] == "feed.cursor_landed_below_latest"]
+    assert [(e["cursor"], e["manifest_id"]) for e in stray] == [("c", before.id + 1)]
+    latest = others.latest()
+    assert latest is not None and latest.id > before.id + 2
+    assert latest.manifest.ledger.persisted_sqn == 2, "the other versions were kept"
+    found = latest.manifest.feed_cursor("c")
+    if step == "delete":
+        assert found is None
+    else:
+        assert found is not None
+        assert found.sqn == (5 if step == "create" else 9)
+        assert found.lifetime == (900.0 if step == "hold" else 600.0)
+    others.store.close()
+    store.close()
