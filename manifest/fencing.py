@@ -370,13 +370,33 @@ def with_epochs(store: ObjectStore, refs: Sequence[SegmentRef]) -> list[SegmentR
     return filled
 
 
+class EpochRule:
+    """The reader rule, one segment at a time in id order: a segment whose writer epoch is below
+    an earlier accepted one's was written by a fenced writer after a newer one took over, and is
+    rejected. The one place the rule is written; :func:`accepted_segments` applies it to a run
+    of segments, a following Reader to each segment it probes."""
+
+    __slots__ = ("highest",)
+
+    def __init__(self, highest: int = 0) -> None:
+        self.highest = highest
+        """The highest epoch accepted so far."""
+
+    def accepts(self, writer_epoch: int) -> bool:
+        """Whether the next segment (in id order), of ``writer_epoch``, is accepted."""
+        if writer_epoch < self.highest:
+            return False
+        self.highest = writer_epoch
+        return True
+
+
 def accepted_segments(refs: Iterable[SegmentRef]) -> list[SegmentRef]:
-    """The reader rule: in id order, drop every segment whose epoch is below an earlier one's.
+    """The reader rule (:class:`EpochRule`) over ``refs`` in id order.
 
     Each ref must carry its epoch (see :func:`with_epochs`). The result's epochs never decrease.
     """
     accepted: list[SegmentRef] = []
-    highest = 0
+    rule = EpochRule()
     previous_id: int | None = None
     for ref in refs:
         if ref.writer_epoch is None:
@@ -384,10 +404,8 @@ def accepted_segments(refs: Iterable[SegmentRef]) -> list[SegmentRef]:
         if previous_id is not None and ref.id <= previous_id:
             raise UsageError("segments must be given in increasing id order")
         previous_id = ref.id
-        if ref.writer_epoch < highest:
-            continue
-        highest = ref.writer_epoch
-        accepted.append(ref)
+        if rule.accepts(ref.writer_epoch):
+            accepted.append(ref)
     return accepted
 
 

@@ -63,7 +63,7 @@ SEGMENT_READERS = 8
 @dataclass(frozen=True, slots=True)
 class Segment:
     """One unrolled journal segment read back: its id, its writer's epoch, its stored size and its
-    entries (SQN order, at least one)."""
+    entries (SQN order; :meth:`TableStore.read_segments` answers only segments with entries)."""
 
     id: int
     writer_epoch: int
@@ -288,6 +288,18 @@ class TableStore:
         """The whole stored file ``descriptor`` names (a merge's input)."""
         return self.store_for(descriptor.root).get(descriptor.name)
 
+    def read_segment(self, segment_id: int) -> Segment | None:
+        """One segment slot as stored, checked and decoded (its entries may be none: a fence);
+        None when the slot is empty. No rule is applied: callers apply
+        :class:`~inkpen.manifest.fencing.EpochRule` in id order."""
+        key = segment_key(segment_id)
+        try:
+            data = self.store.get(key)
+        except NotFoundError:
+            return None
+        header, entries = decode_journal(data, key)
+        return Segment(segment_id, header.writer_epoch, len(data), tuple(entries))
+
     def read_segments(
         self,
         ids: Iterable[int],
@@ -301,15 +313,10 @@ class TableStore:
         store = self.store
 
         def read(segment_id: int) -> Segment | None:
-            key = segment_key(segment_id)
-            try:
-                data = store.get(key)
-            except NotFoundError:
-                if allow_missing:
-                    return None
-                raise missing_error(store.url, [segment_id]) from None
-            header, entries = decode_journal(data, key)
-            return Segment(segment_id, header.writer_epoch, len(data), tuple(entries))
+            found = self.read_segment(segment_id)
+            if found is None and not allow_missing:
+                raise missing_error(store.url, [segment_id])
+            return found
 
         wanted = list(ids)
         if not wanted:

@@ -51,14 +51,13 @@ from inkpen.actors.kernel.views import (
     SstHandle,
 )
 from inkpen.actors.read.checkpoint_views import OPENERS, ManifestViews
-from inkpen.errors import InkpenError, NotFoundError
-from inkpen.formats.journal import decode_journal
+from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
+from inkpen.manifest.fencing import EpochRule
 from inkpen.manifest.levels import Levels
 from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
-from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.manifest.table_store import TableStore
 from inkpen.options import Options
@@ -103,7 +102,7 @@ class Follower:
         self._views = views
         self._segments: dict[int, SegmentTable] = {s.segment_id: s for s in views.journal.segments}
         self._next_probe = lease.manifest.journal.next_segment
-        self._epoch = 0
+        self._epochs = EpochRule()
         self._version = 0
         self._refresh_lock = threading.Lock()
         self._changed = threading.Condition()
@@ -226,30 +225,30 @@ class Follower:
 
     def _probe(self) -> bool:
         """Read the next segment slots until one is absent; True if any entries were added."""
-        store = self._tables.store
         added: list[SegmentTable] = []
         for _ in range(MAX_PROBE):
             segment_id = self._next_probe
-            key = segment_key(segment_id)
-            try:
-                data = store.get(key)
-            except NotFoundError:
+            segment = self._tables.read_segment(segment_id)
+            if segment is None:
                 break
-            header, entries = decode_journal(data, key)
             self._next_probe = segment_id + 1
-            if header.writer_epoch < self._epoch:
+            if not self._epochs.accepts(segment.writer_epoch):
                 log.warning(
                     "follower.segment_rejected",
                     segment=segment_id,
-                    epoch=header.writer_epoch,
-                    newer=self._epoch,
+                    epoch=segment.writer_epoch,
+                    newer=self._epochs.highest,
                 )
                 continue
-            self._epoch = header.writer_epoch
+            entries = segment.entries
             if not entries:
                 continue
             table = SegmentTable(
-                segment_id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, len(data)
+                segment_id,
+                entries[0].sqn,
+                entries[-1].sqn,
+                {e.sqn: e for e in entries},
+                segment.size,
             )
             if table.last_sqn <= self._views.journal.max_sqn():
                 continue  # already held (read by a re-pin's window)
