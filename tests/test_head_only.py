@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,22 +25,14 @@ from support.engine import TINY
 from support.head_only_writer import apply, batch
 from support.waiting import wait_until
 
-
-@pytest.fixture(
-    params=[pytest.param("local", id="local"), pytest.param("s3", id="s3", marks=pytest.mark.s3)]
-)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 WRITER = Path(__file__).parent / "support" / "head_only_writer.py"
 Model = dict[tuple[str, str, str], bytes]
 
 
-def random_batches(rng: random.Random, count: int) -> list[list[tuple]]:
+def random_batches(rng: random.Random, count: int) -> list[list[tuple[Any, ...]]]:
     batches = []
     for _ in range(count):
-        specs: list[tuple] = []
+        specs: list[tuple[Any, ...]] = []
         for _ in range(rng.randint(1, 8)):
             bucket, key, subkey = (
                 rng.choice("ab"),
@@ -54,7 +47,7 @@ def random_batches(rng: random.Random, count: int) -> list[list[tuple]]:
     return batches
 
 
-def applied(model: Model, specs: list[tuple]) -> None:
+def applied(model: Model, specs: list[tuple[Any, ...]]) -> None:
     for op, bucket, key, subkey, value in specs:
         if op == "remove":
             model.pop((bucket, key, subkey), None)
@@ -286,9 +279,13 @@ def test_recovery_after_sigkill_keeps_every_acknowledged_batch_whole(
 
 
 def test_copies_keep_the_mode_and_diff_compares_head_only_objects(
-    kind: str, make_store_url
+    durable_kind: str, make_store_url
 ) -> None:
-    url, backup, restored = make_store_url(kind), make_store_url(kind), make_store_url(kind)
+    url, backup, restored = (
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+    )
     model: Model = {}
     with inkpen.open(url, head_only="with_lookup", **TINY) as book:
         for specs in random_batches(random.Random(11), 30):

@@ -581,7 +581,10 @@ class BookieMachine(RuleBasedStateMachine):
                 batch.delete(bucket, key, indexes=index_specs, if_sqn=if_sqn)
 
                 def delete_step(
-                    model: Model, b: str = bucket, k: str = key, i: Iterable[IndexSpec] = index_specs
+                    model: Model,
+                    b: str = bucket,
+                    k: str = key,
+                    i: Iterable[IndexSpec] = index_specs,
                 ) -> None:
                     model.delete(b, k, i)
 
@@ -1304,9 +1307,7 @@ class FaultyMachine(BookieMachine):
         after_share=st.sampled_from((0.25, 0.5)),
         storm=st.sampled_from((False, False, True)),
     )
-    def start(
-        self, seed: int, chance: float, after_share: float, storm: bool
-    ) -> None:
+    def start(self, seed: int, chance: float, after_share: float, storm: bool) -> None:
         """Faults everywhere at ``chance``; in a storm, also a third of the creates, reads and
         heads a journal write makes fail, so some writes end with their outcome unknown."""
         plan = FaultPlan.everywhere(
