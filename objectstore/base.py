@@ -114,6 +114,12 @@ class ObjectStore(Protocol):
 
     def close(self) -> None: ...
 
+    def __enter__(self) -> Self:
+        """A store is its own context manager: ``with open_store(url) as store:`` closes it."""
+        ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
 
 class StoreBase:
     """Shared argument checks and the paging loop; implementations subclass it."""

@@ -8,7 +8,9 @@ Object stores:
   one of :data:`STORE_KINDS`;
 - ``store_kind`` / ``store_url`` / ``store``: one test run per kind (ids ``memory``, ``local``,
   ``s3``; the ``s3`` run carries the ``s3`` marker), with a fresh root URL and the store opened
-  on it.
+  on it;
+- ``durable_kind`` / ``durable_store_url``: the same for the kinds another process can open
+  too, :data:`DURABLE_KINDS` (ids ``local`` and ``s3``, the ``s3`` run marked ``s3``).
 
 S3 runs never skip: without the ``weed`` binary they fail, saying how to install it.
 """
@@ -37,6 +39,11 @@ from support.profiles import DEEP_PROFILE, profile_name
 settings.load_profile(profile_name())
 
 STORE_KINDS = ("memory", "local", "s3")
+DURABLE_KINDS = [
+    pytest.param("local", id="local"),
+    pytest.param("s3", id="s3", marks=pytest.mark.s3),
+]
+"""The kinds of store that outlive a process (another process can open them too)."""
 
 _AWS_VARIABLES_TO_CLEAR = (
     "AWS_PROFILE",
@@ -105,13 +112,24 @@ def make_store_url(
 @pytest.fixture(
     params=[
         pytest.param("memory", id="memory"),
-        pytest.param("local", id="local"),
-        pytest.param("s3", id="s3", marks=pytest.mark.s3),
+        *DURABLE_KINDS,
     ]
 )
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Which kind of store this run of the test uses."""
     return str(request.param)
+
+
+@pytest.fixture(params=DURABLE_KINDS)
+def durable_kind(request: pytest.FixtureRequest) -> str:
+    """Which durable kind of store this run of the test uses: ``local`` or ``s3``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def durable_store_url(durable_kind: str, make_store_url: Callable[[str], str]) -> str:
+    """A fresh, empty store root of this run's durable kind."""
+    return make_store_url(durable_kind)
 
 
 @pytest.fixture

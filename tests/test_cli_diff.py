@@ -7,21 +7,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 import inkpen
 from support.cli import fails, inkpen_command, latest_manifest, ok, populate
 from support.engine import TINY
 
 MakeUrl = Callable[[str], str]
 Model = dict[tuple[str, str], bytes]
-
-
-@pytest.fixture(
-    params=[pytest.param("local", id="local"), pytest.param("s3", id="s3", marks=pytest.mark.s3)]
-)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 def expected_lines(a: Model, b: Model) -> list[str]:
@@ -37,8 +28,10 @@ def expected_lines(a: Model, b: Model) -> list[str]:
     return lines
 
 
-def test_backup_restore_and_clone_equal_their_source(kind: str, make_store_url: MakeUrl) -> None:
-    url, backup, restored, cloned = (make_store_url(kind) for _ in range(4))
+def test_backup_restore_and_clone_equal_their_source(
+    durable_kind: str, make_store_url: MakeUrl
+) -> None:
+    url, backup, restored, cloned = (make_store_url(durable_kind) for _ in range(4))
     populate(url, crash=True)  # leaves unrolled segments: the readers must see them too
     ok("backup", url, backup, "--no-fence")
     ok("restore", backup, restored)
@@ -52,8 +45,8 @@ def test_backup_restore_and_clone_equal_their_source(kind: str, make_store_url: 
     assert document["differing_segments"] == 0 and document["heads_read"] == 0
 
 
-def test_single_changes_of_each_kind(kind: str, make_store_url: MakeUrl) -> None:
-    url_a, url_b = make_store_url(kind), make_store_url(kind)
+def test_single_changes_of_each_kind(durable_kind: str, make_store_url: MakeUrl) -> None:
+    url_a, url_b = make_store_url(durable_kind), make_store_url(durable_kind)
     a: Model = {("users", f"user{i:03d}"): f"profile {i}".encode() for i in range(150)}
     a[("other", "x")] = b"x"
     with inkpen.open(url_a, **TINY) as book:
@@ -130,8 +123,14 @@ def test_damaged_data_exits_3(tmp_path: Path) -> None:
     assert sst.name in ran.stderr, ran.explain()
 
 
-def test_verify_against_proves_a_backup_and_its_restore(kind: str, make_store_url: MakeUrl) -> None:
-    url, backup, restored = make_store_url(kind), make_store_url(kind), make_store_url(kind)
+def test_verify_against_proves_a_backup_and_its_restore(
+    durable_kind: str, make_store_url: MakeUrl
+) -> None:
+    url, backup, restored = (
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+    )
     populate(url, crash=False)
     ok("backup", url, backup)
     ok("restore", backup, restored)

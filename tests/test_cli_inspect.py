@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,18 +35,29 @@ class Db:
         self.model = model
 
 
-@pytest.fixture(
-    scope="module",
-    params=[pytest.param("local", id="local"), pytest.param("s3", id="s3", marks=pytest.mark.s3)],
-)
-def db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Db]:
-    if request.param == "local":
-        url = str(tmp_path_factory.mktemp("cli-inspect") / "db")
-    else:
-        endpoint = request.getfixturevalue("seaweed").endpoint
-        bucket = request.getfixturevalue("seaweed_bucket")
-        url = f"s3://{bucket}/cli-inspect-{uuid.uuid4().hex[:8]}?endpoint={endpoint}"
-    yield Db(url, populate(url, crash=True))
+@pytest.fixture(scope="module")
+def dbs() -> dict[str, Db]:
+    """The module's databases by store kind, each built by the first test that asks for it."""
+    return {}
+
+
+@pytest.fixture
+def db(
+    durable_kind: str,
+    dbs: dict[str, Db],
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Db:
+    """The database of this run's kind, shared by every test of the module."""
+    if durable_kind not in dbs:
+        if durable_kind == "local":
+            url = str(tmp_path_factory.mktemp("cli-inspect") / "db")
+        else:
+            endpoint = request.getfixturevalue("seaweed").endpoint
+            bucket = request.getfixturevalue("seaweed_bucket")
+            url = f"s3://{bucket}/cli-inspect-{uuid.uuid4().hex[:8]}?endpoint={endpoint}"
+        dbs[durable_kind] = Db(url, populate(url, crash=True))
+    return dbs[durable_kind]
 
 
 def test_info_reports_the_latest_manifest(db: Db) -> None:

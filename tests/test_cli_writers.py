@@ -26,13 +26,6 @@ from support.cli import (
 MakeUrl = Callable[[str], str]
 
 
-@pytest.fixture(
-    params=[pytest.param("local", id="local"), pytest.param("s3", id="s3", marks=pytest.mark.s3)]
-)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def object_keys(url: str) -> set[str]:
     store = open_store(url)
     try:
@@ -41,8 +34,8 @@ def object_keys(url: str) -> set[str]:
         store.close()
 
 
-def test_put_get_delete_from_the_command_line(kind: str, make_store_url: MakeUrl) -> None:
-    url = make_store_url(kind)
+def test_put_get_delete_from_the_command_line(durable_kind: str, make_store_url: MakeUrl) -> None:
+    url = make_store_url(durable_kind)
     missing = fails(1, "put", url, "users", "alice", "hello")
     assert "--create" in error_line(missing)
 
@@ -59,7 +52,7 @@ def test_put_get_delete_from_the_command_line(kind: str, make_store_url: MakeUrl
     assert ok("ls", url, "users", "--index", "email_bin").lines == []
     assert ok("ls", url).lines == ["files", "sessions"]
 
-    if kind == "local":  # refused before the store is reached: one kind of store shows it
+    if durable_kind == "local":  # refused before the store is reached: one kind of store shows it
         bad_index = fails(2, "put", url, "users", "bob", "x", "--index", "nofield")
         assert "FIELD=TERM" in error_line(bad_index)
         fails(2, "put", url, "users", "bob", "x", "--file", "-")  # both VALUE and --file
@@ -146,8 +139,12 @@ def test_gc_plans_then_deletes_only_old_unneeded_objects(make_store_url: MakeUrl
     ok("verify", url)
 
 
-def test_backup_and_restore(kind: str, make_store_url: MakeUrl) -> None:
-    url, backup, restored = make_store_url(kind), make_store_url(kind), make_store_url(kind)
+def test_backup_and_restore(durable_kind: str, make_store_url: MakeUrl) -> None:
+    url, backup, restored = (
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+    )
     model = populate(url, crash=False)
     first = json.loads(ok("backup", url, backup, "--json").out)
     assert first["files_copied"] == first["files"] > 0
@@ -172,9 +169,13 @@ def test_backup_and_restore(kind: str, make_store_url: MakeUrl) -> None:
 
 
 def test_backup_without_fencing_copies_a_live_writers_acknowledged_writes(
-    kind: str, make_store_url: MakeUrl
+    durable_kind: str, make_store_url: MakeUrl
 ) -> None:
-    url, backup, restored = make_store_url(kind), make_store_url(kind), make_store_url(kind)
+    url, backup, restored = (
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+    )
     with inkpen.open(url) as book:
         for i in range(50):
             book.put("b", f"k{i:02d}", b"acknowledged %d" % i)
@@ -223,8 +224,8 @@ def test_destroy_needs_yes_and_respects_checkpoints(make_store_url: MakeUrl) -> 
     fails(1, "info", url)
 
 
-def test_hard_destroy_removes_every_object(kind: str, make_store_url: MakeUrl) -> None:
-    url = make_store_url(kind)
+def test_hard_destroy_removes_every_object(durable_kind: str, make_store_url: MakeUrl) -> None:
+    url = make_store_url(durable_kind)
     populate(url, crash=False)
     assert object_keys(url)
     assert ok("destroy", url, "--yes").out.strip() == f"destroyed {url}: every object is removed"

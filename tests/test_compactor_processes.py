@@ -21,9 +21,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-
-import pytest
 
 import inkpen
 from inkpen.objectstore import open_store
@@ -132,14 +131,19 @@ def _acks(child: Child) -> int:
     return len(child.seen("ACK"))
 
 
-@pytest.mark.parametrize(
-    "kind, rounds",
-    [pytest.param("local", 20, id="local"), pytest.param("s3", 4, id="s3", marks=pytest.mark.s3)],
-)
+def _acked(child: Child, target: int) -> bool:
+    return _acks(child) >= target
+
+
+def _saw(child: Child, word: str, times: int = 1) -> bool:
+    return len(child.seen(word)) >= times
+
+
 def test_compactor_and_writer_processes_killed_at_random_lose_nothing(
-    kind: str, rounds: int, make_store_url: Callable[[str], str], tmp_path: Path
+    durable_kind: str, durable_store_url: str, tmp_path: Path
 ) -> None:
-    url = make_store_url(kind)
+    url = durable_store_url
+    rounds = 4 if durable_kind == "s3" else 20
     rng = random.Random(1818)
     spawner = Spawner(tmp_path, url)
     writers: list[tuple[Child, bool]] = []
@@ -150,32 +154,32 @@ def test_compactor_and_writer_processes_killed_at_random_lose_nothing(
         writer.wait_for(lambda: bool(writer.seen("OPENED")), "its open")
         for _ in range(rounds):
             compactor = spawner.take("compactor")
-            compactor.wait_for(lambda c=compactor: bool(c.seen("CLAIMED")), "its claim")
+            compactor.wait_for(partial(_saw, compactor, "CLAIMED"), "its claim")
             target = _acks(writer) + rng.randrange(1, 16)
-            writer.wait_for(lambda a=target, w=writer: _acks(w) >= a, f"{target} puts")
+            writer.wait_for(partial(_acked, writer, target), f"{target} puts")
             if rng.random() < 0.5:  # sometimes let a round finish first
-                compactor.wait_for(lambda c=compactor: bool(c.seen("ROUND")), "a round")
+                compactor.wait_for(partial(_saw, compactor, "ROUND"), "a round")
             # The writer dies while the compactor runs; a new one recovers beside it. Its put
             # in flight (number start + acks) may have landed: the next writer skips that number.
             writer.kill()
             writers.append((writer, True))
             writer = spawner.take("writer", start=writer.start + _acks(writer) + 1)
-            writer.wait_for(lambda w=writer: bool(w.seen("OPENED")), "the new writer's open")
+            writer.wait_for(partial(_saw, writer, "OPENED"), "the new writer's open")
             target = rng.randrange(0, 10)
-            writer.wait_for(lambda a=target, w=writer: _acks(w) >= a, f"{target} puts")
+            writer.wait_for(partial(_acked, writer, target), f"{target} puts")
             compactor.kill()
             compactors_killed += 1
         # A compactor fenced by a newer one: the older ends with FENCED, the newer keeps on.
         older = spawner.take("compactor")
         older.wait_for(lambda: bool(older.seen("ROUND")), "a round")
         compactor = spawner.take("compactor")
-        compactor.wait_for(lambda c=compactor: bool(c.seen("CLAIMED")), "its claim")
+        compactor.wait_for(partial(_saw, compactor, "CLAIMED"), "its claim")
         older.wait_for(lambda: bool(older.seen("FENCED")), "the fence")
         assert older.finish() == 0
         assert int(compactor.seen("CLAIMED")[0][1]) > int(older.seen("CLAIMED")[0][1])
         target = _acks(writer) + 50
         writer.wait_for(lambda: _acks(writer) >= target, "50 more puts")
-        compactor.wait_for(lambda c=compactor: len(c.seen("ROUND")) >= 2, "two rounds")
+        compactor.wait_for(partial(_saw, compactor, "ROUND", 2), "two rounds")
         (tmp_path / "stop").touch()
         writer.wait_for(lambda: bool(writer.seen("CLOSED")), "its close")
         assert writer.finish() == 0

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -165,24 +166,23 @@ class Reads:
             b = bucket.encode()
             for key in KEYS:
                 value = objects.get((b, key.encode()))
-                self.expect(lambda b=bucket, k=key: book.get(b, k), value)
+                self.expect(partial(book.get, bucket, key), value)
                 self.expect(
-                    lambda b=bucket, k=key: _size(book.head(b, k)),
-                    None if value is None else len(value),
+                    partial(_head_size, book, bucket, key), None if value is None else len(value)
                 )
             self.expect(
-                lambda b=bucket: book.get_many(b, KEYS),
+                partial(book.get_many, bucket, KEYS),
                 [objects.get((b, key.encode())) for key in KEYS],
             )
             self.expect(
-                lambda b=bucket: list(book.keys(b)),
+                partial(_listed, book.keys, bucket),
                 sorted(k for (ob, k) in objects if ob == b),
             )
             for index_field in FIELDS:
                 f = index_field.encode()
                 self.expect(
-                    lambda b=bucket, f=index_field: list(
-                        book.index_query(b, f, "", "z", return_terms=True)
+                    partial(
+                        _listed, book.index_query, bucket, index_field, "", "z", return_terms=True
                     ),
                     sorted(
                         (term, key)
@@ -210,9 +210,16 @@ class Reads:
             return
         for bucket in BUCKETS:
             for index_field in FIELDS:
-                self.expect(
-                    lambda b=bucket, f=index_field: list(book.index_query(b, f, "", "z")), []
-                )
+                self.expect(partial(_listed, book.index_query, bucket, index_field, "", "z"), [])
+
+
+def _listed(fold: Callable[..., Iterable[Any]], *args: Any, **kwargs: Any) -> list[Any]:
+    """What a fold of ``book`` gives, as a list."""
+    return list(fold(*args, **kwargs))
+
+
+def _head_size(book: inkpen.Bookie, bucket: str, key: str) -> int | None:
+    return _size(book.head(bucket, key))
 
 
 def _size(head: inkpen.Head | None) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,7 +18,7 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def book(store_url: str, clock: FakeClock):
+def book(store_url: str, clock: FakeClock) -> Iterator[inkpen.Bookie]:
     with inkpen.open(store_url, clock=clock, **TINY) as opened:
         yield opened
 

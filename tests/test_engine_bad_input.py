@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +16,7 @@ from support.engine import TINY, checkpoints
 
 
 @pytest.fixture
-def book(store_url: str):
+def book(store_url: str) -> Iterator[inkpen.Bookie]:
     with inkpen.open(store_url, max_value_bytes=1024, max_indexes=2, **TINY) as opened:
         opened.put("b", "k", b"original")
         yield opened
@@ -51,7 +53,9 @@ def book(store_url: str):
         (lambda b: list(b.index_query("b", "f", "a", "z", regex="(")), "does not compile"),
     ],
 )
-def test_bad_calls_raise_and_change_nothing(book: inkpen.Bookie, call, message: str) -> None:
+def test_bad_calls_raise_and_change_nothing(
+    book: inkpen.Bookie, call: Callable[[inkpen.Bookie], Any], message: str
+) -> None:
     before = book.stats()["sqn"]
     with pytest.raises(inkpen.UsageError, match=message.replace("(", r"\(")):
         call(book)
@@ -89,7 +93,7 @@ def test_closed_bookie_refuses_every_call(store_url: str) -> None:
     ],
 )
 def test_bad_options_are_refused_before_touching_the_store(
-    store_url: str, options: dict, message: str
+    store_url: str, options: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(inkpen.UsageError, match=message):
         inkpen.open(store_url, **options)
@@ -145,7 +149,7 @@ SURROGATE = "a\ud800b"
     ],
 )
 def test_arguments_out_of_every_range_are_usage_errors(
-    book: inkpen.Bookie, store_url: str, call, message: str
+    book: inkpen.Bookie, store_url: str, call: Callable[[inkpen.Bookie], Any], message: str
 ) -> None:
     before = book.stats()["sqn"], checkpoints(store_url)
     with pytest.raises(inkpen.UsageError, match=message):
@@ -169,7 +173,7 @@ def test_arguments_out_of_every_range_are_usage_errors(
     ],
 )
 def test_more_bad_options_are_refused_before_touching_the_store(
-    store_url: str, options: dict, message: str
+    store_url: str, options: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(inkpen.UsageError, match=message):
         inkpen.open(store_url, **options)
@@ -182,7 +186,8 @@ def test_reader_arguments_are_checked(book: inkpen.Bookie, store_url: str) -> No
     with pytest.raises(inkpen.UsageError, match="not valid Unicode"):
         inkpen.open_reader(store_url, checkpoint=SURROGATE)
     with pytest.raises(inkpen.UsageError, match="checkpoint must be"):
-        inkpen.open_reader(store_url, checkpoint=5)
+        not_a_name: Any = 5  # the wrong type on purpose
+        inkpen.open_reader(store_url, checkpoint=not_a_name)
 
 
 @pytest.mark.parametrize(
@@ -267,7 +272,7 @@ BAD_CALLS = st.one_of(
 )
 @given(call=BAD_CALLS)
 def test_fuzzed_bad_arguments_raise_usage_errors_and_change_nothing(
-    book: inkpen.Bookie, store_url: str, call
+    book: inkpen.Bookie, store_url: str, call: Callable[[inkpen.Bookie], Any]
 ) -> None:
     before = book.stats()["sqn"], checkpoints(store_url)
     with pytest.raises(inkpen.UsageError):
@@ -326,7 +331,7 @@ def test_old_roll_option_names_still_work_with_a_warning() -> None:
     ],
 )
 def test_sqns_lifetimes_and_counts_beyond_the_formats_are_refused(
-    book: inkpen.Bookie, store_url: str, call, message: str
+    book: inkpen.Bookie, store_url: str, call: Callable[[inkpen.Bookie], Any], message: str
 ) -> None:
     book.create_feed_cursor("c", 1)
     before = checkpoints(store_url), book.feed_cursors()

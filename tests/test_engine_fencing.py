@@ -263,15 +263,14 @@ def test_a_fenced_writer_that_does_not_know_it_deletes_nothing_with_its_gc(
         assert ok("verify", store_url).lines[-1].startswith("result: all ")
 
 
-@pytest.mark.parametrize("kind", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_a_writer_fenced_during_its_start_up_replay_fails_its_open(
-    make_store_url: Callable[[str], str], kind: str
+    durable_store_url: str,
 ) -> None:
     """A crashed writer left puts the ledger never persisted. The next writer's start-up replay
     fills its Penciller while its first L0 write is held back, so the replay waits for room;
     another writer opens meanwhile. The waiting open must end with FencedError (it learns of the
     fence by asking the manifest), not wait for room for minutes."""
-    url = make_store_url(kind)
+    url = durable_store_url
     crashed = inkpen.open(url, ledger_cache_entries=10_000, l0_cache_entries=100_000)
     for n in range(200):
         crashed.put("b", f"k{n:03d}", b"v")

@@ -54,7 +54,7 @@ def outage(store_url: str) -> Any:
 
 
 def test_a_refused_segment_write_names_the_store_and_its_cause(outage: OutageStore) -> None:
-    with inkpen.open(outage) as book:  # type: ignore[arg-type]
+    with inkpen.open(outage) as book:
         book.put("b", "before", b"1")
         outage.down.set()
         with pytest.raises(StoreError) as failed:
@@ -73,8 +73,8 @@ def test_put_timeout_bounds_the_wait_and_the_write_may_still_land(
     outage: OutageStore,
 ) -> None:
     with pytest.raises(inkpen.UsageError):
-        inkpen.open(outage, put_timeout=-1)  # type: ignore[arg-type]
-    with inkpen.open(outage, put_timeout=0.3) as book:  # type: ignore[arg-type]
+        inkpen.open(outage, put_timeout=-1)
+    with inkpen.open(outage, put_timeout=0.3) as book:
         outage.hang.set()
         with pytest.raises(StoreError, match=r"put_timeout=0\.3s") as failed:
             book.put("b", "k", b"late")
@@ -86,7 +86,7 @@ def test_put_timeout_bounds_the_wait_and_the_write_may_still_land(
 
 def test_async_put_timeout(outage: OutageStore) -> None:
     async def main() -> None:
-        async with inkpen.aio.open(outage, put_timeout=0.3) as book:  # type: ignore[arg-type]
+        async with inkpen.aio.open(outage, put_timeout=0.3) as book:
             outage.hang.set()
             with pytest.raises(StoreError, match=r"put_timeout=0\.3s"):
                 await book.put("b", "k", b"late")

@@ -262,7 +262,7 @@ def test_a_conditional_put_whose_first_attempt_landed_reports_success(store_url:
     inner = open_store(store_url)
     store = _LostAnswers(inner)
     try:
-        with inkpen.open(store, **TINY) as book:  # type: ignore[arg-type]
+        with inkpen.open(store, **TINY) as book:
             book.put("b", "k", b"v1")
             head = book.head("b", "k")
             assert head is not None

@@ -180,7 +180,7 @@ def test_feed_cursor_protocol(store_url: str) -> None:
             book.advance_feed_cursor("a", 6)
         for bad in (("", 0), ("x", -1), ("x", "1"), (5, 0)):
             with pytest.raises(inkpen.UsageError):
-                book.create_feed_cursor(*bad)  # type: ignore[arg-type]
+                book.create_feed_cursor(*bad)
         with pytest.raises(inkpen.UsageError):
             book.create_feed_cursor("c", lifetime=0)
         with pytest.raises(inkpen.NotFoundError):

@@ -19,9 +19,10 @@ from support.engine import TINY
 FOLLOWER = Path(__file__).parent / "support" / "follower_process.py"
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def url(request: pytest.FixtureRequest, make_store_url: Callable[[str], str]) -> str:
-    return make_store_url(request.param)
+@pytest.fixture
+def url(durable_store_url: str) -> str:
+    """A fresh store root another process can open too: a directory, or SeaweedFS."""
+    return durable_store_url
 
 
 class Child:

@@ -7,6 +7,7 @@ import random
 import struct
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -54,7 +55,7 @@ raw_entries = st.lists(
 )
 
 
-def to_entries(first_sqn: int, raws: list[tuple]) -> list[JournalEntry]:
+def to_entries(first_sqn: int, raws: list[tuple[Any, ...]]) -> list[JournalEntry]:
     entries = []
     sqn = first_sqn
     for gap, kind, key, body, specs, expiry, modified in raws:
@@ -64,14 +65,14 @@ def to_entries(first_sqn: int, raws: list[tuple]) -> list[JournalEntry]:
     return entries
 
 
-def open_reader(data: bytes, **kw: int) -> JournalReader:
+def open_reader(data: bytes, **kw: Any) -> JournalReader:
     return JournalReader.open(NAME, len(data), lambda s, e: data[s:e], **kw)
 
 
 @settings(max_examples=150)
 @given(st.integers(0, 2**63), raw_entries, U64, st.integers(1, 5000))
 def test_round_trip_on_every_read_path(
-    first_sqn: int, raws: list[tuple], epoch: int, chunk_size: int
+    first_sqn: int, raws: list[tuple[Any, ...]], epoch: int, chunk_size: int
 ) -> None:
     entries = to_entries(first_sqn, raws)
     data = build_journal(entries, writer_epoch=epoch)
@@ -233,7 +234,7 @@ def test_index_specs_and_metadata_rebuild_the_ledger_entry() -> None:
         ([JournalEntry(1, Kind.OBJECT, b"a", b"", (), None, 2**64)], ValueError),
     ],
 )
-def test_bad_entries_are_refused(entries: list, error: type[Exception]) -> None:
+def test_bad_entries_are_refused(entries: list[JournalEntry], error: type[Exception]) -> None:
     with pytest.raises(error):
         build_journal(entries, writer_epoch=1)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -33,13 +34,13 @@ any_bytes = st.binary(max_size=40)
 object_tags = st.sampled_from([Tag.OBJECT, Tag.HEAD])
 
 
-def as_tuple(decoded: LedgerKey) -> tuple:
+def as_tuple(decoded: LedgerKey) -> tuple[Any, ...]:
     if decoded.tag is Tag.INDEX:
         return (decoded.tag, decoded.bucket, decoded.key, decoded.subkey, decoded.object_key)
     return (decoded.tag, decoded.bucket, decoded.key, decoded.subkey)
 
 
-def encode(parts: tuple) -> bytes:
+def encode(parts: tuple[Any, ...]) -> bytes:
     if parts[0] is Tag.INDEX:
         return index_key(*parts[1:])
     return object_key(parts[1], parts[2], parts[3], tag=parts[0])
@@ -64,7 +65,7 @@ def test_index_key_round_trips(bucket: bytes, field: bytes, term: bytes, target:
 
 
 @given(st.lists(key_tuples, max_size=40))
-def test_byte_order_is_tuple_order(tuples: list[tuple]) -> None:
+def test_byte_order_is_tuple_order(tuples: list[tuple[Any, ...]]) -> None:
     unique = sorted(set(tuples))
     encoded = sorted({encode(parts) for parts in unique})
     assert len(encoded) == len(unique)
@@ -145,7 +146,12 @@ def test_prefix_end_of_all_ff_is_refused() -> None:
     st.none() | tiny,
 )
 def test_key_range_covers_exactly_the_intended_keys(
-    objects: list, indexes: list, tag: Tag, bucket: bytes, start: bytes | None, end: bytes | None
+    objects: list[tuple[Any, ...]],
+    indexes: list[tuple[Any, ...]],
+    tag: Tag,
+    bucket: bytes,
+    start: bytes | None,
+    end: bytes | None,
 ) -> None:
     population = {encode(parts): parts for parts in objects}
     population.update({encode((Tag.INDEX, *parts)): (Tag.INDEX, *parts) for parts in indexes})
@@ -173,8 +179,8 @@ def test_key_range_covers_exactly_the_intended_keys(
     st.none() | tiny,
 )
 def test_index_range_covers_exactly_the_intended_terms(
-    indexes: list,
-    objects: list,
+    indexes: list[tuple[Any, ...]],
+    objects: list[tuple[Any, ...]],
     bucket: bytes,
     field: bytes,
     start: bytes | None,

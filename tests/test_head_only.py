@@ -8,7 +8,9 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ import inkpen
 from inkpen import TicTacTree
 from inkpen.errors import UsageError
 from inkpen.formats.keys import content_hash
-from inkpen.manifest.model import Manifest
+from inkpen.manifest.model import Manifest, VersionedManifest
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.cli import inkpen_command, ok
@@ -24,22 +26,14 @@ from support.engine import TINY
 from support.head_only_writer import apply, batch
 from support.waiting import wait_until
 
-
-@pytest.fixture(
-    params=[pytest.param("local", id="local"), pytest.param("s3", id="s3", marks=pytest.mark.s3)]
-)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 WRITER = Path(__file__).parent / "support" / "head_only_writer.py"
 Model = dict[tuple[str, str, str], bytes]
 
 
-def random_batches(rng: random.Random, count: int) -> list[list[tuple]]:
+def random_batches(rng: random.Random, count: int) -> list[list[tuple[Any, ...]]]:
     batches = []
     for _ in range(count):
-        specs: list[tuple] = []
+        specs: list[tuple[Any, ...]] = []
         for _ in range(rng.randint(1, 8)):
             bucket, key, subkey = (
                 rng.choice("ab"),
@@ -54,7 +48,7 @@ def random_batches(rng: random.Random, count: int) -> list[list[tuple]]:
     return batches
 
 
-def applied(model: Model, specs: list[tuple]) -> None:
+def applied(model: Model, specs: list[tuple[Any, ...]]) -> None:
     for op, bucket, key, subkey, value in specs:
         if op == "remove":
             model.pop((bucket, key, subkey), None)
@@ -94,7 +88,7 @@ def manifest_at(url: str, manifest_id: int) -> Manifest:
         store.close()
 
 
-def manifest_of(url: str):
+def manifest_of(url: str) -> VersionedManifest:
     store = open_store(url)
     try:
         latest = ManifestStore(store).latest()
@@ -151,12 +145,18 @@ def test_bad_specs_write_nothing(store_url: str) -> None:
             with pytest.raises(UsageError, match=match):
                 book.mput(specs)  # type: ignore[arg-type]
         assert folded(book) == {("b", "k", ""): b"v"}
-        for call in (lambda: book.put("b", "k", b"v"), lambda: book.delete("b", "k")):
+        refused: tuple[Callable[[], None], ...] = (
+            lambda: book.put("b", "k", b"v"),
+            lambda: book.delete("b", "k"),
+        )
+        for call in refused:
             with pytest.raises(UsageError, match="mput"):
                 call()
 
 
-def test_switching_modes_is_refused_and_changes_nothing(make_store_url) -> None:
+def test_switching_modes_is_refused_and_changes_nothing(
+    make_store_url: Callable[[str], str],
+) -> None:
     normal, head = make_store_url("local"), make_store_url("local")
     with inkpen.open(normal) as book:
         book.put("b", "k", b"v")
@@ -246,7 +246,7 @@ def test_the_journal_is_trimmed_on_its_own(store_url: str) -> None:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_recovery_after_sigkill_keeps_every_acknowledged_batch_whole(
-    seed: int, make_store_url
+    seed: int, make_store_url: Callable[[str], str]
 ) -> None:
     url = make_store_url("local")
     kill_after = random.Random(seed).randint(20, 120)
@@ -286,9 +286,13 @@ def test_recovery_after_sigkill_keeps_every_acknowledged_batch_whole(
 
 
 def test_copies_keep_the_mode_and_diff_compares_head_only_objects(
-    kind: str, make_store_url
+    durable_kind: str, make_store_url: Callable[[str], str]
 ) -> None:
-    url, backup, restored = make_store_url(kind), make_store_url(kind), make_store_url(kind)
+    url, backup, restored = (
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+        make_store_url(durable_kind),
+    )
     model: Model = {}
     with inkpen.open(url, head_only="with_lookup", **TINY) as book:
         for specs in random_batches(random.Random(11), 30):
@@ -315,7 +319,7 @@ def test_object_reads_are_refused_in_a_head_only_store(store_url: str, mode: str
     with inkpen.open(store_url, head_only=mode, **TINY) as book:
         book.mput([("add", "b", "k", "", b"v")])
         book.checkpoint()
-        calls = {
+        calls: dict[str, Callable[[Any], Any]] = {
             "get": lambda reads: reads.get("b", "k"),
             "get_many": lambda reads: reads.get_many("b", ["k"]),
             "objects": lambda reads: list(reads.objects("b")),

@@ -270,10 +270,10 @@ WRITER = textwrap.dedent(
 )
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def shared_url(request: pytest.FixtureRequest, make_store_url: Callable[[str], str]) -> str:
+@pytest.fixture
+def shared_url(durable_store_url: str) -> str:
     """A store another process can open too."""
-    return make_store_url(str(request.param))
+    return durable_store_url
 
 
 def test_a_killed_writer_replays_the_removals_of_its_deletes(shared_url: str) -> None:

@@ -11,7 +11,6 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,10 @@ from support.waiting import wait_until
 READER = Path(__file__).parent / "support" / "reader_process.py"
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def url(request: pytest.FixtureRequest, make_store_url: Callable[[str], str]) -> str:
-    return make_store_url(request.param)
+@pytest.fixture
+def url(durable_store_url: str) -> str:
+    """A fresh store root another process can open too: a directory, or SeaweedFS."""
+    return durable_store_url
 
 
 def start_reader(url: str, lifetime: float) -> tuple[subprocess.Popen[str], str]:

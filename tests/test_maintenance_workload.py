@@ -26,7 +26,11 @@ def stored_bytes(url: str, prefix: str) -> tuple[int, int]:
 
 
 def run_workload(
-    book: inkpen.Bookie, rng: random.Random, rounds: int, model: dict, index: dict
+    book: inkpen.Bookie,
+    rng: random.Random,
+    rounds: int,
+    model: dict[str, bytes],
+    index: dict[str, set[str]],
 ) -> None:
     for step in range(rounds):
         key = f"k{rng.randrange(150):04d}"
@@ -47,7 +51,9 @@ def run_workload(
             assert book.get("w", probe) == model.get(probe)
 
 
-def check(book: inkpen.Bookie | inkpen.Snapshot, model: dict, index: dict) -> None:
+def check(
+    book: inkpen.Bookie | inkpen.Snapshot, model: dict[str, bytes], index: dict[str, set[str]]
+) -> None:
     assert contents(book, "w") == {k.encode(): v for k, v in model.items()}
     for tag in (f"t{i}" for i in range(10)):
         expected = sorted(k.encode() for k, tags in index.items() if tag in tags)

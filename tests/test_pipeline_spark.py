@@ -34,12 +34,10 @@ ROWS = 50_000
 DISTINCT = 20_000
 
 
-@pytest.fixture(
-    params=[pytest.param("local", id="local"), pytest.param("s3", id="s3", marks=pytest.mark.s3)]
-)
-def url(request: pytest.FixtureRequest, make_store_url: Callable[[str], str]) -> str:
+@pytest.fixture
+def url(durable_store_url: str) -> str:
     """A fresh store root that Spark's executors can reach: a directory, or SeaweedFS."""
-    return make_store_url(str(request.param))
+    return durable_store_url
 
 
 def rows_with_duplicates(spark: SparkSession) -> DataFrame:

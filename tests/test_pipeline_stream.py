@@ -5,7 +5,6 @@ schema reads and streams share, and a stream's rows loaded back."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,11 +20,10 @@ pytest_plugins = ("support.spark",)
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(
-    params=[pytest.param("local", id="local"), pytest.param("s3", id="s3", marks=pytest.mark.s3)]
-)
-def url(request: pytest.FixtureRequest, make_store_url: Callable[[str], str]) -> str:
-    return make_store_url(request.param)
+@pytest.fixture
+def url(durable_store_url: str) -> str:
+    """A fresh store root another process can open too: a directory, or SeaweedFS."""
+    return durable_store_url
 
 
 def run_available_now(spark: SparkSession, url: str, out: Path, checkpoint: Path) -> None:

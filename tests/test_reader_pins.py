@@ -10,7 +10,6 @@ vanished because the pin lapsed is reported as a lapsed lease, never as corrupti
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -41,9 +40,10 @@ QUIET = {
 """Nothing flushes or rolls unless the test says so."""
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def url(request: pytest.FixtureRequest, make_store_url: Callable[[str], str]) -> str:
-    return make_store_url(request.param)
+@pytest.fixture
+def url(durable_store_url: str) -> str:
+    """A fresh store root another process can open too: a directory, or SeaweedFS."""
+    return durable_store_url
 
 
 def test_a_flush_between_listing_segments_and_the_checkpoint_is_covered(url: str) -> None:

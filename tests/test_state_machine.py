@@ -27,8 +27,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -115,7 +116,8 @@ bounds = st.sampled_from(BOUNDS)
 key_bounds = st.sampled_from((None, *KEYS))
 
 
-BAD_CALLS: dict[str, Callable[[inkpen.Bookie], Any]] = {
+# The book is untyped here: these calls break the API's types on purpose.
+BAD_CALLS: dict[str, Callable[[Any], Any]] = {
     "empty key": lambda book: book.put("b0", "", b"v"),
     "empty bucket": lambda book: book.delete("", "k0"),
     "str value": lambda book: book.put("b0", "k0", "not bytes"),
@@ -186,9 +188,19 @@ class BookieMachine(RuleBasedStateMachine):
         self.sizes: dict[str, Any] = TINY
         self.url = self.new_url()
         self.backup_url = self.new_url()
-        self.book: inkpen.Bookie | None = None  # type: ignore[assignment]
+        self._book: inkpen.Bookie | None = None
         self.follower: inkpen.Reader | None = None
         self.tally["examples"] += 1
+
+    @property
+    def book(self) -> inkpen.Bookie:
+        """The database as last opened (``start`` opens it before any rule runs)."""
+        assert self._book is not None
+        return self._book
+
+    @book.setter
+    def book(self, book: inkpen.Bookie) -> None:
+        self._book = book
 
     @initialize()
     def start(self) -> None:
@@ -308,14 +320,18 @@ class BookieMachine(RuleBasedStateMachine):
             out.append((b, k, stored.sqn, len(value), expected_hash(value)))
         return out
 
-    def heads_got(self, source: Any, bucket: str | None, start: str | None, end: str | None):
+    def heads_got(
+        self, source: Any, bucket: str | None, start: str | None, end: str | None
+    ) -> Callable[[], Iterator[tuple[bytes, bytes, int, int, int]]]:
         def make() -> Iterator[tuple[bytes, bytes, int, int, int]]:
             for b, k, head in source.heads(bucket, start, end):
                 yield b, k, head.sqn, head.size, head.content_hash
 
         return make
 
-    def heads_got_reverse(self, source: Any):
+    def heads_got_reverse(
+        self, source: Any
+    ) -> Callable[[], Iterator[tuple[bytes, bytes, int, int, int]]]:
         def make() -> Iterator[tuple[bytes, bytes, int, int, int]]:
             for b, k, head in source.heads(reverse=True):
                 yield b, k, head.sqn, head.size, head.content_hash
@@ -366,24 +382,28 @@ class BookieMachine(RuleBasedStateMachine):
                     if not ledger_only:
                         self.check_get(source, model, bucket, key)
                     self.check_head(source, model, bucket, key)
+                self.fold(partial(source.keys, bucket), model.keys(bucket, None, None, now), "keys")
                 self.fold(
-                    lambda b=bucket: source.keys(b), model.keys(bucket, None, None, now), "keys"
-                )
-                self.fold(
-                    lambda b=bucket: source.keys(b, reverse=True),
+                    partial(source.keys, bucket, reverse=True),
                     model.keys(bucket, None, None, now)[::-1],
                     "keys(reverse=True)",
                 )
                 if not ledger_only:
                     self.expect(
-                        lambda b=bucket: source.get_many(b, KEYS),
+                        partial(source.get_many, bucket, KEYS),
                         [model.value(bucket, key, now) for key in KEYS],
                         "get_many",
                     )
                 for index_field in FIELDS:
                     self.fold(
-                        lambda b=bucket, f=index_field: source.index_query(
-                            b, f, "", TERM_END, return_terms=True, reverse=True
+                        partial(
+                            source.index_query,
+                            bucket,
+                            index_field,
+                            "",
+                            TERM_END,
+                            return_terms=True,
+                            reverse=True,
                         ),
                         model.index_query(
                             bucket, index_field, "", TERM_END, now, return_terms=True
@@ -391,8 +411,8 @@ class BookieMachine(RuleBasedStateMachine):
                         "index_query(reverse=True)",
                     )
                     self.fold(
-                        lambda b=bucket, f=index_field: source.index_query(
-                            b, f, "", TERM_END, return_terms=True
+                        partial(
+                            source.index_query, bucket, index_field, "", TERM_END, return_terms=True
                         ),
                         model.index_query(
                             bucket, index_field, "", TERM_END, now, return_terms=True
@@ -414,7 +434,7 @@ class BookieMachine(RuleBasedStateMachine):
             if not ledger_only:
                 for order in ("key", "sqn"):
                     self.fold(
-                        lambda o=order: source.objects(order=o),
+                        partial(source.objects, order=order),
                         model.objects_in(None, None, None, now, order=order),
                         f"objects(order={order})",
                     )
@@ -537,6 +557,7 @@ class BookieMachine(RuleBasedStateMachine):
             if_sqn = self.conditional_sqn(trial, bucket, key, condition)
             if if_sqn is not None and if_sqn != trial.sqn(bucket, key, now):
                 conflict = True
+            step: Callable[[Model], None]
             if change[0] == "put":
                 _, bucket, key, size, compressible, index_specs, ttl = change
                 value = make_value(trial.writes + 1, size, compressible)
@@ -544,14 +565,30 @@ class BookieMachine(RuleBasedStateMachine):
                 expiry = None if ttl is None else now + ttl * 1000
                 batch.put(bucket, key, value, indexes=index_specs, ttl=ttl, if_sqn=if_sqn)
 
-                def step(model: Model, b=bucket, k=key, v=value, i=index_specs, e=expiry) -> None:
+                def put_step(
+                    model: Model,
+                    b: str = bucket,
+                    k: str = key,
+                    v: bytes = value,
+                    i: Iterable[IndexSpec] = index_specs,
+                    e: int | None = expiry,
+                ) -> None:
                     model.put(b, k, v, i, now_ms=now, expiry_ms=e)
+
+                step = put_step
             else:
                 _, bucket, key, index_specs = change
                 batch.delete(bucket, key, indexes=index_specs, if_sqn=if_sqn)
 
-                def step(model: Model, b=bucket, k=key, i=index_specs) -> None:
+                def delete_step(
+                    model: Model,
+                    b: str = bucket,
+                    k: str = key,
+                    i: Iterable[IndexSpec] = index_specs,
+                ) -> None:
                     model.delete(b, k, i)
+
+                step = delete_step
 
             step(trial)
             steps.append(step)
@@ -954,7 +991,7 @@ class BookieMachine(RuleBasedStateMachine):
                 if reader is None:
                     continue
                 self.fold(
-                    lambda r=reader: r.objects(),
+                    reader.objects,
                     frozen.objects_in(None, None, None, self.now_ms()),
                     "objects at a checkpoint after GC",
                 )
@@ -1082,13 +1119,13 @@ class BookieMachine(RuleBasedStateMachine):
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
             assert not thread.is_alive(), "a put held back by backpressure outlived the fence"
         assert len(errors) == HELD_PUTS
-        for exc in errors:
+        for error in errors:
             if self.injects_faults:  # or a store failure that had stopped it writing before
-                assert isinstance(exc, inkpen.FencedError | inkpen.UsageError) or (
-                    isinstance(exc, inkpen.StoreError) and exc.definite
-                ), repr(exc)
+                assert isinstance(error, inkpen.FencedError | inkpen.UsageError) or (
+                    isinstance(error, inkpen.StoreError) and error.definite
+                ), repr(error)
             else:
-                assert isinstance(exc, inkpen.FencedError), repr(exc)
+                assert isinstance(error, inkpen.FencedError), repr(error)
         first.abandon()
         self.tally["fenced_while_throttled"] += 1
 
@@ -1148,7 +1185,7 @@ class BookieMachine(RuleBasedStateMachine):
             persisted = latest.manifest.ledger.persisted_sqn
             refs = scan_segments(store, latest.manifest.journal.last_rolled_segment).refs
             newest = refs[-1].id if refs else 0
-            lost: list[tuple[str, bytes, dict[str, str], set[int]]] = []
+            lost: list[tuple[str, bytes, Mapping[str, str], set[int]]] = []
             for ref in refs:
                 if ref.id < newest and ref.size > EMPTY_JOURNAL_SIZE:
                     key = segment_key(ref.id)
@@ -1230,10 +1267,11 @@ class BookieMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             self.drop_follower()
-            if self.book is not None:
-                self.drop_snapshots(still_open=not self.book.closed)
-                if not self.book.closed:
-                    self.close_book(self.book)
+            book = self._book
+            if book is not None:
+                self.drop_snapshots(still_open=not book.closed)
+                if not book.closed:
+                    self.close_book(book)
         finally:
             self.discard(self.url)
             self.discard(self.backup_url)
@@ -1269,9 +1307,7 @@ class FaultyMachine(BookieMachine):
         after_share=st.sampled_from((0.25, 0.5)),
         storm=st.sampled_from((False, False, True)),
     )
-    def start(  # type: ignore[override]
-        self, seed: int, chance: float, after_share: float, storm: bool
-    ) -> None:
+    def start(self, seed: int, chance: float, after_share: float, storm: bool) -> None:
         """Faults everywhere at ``chance``; in a storm, also a third of the creates, reads and
         heads a journal write makes fail, so some writes end with their outcome unknown."""
         plan = FaultPlan.everywhere(
@@ -1291,7 +1327,7 @@ class FaultyMachine(BookieMachine):
         self.faulty = FaultyStore(open_store(self.url), plan)
         self.book = self.open_book()
 
-    def target(self) -> ObjectStore:
+    def target(self) -> FaultyStore:
         assert self.faulty is not None
         return self.faulty
 
@@ -1737,7 +1773,7 @@ class ExternalMachine(BookieMachine):
             with self.reader(checkpoint) as reader:
                 assert reader is not None
                 self.fold(
-                    lambda r=reader: r.objects(),
+                    reader.objects,
                     frozen.objects_in(None, None, None, self.now_ms()),
                     "objects at a checkpoint after GC",
                 )

@@ -3,6 +3,7 @@ filtered head folds a Bookie, a Snapshot and a Reader build from their ledgers."
 
 from __future__ import annotations
 
+import random
 import struct
 import zlib
 
@@ -22,14 +23,18 @@ hashes = st.integers(min_value=0, max_value=2**64 - 1)
 stores = st.dictionaries(st.tuples(st.sampled_from([b"a", b"b\x00"]), keys), hashes, max_size=40)
 
 
-def tree_of(model: dict[tuple[bytes, bytes], int]) -> TicTacTree:
+Model = dict[tuple[bytes, bytes], int]
+"""A store's content as the tree sees it: a hash per (bucket, key)."""
+
+
+def tree_of(model: Model) -> TicTacTree:
     tree = TicTacTree()
     for (bucket, key), digest in model.items():
         tree.add(bucket, key, digest)
     return tree
 
 
-def differing_segments(a: dict, b: dict) -> set[int]:
+def differing_segments(a: Model, b: Model) -> set[int]:
     """The oracle: segments of every key added, removed or changed between two models."""
     changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
     return {TicTacTree.segment_of(bucket, key) for bucket, key in changed}
@@ -38,7 +43,7 @@ def differing_segments(a: dict, b: dict) -> set[int]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(base=stores, removed=st.data(), added=stores, changed=st.data())
 def test_compare_reports_exactly_the_segments_of_the_changes(
-    base: dict, removed: st.DataObject, added: dict, changed: st.DataObject
+    base: Model, removed: st.DataObject, added: Model, changed: st.DataObject
 ) -> None:
     other = dict(base)
     for k in removed.draw(st.lists(st.sampled_from(sorted(base)), unique=True)) if base else []:
@@ -56,7 +61,9 @@ def test_compare_reports_exactly_the_segments_of_the_changes(
 
 @settings(max_examples=100, deadline=None)
 @given(model=stores, order=st.randoms(use_true_random=False))
-def test_trees_are_order_independent_incremental_and_merge(model: dict, order) -> None:
+def test_trees_are_order_independent_incremental_and_merge(
+    model: Model, order: random.Random
+) -> None:
     items = list(model.items())
     order.shuffle(items)
     assert tree_of(dict(items)) == tree_of(model)
@@ -71,7 +78,7 @@ def test_trees_are_order_independent_incremental_and_merge(model: dict, order) -
 
 @settings(max_examples=60, deadline=None)
 @given(model=stores)
-def test_serialization_round_trips(model: dict) -> None:
+def test_serialization_round_trips(model: Model) -> None:
     tree = tree_of(model)
     data = tree.to_bytes()
     assert len(data) == tictac.SERIALIZED_SIZE

@@ -8,7 +8,7 @@ from typing import Any
 
 import inkpen
 
-TINY = {
+TINY: dict[str, Any] = {
     "ledger_cache_entries": 8,
     "l0_cache_entries": 24,
     "max_l0_files": 2,
@@ -149,7 +149,7 @@ def contents(book: inkpen.Bookie | inkpen.Snapshot, bucket: str) -> dict[bytes, 
     return {key: value for _, key, value in book.objects(bucket)}
 
 
-SMALL = {
+SMALL: dict[str, Any] = {
     **TINY,
     "ledger_cache_entries": 100,
     "l0_cache_entries": 400,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 
@@ -53,7 +54,7 @@ _BUDGETS: dict[str, dict[str, Budget]] = {
     },
 }
 
-_COMMON = {
+_COMMON: dict[str, Any] = {
     "deadline": None,
     "print_blob": True,
     "suppress_health_check": (
