@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.window import Window
 
 import inkpen
@@ -292,10 +293,10 @@ def write_changes(url: str, model: list[Change], n: int, *, bucket: str = "b") -
                 model.append((i + 1, key, "put", b"v%d" % i))
 
 
-def run_query(
+def start_query(
     spark: SparkSession, url: str, out: Path, checkpoint: Path, **options: str
-) -> list[Change]:
-    """Run the query (availableNow) into the Parquet table ``out``; the table's rows, by SQN."""
+) -> tuple[DataFrame, StreamingQuery]:
+    """Start the query (availableNow) into the Parquet table ``out``: its frame and the query."""
     stream = spark.readStream.format("inkpen").option("path", url).option("key_type", "string")
     for name, value in options.items():
         stream = stream.option(name, value)
@@ -307,6 +308,14 @@ def run_query(
         .trigger(availableNow=True)
         .start()
     )
+    return frame, query
+
+
+def run_query(
+    spark: SparkSession, url: str, out: Path, checkpoint: Path, **options: str
+) -> list[Change]:
+    """Run the query (availableNow) into the Parquet table ``out``; the table's rows, by SQN."""
+    frame, query = start_query(spark, url, out, checkpoint, **options)
     assert query.awaitTermination(300), "the availableNow query did not finish"
     assert query.exception() is None
     return table_rows(spark, frame, out)
@@ -467,20 +476,7 @@ def test_a_query_whose_cursor_lapsed_resumes_when_nothing_it_needs_is_gone_else_
         list(reader.changes(50))
     assert dropped.value.sqn == 51
     # the gap query resumes at 50: the changes it needs are gone, and it says so
-    stream = (
-        spark.readStream.format("inkpen")
-        .option("path", url)
-        .option("key_type", "string")
-        .option("cursor", "gap")
-    )
-    frame = stream.load()
-    query = (
-        frame.writeStream.format("parquet")
-        .option("path", str(gap_out))
-        .option("checkpointLocation", str(gap_checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+    frame, query = start_query(spark, url, gap_out, gap_checkpoint, cursor="gap")
     with pytest.raises(Exception, match=r"FeedGapError.*feed cursor 'gap' lapsed at .* SQN 51"):
         query.awaitTermination(300)
     assert not query.isActive
