@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -59,19 +59,21 @@ def own_seaweed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sea
         server.stop()
 
 
-def _through_outage(load: Load, take_away: object, bring_back: object, label: str) -> float:
+def _through_outage(
+    load: Load, take_away: Callable[[], object], bring_back: Callable[[], object], label: str
+) -> float:
     """Take the store away once puts are flowing, wait for puts to fail, bring it back; answers
     the seconds from its return to the first acknowledged put."""
     before = load.count()
     load.wait("puts acknowledged before the outage", lambda: load.count() >= before + 20, 60)
-    take_away()  # type: ignore[operator]
+    take_away()
     down = time.monotonic()
     load.wait(
         "puts failing during the outage",
         lambda: load.failed_since(down) >= OUTAGE_FAILURES,
         60,
     )
-    bring_back()  # type: ignore[operator]
+    bring_back()
     back = time.monotonic()
     load.wait(
         "a put acknowledged after the store came back",
@@ -82,6 +84,21 @@ def _through_outage(load: Load, take_away: object, bring_back: object, label: st
     assert took is not None
     print(f"\n{label}: first put acknowledged {took:.3f}s after the store came back")
     return took
+
+
+def _goes_on(load: Load) -> None:
+    """After the outages: 20 more puts are acknowledged."""
+    after = load.count()
+    load.wait("puts acknowledged after the outages", lambda: load.count() >= after + 20, 30)
+
+
+def _check_live(load: Load, book: inkpen.Bookie) -> None:
+    """Every failed put failed with a StoreError that did not stop the writer for good, every
+    acknowledged put reads back from the live handle, which has not stopped; then it closes."""
+    load.check_errors()
+    load.check_reads(book)
+    assert book.stats()["stopped"] is None
+    book.close()
 
 
 @pytest.mark.s3
@@ -96,14 +113,10 @@ def test_seaweed_killed_and_restarted_mid_load(own_seaweed: SeaweedServer, clien
             _through_outage(
                 load, own_seaweed.kill, own_seaweed.restart, f"seaweed {client} {round_ + 1}"
             )
-        after = load.count()
-        load.wait("puts acknowledged after the outages", lambda: load.count() >= after + 20, 30)
+        _goes_on(load)
     finally:
         load.stop()
-    load.check_errors()
-    load.check_reads(book)
-    assert book.stats()["stopped"] is None
-    book.close()
+    _check_live(load, book)
     reopen_and_check(url, load)
 
 
@@ -165,16 +178,12 @@ def test_local_directory_made_read_only_and_back(tmp_path: Path) -> None:
     try:
         _through_outage(load, read_only.on, read_only.off, "local read-only")
         _through_outage(load, answers_lost, answers_back, "local lost answers")
-        after = load.count()
-        load.wait("puts acknowledged after the outages", lambda: load.count() >= after + 20, 30)
+        _goes_on(load)
     finally:
         load.stop()
         read_only.off()
         answers_back()
-    load.check_errors()
-    load.check_reads(book)
-    assert book.stats()["stopped"] is None
-    book.close()
+    _check_live(load, book)
     reopen_and_check(str(root), load)
 
 
@@ -195,13 +204,9 @@ def test_lossy_proxy_losing_every_answer_for_a_while(seaweed: SeaweedServer, cli
                 proxy.heal,
                 f"lossy proxy {client}",
             )
-            after = load.count()
-            load.wait("puts acknowledged after the outage", lambda: load.count() >= after + 20, 30)
+            _goes_on(load)
         finally:
             load.stop()
-        load.check_errors()
-        load.check_reads(book)
-        assert book.stats()["stopped"] is None
-        book.close()
+        _check_live(load, book)
     direct = f"s3://{bucket}/db?endpoint={seaweed.endpoint}&client={client}"
     reopen_and_check(direct, load)
