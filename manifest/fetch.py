@@ -4,9 +4,9 @@ SST readers cache decoded blocks themselves, so they read straight from the stor
 readers fetch one record per lookup. :class:`ChunkedFetch` serves them through a byte-weighted
 cache shared by every journal file of a database: a range inside a chunk that is cached (a scan
 or a merge read it) comes from memory; a small range (at most ``chunk // 16`` bytes: a record a
-point read wants) whose chunk is not cached is read alone, sized to the record, and cached by
-itself, so a cold get of a 100-byte value reads about 150 bytes, not a 256 KiB chunk; a larger
-range reads and caches whole chunks. :meth:`ChunkedFetch.direct` reads past the cache (a scan
+point read wants) whose chunks are not cached is read alone, sized to the record, and cached by
+itself, even when it crosses a chunk boundary, so a cold get of a 100-byte value reads about
+150 bytes, never a 256 KiB chunk; a larger range reads and caches whole chunks. :meth:`ChunkedFetch.direct` reads past the cache (a scan
 that reads each record once must not evict what point reads use). The table store
 (:mod:`inkpen.manifest.table_store`) picks which one a reader gets.
 """
@@ -93,6 +93,18 @@ class ChunkedFetch:
                 return cast(bytes, piece)[offset : offset + end - start]
         return None
 
+    def cached_across(self, start: int, end: int, first: int) -> bytes | None:
+        """Bytes ``[start, end)`` across the boundary after chunk ``first`` if both chunks are
+        cached, else None."""
+        cache = self._cache
+        head = cache.get((self._id, first))
+        tail = cache.get((self._id, first + 1)) if head is not None else None
+        if tail is None:
+            return None
+        offset = start - first * self._chunk
+        head_part = cast(bytes, head)[offset:]
+        return head_part + cast(bytes, tail)[: end - start - len(head_part)]
+
     def keep(self, start: int, end: int, data: bytes) -> None:
         """Cache ``data``, bytes ``[start, end)`` read past the cache, as the record-sized read
         of a point read is cached (only ranges small enough that a point read reads them alone;
@@ -134,6 +146,11 @@ class ChunkedFetch:
         if first == last:
             offset = start - first * chunk
             return self._piece(first)[offset : offset + end - start]
+        if (end - start) * 16 <= chunk:
+            # A small range across a chunk boundary: from the cached chunks if both are there,
+            # else read alone (as a small range inside one chunk is), never two whole chunks.
+            found = self.cached_across(start, end, first)
+            return found if found is not None else self._record(start, end)
         if last - first > 8:
             return self.store.get_range(self.key, start, end)
         parts = [self._piece(i) for i in range(first, last + 1)]
