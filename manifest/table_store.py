@@ -394,7 +394,29 @@ class TableStore:
 
     def read(self, descriptor: SstDescriptor | JournalFileDescriptor) -> bytes:
         """The whole stored file ``descriptor`` names (a merge's input)."""
-        return self.store_for(descriptor.root).get(descriptor.name)
+        return self.read_object(descriptor.name, root=descriptor.root)
+
+    def read_object(self, name: str, *, root: str | None = None) -> bytes:
+        """The whole stored SST, journal file or segment ``name`` of ``root`` (None: this
+        database's own), as stored, whatever a manifest says of it (``inkpen verify`` checks
+        each object from one read). Raises :class:`~inkpen.errors.NotFoundError` when absent."""
+        return self.store_for(root).get(name)
+
+    @staticmethod
+    def sst_in_memory(name: str, data: bytes, *, sqn_base: int = 0) -> SstReader:
+        """A reader of SST ``name`` held whole in ``data`` (as :meth:`read_object` answers it);
+        no cache, no store read."""
+        return SstReader.open(
+            name, len(data), lambda start, end: data[start:end], sqn_base=sqn_base
+        )
+
+    @staticmethod
+    def journal_in_memory(name: str, data: bytes, *, sqn_base: int = 0) -> JournalReader:
+        """A reader of journal file or segment ``name`` held whole in ``data`` (as
+        :meth:`read_object` answers it); no cache, no store read."""
+        return JournalReader.open(
+            name, len(data), lambda start, end: data[start:end], sqn_base=sqn_base
+        )
 
     def read_segment(self, segment_id: int) -> Segment | None:
         """One segment slot as stored, checked and decoded (its entries may be none: a fence);
