@@ -360,7 +360,30 @@ class TableStore:
             key=segment_key(segment_id),
         )
 
+    def copy_file(
+        self, descriptor: SstDescriptor | JournalFileDescriptor, source: ObjectStore
+    ) -> None:
+        """Store the file ``descriptor`` names, read from ``source`` (the store that holds it:
+        another database's, a copy's or a backup's source), under the same name in this
+        database's own store: a hard link on one local filesystem, a server-side copy on S3, a
+        read and a write otherwise. Names are never reused, so the copy is that file.
+        ``on_write`` is told the name first, as for :meth:`put`. Raises
+        :class:`~inkpen.errors.NotFoundError` when ``source`` lacks the file."""
+        name = descriptor.name
+        if self._on_write is not None:
+            self._on_write(name)
+        self.store.copy(name, name, source=source)
+
     # -- reading ------------------------------------------------------------------------------
+
+    def exists(self, name: str) -> bool:
+        """Whether this database's own store holds file ``name`` (a commit checks that every
+        file it names is still there)."""
+        try:
+            self.store.head(name)
+        except NotFoundError:
+            return False
+        return True
 
     def open_sst(self, descriptor: SstDescriptor) -> SstReader:
         """A reader of the SST ``descriptor`` names, from the store that holds it."""
