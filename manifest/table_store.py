@@ -68,7 +68,16 @@ from .clones import StoreResolver
 from .fencing import SegmentRef, accepted_segments, missing_segments_error, write_segment
 from .fetch import ChunkedFetch, DirectFetch
 from .model import JournalFileDescriptor, SstDescriptor
-from .paths import journal_file_key, new_file_id, segment_key, sst_key
+from .paths import (
+    JOURNAL_FILES_PREFIX,
+    LEDGER_PREFIX,
+    is_journal_file_key,
+    is_sst_key,
+    journal_file_key,
+    new_file_id,
+    segment_key,
+    sst_key,
+)
 
 log = get_logger("inkpen.manifest")
 
@@ -375,6 +384,16 @@ class TableStore:
         self.store.copy(name, name, source=source)
 
     # -- reading ------------------------------------------------------------------------------
+
+    def names(self, kind: FileKind) -> set[str]:
+        """The names of every ``kind`` file this database's own store holds, whether a manifest
+        names it or not (one listing)."""
+        prefix, ours = (
+            (LEDGER_PREFIX, is_sst_key)
+            if kind == "sst"
+            else (JOURNAL_FILES_PREFIX, is_journal_file_key)
+        )
+        return {info.key for info in self.store.list(prefix) if ours(info.key)}
 
     def exists(self, name: str) -> bool:
         """Whether this database's own store holds file ``name`` (a commit checks that every

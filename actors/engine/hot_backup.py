@@ -43,7 +43,7 @@ from inkpen.manifest.model import (
     Manifest,
     VersionedManifest,
 )
-from inkpen.manifest.paths import JOURNAL_FILES_PREFIX, is_journal_file_key
+from inkpen.manifest.paths import is_journal_file_key
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore, open_store
@@ -128,8 +128,8 @@ class HotBackup:
             # fails part-way can simply be taken again into the same root.
             with contextlib.suppress(AlreadyExistsError):
                 manifests.create(Manifest(initialized=False))
-        present = {info.key for info in dest.list(JOURNAL_FILES_PREFIX)}
         tables = TableStore(dest)
+        present = tables.names("journal")
         descriptors: list[JournalFileDescriptor] = []
         copied = kept = copied_bytes = 0
         for handle in self._journal.files:
