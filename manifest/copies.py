@@ -154,6 +154,7 @@ def copy_files(
     observe: CopyObserver | None = None,
 ) -> tuple[int, int, int]:
     """Copy each file the destination lacks, in parallel; answers (copied, kept, bytes copied)."""
+    tables = TableStore(dest)
 
     def one(descriptor: FileDescriptor) -> bool:
         name = descriptor.name
@@ -162,7 +163,7 @@ def copy_files(
                 return False
         source = resolver.store_for(descriptor.root)
         try:
-            dest.copy(name, name, source=source)
+            tables.copy_file(descriptor, source)
         except NotFoundError:
             raise CorruptionError(
                 f"{source.url}/{name}", "file named by the pinned manifest is missing"

@@ -52,6 +52,7 @@ fences above the highest segment present, so none of the remaining segments is r
 
 from __future__ import annotations
 
+import enum
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -172,12 +173,25 @@ def _fenced(segment_id: int, found: int, mine: int) -> FencedError:
     )
 
 
-def _create_segment(store: ObjectStore, segment_id: int, data: bytes, epoch: int) -> int | None:
-    """Create-if-absent a segment: None when our bytes are there, else the epoch found there.
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """A slot found holding a segment other than the one being written: its writer's epoch, and
+    whether it was read back and found to hold other bytes of the writer's own epoch."""
 
-    Resolves a lost response (an indefinite error) by reading the slot back: empty means write
-    again, our epoch with our bytes means it landed. Gives up with the last store error after a
-    few rounds that settle nothing.
+    epoch: int
+    other_bytes: bool = False
+
+
+def _create_segment(
+    store: ObjectStore, segment_id: int, data: bytes, epoch: int, *, retried: bool = False
+) -> _Taken | None:
+    """Create-if-absent a segment: None when our bytes are there, else what holds the slot.
+
+    The one read back of a segment write ("did my create land?"). After a lost response (an
+    indefinite error), or when ``retried`` (an earlier attempt of this very write had an unknown
+    outcome), the slot is read back: empty means write again; a segment the reader rule judges
+    to be of our own epoch (:meth:`EpochRule.judge`) is compared with ``data``, and our bytes
+    mean it landed. Gives up with the last store error after a few rounds that settle nothing.
     """
     key = segment_key(segment_id)
     metadata = {EPOCH_METADATA: str(epoch)}
@@ -196,15 +210,17 @@ def _create_segment(store: ObjectStore, segment_id: int, data: bytes, epoch: int
             last_error = exc
         try:
             found = segment_epoch(store, segment_id)
-            if found == epoch and uncertain:
+            if found is None:
+                continue  # empty (a lost create that never landed): write again
+            ours = EpochRule(epoch).judge(found) is SlotEpoch.SAME
+            if ours and (uncertain or retried):
                 # Only this writer holds this epoch: the bytes there are ours unless it reused
-                # the id, which the comparison tells apart.
-                return None if store.get(key) == bytes(data) else found
+                # the id or the store lost them, which the comparison tells apart.
+                return None if store.get(key) == bytes(data) else _Taken(found, other_bytes=True)
         except StoreError as exc:
             last_error = exc
             continue
-        if found is not None:
-            return found
+        return _Taken(found)
     assert last_error is not None
     if uncertain and last_error.definite:
         raise StoreError(
@@ -216,22 +232,40 @@ def _create_segment(store: ObjectStore, segment_id: int, data: bytes, epoch: int
     raise last_error
 
 
-def write_segment(store: ObjectStore, segment_id: int, data: bytes, *, writer_epoch: int) -> None:
-    """Create journal segment ``segment_id`` holding ``data`` on behalf of ``writer_epoch``.
+def write_segment(
+    store: ObjectStore,
+    segment_id: int,
+    data: bytes,
+    *,
+    writer_epoch: int,
+    retried: bool = False,
+) -> None:
+    """Create journal segment ``segment_id`` holding ``data`` on behalf of ``writer_epoch``, once.
 
-    The slot is taken with create-if-absent. When it is already occupied: a higher epoch there
-    raises :class:`FencedError`; the same or a lower epoch raises :class:`InkpenError` (the
-    writer's segment ids went wrong). A lost response is resolved by reading the slot back (our
-    bytes: done; empty: write again; another's: as above); when that cannot be settled, the
-    indefinite :class:`StoreError` is raised and :func:`segment_epoch` can settle it later.
+    The slot is taken with create-if-absent. When it is already occupied, the reader rule judges
+    the epoch there against the writer's (:meth:`EpochRule.judge`): a newer epoch raises
+    :class:`FencedError`; an older one, or the writer's own where this write cannot have landed,
+    raises :class:`InkpenError` (the writer's segment ids went wrong). A lost response, or a
+    write ``retried`` after an unknown outcome, is resolved by reading the slot back (our bytes:
+    done; empty: write again; other bytes of our epoch: :class:`InkpenError`, a loss; another
+    epoch's: as above); when that cannot be settled, the indefinite :class:`StoreError` is
+    raised. :meth:`~inkpen.manifest.table_store.TableStore.write_segment` is the writer's way
+    in: it retries an unknown outcome with the same bytes.
     """
     epoch = _check_epoch_arg(writer_epoch)
-    found = _create_segment(store, segment_id, data, epoch)
-    if found is None:
+    taken = _create_segment(store, segment_id, data, epoch, retried=retried)
+    if taken is None:
         return
-    if found > epoch:
+    found = taken.epoch
+    verdict = EpochRule(epoch).judge(found)
+    if verdict is SlotEpoch.NEWER:
         raise _fenced(segment_id, found, epoch)
-    if found == epoch:
+    if verdict is SlotEpoch.SAME and taken.other_bytes:
+        raise InkpenError(
+            f"journal segment {segment_id} holds other bytes of writer epoch {epoch}: "
+            "two writers claimed one epoch, or the store lost a write it had acknowledged"
+        )
+    if verdict is SlotEpoch.SAME:
         raise InkpenError(
             f"journal segment {segment_id} already holds a segment of this writer's epoch "
             f"{epoch}: the writer used one segment id twice; this is a bug in inkpen"
@@ -370,11 +404,24 @@ def with_epochs(store: ObjectStore, refs: Sequence[SegmentRef]) -> list[SegmentR
     return filled
 
 
+class SlotEpoch(enum.Enum):
+    """Where a segment's writer epoch stands against the highest epoch accepted before it."""
+
+    OLDER = "older"
+    """Below it: written by a writer already fenced; the reader rule rejects the segment."""
+    SAME = "same"
+    NEWER = "newer"
+    """Above it: a newer writer wrote it, and every writer of a lower epoch is fenced."""
+
+
 class EpochRule:
     """The reader rule, one segment at a time in id order: a segment whose writer epoch is below
     an earlier accepted one's was written by a fenced writer after a newer one took over, and is
-    rejected. The one place the rule is written; :func:`accepted_segments` applies it to a run
-    of segments, a following Reader to each segment it probes."""
+    rejected. The one place the rule is written: :func:`accepted_segments` applies it to a run
+    of segments, a following Reader to each segment it probes, and a writer of epoch ``E``
+    (``EpochRule(E)``: its fence is accepted) to the segment it finds in a slot it writes
+    (:func:`write_segment`, the claim's fence): an older epoch there is one readers reject, a
+    newer one fences the writer."""
 
     __slots__ = ("highest",)
 
@@ -382,9 +429,15 @@ class EpochRule:
         self.highest = highest
         """The highest epoch accepted so far."""
 
+    def judge(self, writer_epoch: int) -> SlotEpoch:
+        """Where a segment of ``writer_epoch`` stands against :attr:`highest` (changes nothing)."""
+        if writer_epoch < self.highest:
+            return SlotEpoch.OLDER
+        return SlotEpoch.SAME if writer_epoch == self.highest else SlotEpoch.NEWER
+
     def accepts(self, writer_epoch: int) -> bool:
         """Whether the next segment (in id order), of ``writer_epoch``, is accepted."""
-        if writer_epoch < self.highest:
+        if self.judge(writer_epoch) is SlotEpoch.OLDER:
             return False
         self.highest = writer_epoch
         return True
@@ -495,17 +548,20 @@ def claim_writer(
     candidate = max(scan.last + 1, journal.next_segment)
     fence = build_journal([], writer_epoch=epoch)
     while True:
-        outcome = _create_segment(store, candidate, fence, epoch)
-        if outcome is None:
+        taken = _create_segment(store, candidate, fence, epoch)
+        if taken is None:
             break
-        if outcome > epoch:
-            raise _fenced(candidate, outcome, epoch)
-        if outcome == epoch:
+        verdict = EpochRule(epoch).judge(taken.epoch)
+        if verdict is SlotEpoch.NEWER:
+            raise _fenced(candidate, taken.epoch, epoch)
+        if verdict is SlotEpoch.SAME:
             raise InkpenError(
                 f"journal segment {candidate} already holds a fence or data of epoch {epoch}, "
                 "the epoch this writer just claimed: two writers hold one epoch; this is a bug"
             )
-        log.debug("writer.fence_slot_taken", url=url, segment=candidate, found=outcome, epoch=epoch)
+        log.debug(
+            "writer.fence_slot_taken", url=url, segment=candidate, found=taken.epoch, epoch=epoch
+        )
         candidate += 1
     confirmed = _require_epoch(manifest_store, epoch)
     rolled = max(journal.last_rolled_segment, confirmed.manifest.journal.last_rolled_segment)
@@ -516,8 +572,9 @@ def claim_writer(
     settle_missing(url, replace(tail, missing=missing), allow=allow_missing_segments)
     before = [r for r in tail.refs if r.id < candidate]
     segments = accepted_segments(with_epochs(store, before))
+    rule = EpochRule(epoch)
     for ref in segments:
-        if ref.writer_epoch is not None and ref.writer_epoch > epoch:
+        if ref.writer_epoch is not None and rule.judge(ref.writer_epoch) is SlotEpoch.NEWER:
             raise _fenced(ref.id, ref.writer_epoch, epoch)
     log.debug(
         "writer.claimed",

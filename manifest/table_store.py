@@ -1,9 +1,11 @@
-"""The table store: the one place that writes and opens a database's SST and journal files.
+"""The table store: the one place that writes and opens a database's SST and journal files and
+its journal segments.
 
 (SlateDB's ``TableStore``.) Every SST (``ledger/<file-id>.sst``) and journal file
 (``journal/compacted/<file-id>.jnl``) is stored and opened through a :class:`TableStore` over the
 database's object store: the writer's file clerks, read-only views of a manifest (Readers, Spark
-tasks), the bulk load, hot backups and copies of a database. It is plain I/O over an
+tasks), the bulk load, hot backups and copies of a database. So is every journal segment
+(``journal/<id>.jnl``) the writer's Inker writes, and every one read back. It is plain I/O over an
 :class:`~inkpen.objectstore.ObjectStore`, with no actors.
 
 **Writing.** A new file gets a fresh name (:func:`new_name`: a ``<file-id>`` never reused) in this
@@ -12,6 +14,17 @@ database's own store and is created with create-if-absent, so no write replaces 
 leaves the file alone until a manifest names it. The answer is the file's manifest descriptor,
 made from what was written (:func:`descriptor_for`, :func:`journal_descriptor_for`); nothing
 names the file until the caller commits a manifest holding that descriptor.
+
+**Writing journal segments** (:meth:`TableStore.write_segment`, the writer's segment writes).
+A segment (``journal/<id>.jnl``) takes its slot with create-if-absent, stamped with its writer's
+epoch (:func:`~inkpen.manifest.fencing.write_segment`: a lost answer is settled by reading the
+slot back, and whatever other segment is found there is judged by the reader rule,
+:class:`~inkpen.manifest.fencing.EpochRule`: a newer epoch fences the writer). An outcome that
+stays unknown is retried with the same bytes into the same slot, a few rounds with a growing
+pause; a slot holding exactly those bytes is an earlier round that landed. What is still unknown
+after that is an indefinite :class:`~inkpen.errors.StoreError`: the writer keeps the bytes and
+settles the segment later with the same call (``retried``). Fences are the claim's
+(:func:`~inkpen.manifest.fencing.claim_writer`).
 
 **Opening.** A file is read from the root that holds it: the descriptor's ``root`` (None for this
 database's own files; a clone's inherited files live in its parent's store, found through the
@@ -37,27 +50,45 @@ clerk after delete_pending, or GC).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
-from inkpen.errors import InkpenError, NotFoundError
+from inkpen.errors import InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.formats.cache import LruCache
 from inkpen.formats.journal import JournalEntry, JournalReader, build_journal, decode_journal
 from inkpen.formats.sst import SstInfo, SstReader
+from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 from inkpen.options import Options
 
 from .clones import StoreResolver
-from .fencing import SegmentRef, accepted_segments, missing_segments_error
+from .fencing import SegmentRef, accepted_segments, missing_segments_error, write_segment
 from .fetch import ChunkedFetch, DirectFetch
 from .model import JournalFileDescriptor, SstDescriptor
-from .paths import journal_file_key, new_file_id, segment_key, sst_key
+from .paths import (
+    JOURNAL_FILES_PREFIX,
+    LEDGER_PREFIX,
+    is_journal_file_key,
+    is_sst_key,
+    journal_file_key,
+    new_file_id,
+    segment_key,
+    sst_key,
+)
+
+log = get_logger("inkpen.manifest")
 
 FileKind = Literal["sst", "journal"]
 SEGMENT_READERS = 8
 """Segments read back at once."""
+SEGMENT_WRITE_ATTEMPTS = 6
+"""Rounds of a segment write whose outcome stays unknown before it is left unknown."""
+SEGMENT_RETRY_FIRST = 0.05
+SEGMENT_RETRY_MAX = 1.0
+"""Seconds between those rounds: doubling from :data:`SEGMENT_RETRY_FIRST` up to this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +283,126 @@ class TableStore:
             name=name, min_sqn=min_sqn, max_sqn=max_sqn, size=size, entry_count=entry_count
         )
 
+    def write_segment(
+        self,
+        segment_id: int,
+        data: bytes,
+        *,
+        writer_epoch: int,
+        attempts: int = SEGMENT_WRITE_ATTEMPTS,
+        retried: bool = False,
+    ) -> None:
+        """Write journal segment ``segment_id``, ``data`` encoded with ``writer_epoch``, into its
+        slot of this database's own store: the writer's segment write (see the module docstring).
+
+        Each round is :func:`~inkpen.manifest.fencing.write_segment` (create-if-absent; a lost
+        answer is settled by reading the slot back, the epoch found there judged by the reader
+        rule). A round whose outcome stays unknown is tried again with the same bytes into the
+        same slot, up to ``attempts`` rounds with a pause growing from
+        :data:`SEGMENT_RETRY_FIRST` to :data:`SEGMENT_RETRY_MAX` between them; from the second
+        round on (from the first when ``retried``: this very write was made before and its
+        outcome is unknown), a slot holding exactly ``data`` is an earlier round that landed.
+        Returns once the segment is there. Raises:
+
+        - :class:`FencedError` when the slot holds a newer writer's segment;
+        - :class:`InkpenError` (not a :class:`StoreError`) when it holds other bytes of
+          ``writer_epoch`` or an older epoch's segment: a loss or a bug, nothing more should be
+          written;
+        - a definite :class:`StoreError` when the store refused the first round: that round
+          wrote nothing (so a write not ``retried`` is not there; a ``retried`` one is still of
+          unknown outcome);
+        - an indefinite :class:`StoreError` when the outcome is still unknown: the segment may
+          have landed; the same call with the same bytes and ``retried`` settles it later.
+
+        Anything else the store lets through (a bug of a store, say an ``OSError`` it did not
+        map) is logged (``journal.segment_write_raised``) and raised as an indefinite
+        :class:`StoreError`, since the write may have gone through. Segment writes are not
+        refused by :meth:`halt` (the writer stops its own, through its write intake).
+        """
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+            raise UsageError(f"attempts must be an int >= 1, got {attempts!r}")
+        try:
+            self._write_segment(segment_id, data, writer_epoch, attempts, retried)
+        except InkpenError:
+            raise
+        except Exception as caught:
+            log.error("journal.segment_write_raised", segment=segment_id, error=repr(caught))
+            raise StoreError(
+                f"writing journal segment {segment_id} raised {caught!r}",
+                definite=False,
+                key=segment_key(segment_id),
+            ) from caught
+
+    def _write_segment(
+        self, segment_id: int, data: bytes, epoch: int, attempts: int, retried: bool
+    ) -> None:
+        """The rounds of :meth:`write_segment`.
+
+        An error answered means this call definitely wrote nothing (that error says why): only a
+        definite failure of the very first round says so. After any round whose outcome was
+        unknown, a later definite error (a refused create, a read of the slot failing) says
+        nothing about this write, so giving up raises an indefinite :class:`StoreError`.
+        """
+        delay = SEGMENT_RETRY_FIRST
+        last: StoreError | None = None
+        for attempt in range(attempts):
+            try:
+                write_segment(
+                    self.store,
+                    segment_id,
+                    data,
+                    writer_epoch=epoch,
+                    retried=retried or attempt > 0,
+                )
+                return
+            except StoreError as exc:
+                if exc.definite and attempt == 0:
+                    raise
+                last = exc
+            if attempt + 1 < attempts:
+                time.sleep(delay)
+                delay = min(SEGMENT_RETRY_MAX, delay * 2)
+        raise StoreError(
+            f"the outcome of writing journal segment {segment_id} stayed unknown after "
+            f"{attempts} attempts ({last})",
+            definite=False,
+            key=segment_key(segment_id),
+        )
+
+    def copy_file(
+        self, descriptor: SstDescriptor | JournalFileDescriptor, source: ObjectStore
+    ) -> None:
+        """Store the file ``descriptor`` names, read from ``source`` (the store that holds it:
+        another database's, a copy's or a backup's source), under the same name in this
+        database's own store: a hard link on one local filesystem, a server-side copy on S3, a
+        read and a write otherwise. Names are never reused, so the copy is that file.
+        ``on_write`` is told the name first, as for :meth:`put`. Raises
+        :class:`~inkpen.errors.NotFoundError` when ``source`` lacks the file."""
+        name = descriptor.name
+        if self._on_write is not None:
+            self._on_write(name)
+        self.store.copy(name, name, source=source)
+
     # -- reading ------------------------------------------------------------------------------
+
+    def names(self, kind: FileKind) -> set[str]:
+        """The names of every ``kind`` file this database's own store holds, whether a manifest
+        names it or not (one listing)."""
+        prefix, ours = (
+            (LEDGER_PREFIX, is_sst_key)
+            if kind == "sst"
+            else (JOURNAL_FILES_PREFIX, is_journal_file_key)
+        )
+        return {info.key for info in self.store.list(prefix) if ours(info.key)}
+
+    def exists(self, name: str) -> bool:
+        """Whether this database's own store holds file ``name`` (a commit checks that every
+        file it names is still there)."""
+        try:
+            self.store.head(name)
+        except NotFoundError:
+            return False
+        return True
 
     def open_sst(self, descriptor: SstDescriptor) -> SstReader:
         """A reader of the SST ``descriptor`` names, from the store that holds it."""
@@ -286,7 +436,29 @@ class TableStore:
 
     def read(self, descriptor: SstDescriptor | JournalFileDescriptor) -> bytes:
         """The whole stored file ``descriptor`` names (a merge's input)."""
-        return self.store_for(descriptor.root).get(descriptor.name)
+        return self.read_object(descriptor.name, root=descriptor.root)
+
+    def read_object(self, name: str, *, root: str | None = None) -> bytes:
+        """The whole stored SST, journal file or segment ``name`` of ``root`` (None: this
+        database's own), as stored, whatever a manifest says of it (``inkpen verify`` checks
+        each object from one read). Raises :class:`~inkpen.errors.NotFoundError` when absent."""
+        return self.store_for(root).get(name)
+
+    @staticmethod
+    def sst_in_memory(name: str, data: bytes, *, sqn_base: int = 0) -> SstReader:
+        """A reader of SST ``name`` held whole in ``data`` (as :meth:`read_object` answers it);
+        no cache, no store read."""
+        return SstReader.open(
+            name, len(data), lambda start, end: data[start:end], sqn_base=sqn_base
+        )
+
+    @staticmethod
+    def journal_in_memory(name: str, data: bytes, *, sqn_base: int = 0) -> JournalReader:
+        """A reader of journal file or segment ``name`` held whole in ``data`` (as
+        :meth:`read_object` answers it); no cache, no store read."""
+        return JournalReader.open(
+            name, len(data), lambda start, end: data[start:end], sqn_base=sqn_base
+        )
 
     def read_segment(self, segment_id: int) -> Segment | None:
         """One segment slot as stored, checked and decoded (its entries may be none: a fence);

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from inkpen.errors import FencedError, InkpenError, NotFoundError, UsageError
+from inkpen.errors import FencedError, InkpenError, UsageError
 from inkpen.formats.sst import SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import delete_checkpoint
@@ -67,6 +67,7 @@ from inkpen.manifest.model import (
     VersionedManifest,
 )
 from inkpen.manifest.store import ManifestStore
+from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore, open_store
 
 from .files import write_journal, write_ssts
@@ -122,15 +123,10 @@ def check_partitions(parts: Sequence[LoadedPartition | None]) -> list[LoadedPart
 
 
 def _check_files_exist(store: ObjectStore, names: Sequence[str]) -> None:
-    def present(name: str) -> bool:
-        try:
-            store.head(name)
-        except NotFoundError:
-            return False
-        return True
-
+    tables = TableStore(store)
     with ThreadPoolExecutor(max_workers=_HEAD_WORKERS) as pool:
-        missing = [n for n, found in zip(names, pool.map(present, names), strict=True) if not found]
+        found = pool.map(tables.exists, names)
+        missing = [n for n, there in zip(names, found, strict=True) if not there]
     if missing:
         raise UsageError(
             f"{len(missing)} file(s) written by this load's tasks are gone from {store.url} "

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from inkpen.errors import CorruptionError, FencedError, InkpenError, NotFoundError, UsageError
+from inkpen.errors import (
+    CorruptionError,
+    FencedError,
+    InkpenError,
+    NotFoundError,
+    StoreError,
+    UsageError,
+)
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, JournalEntry, Kind, build_journal
 from inkpen.manifest.fencing import (
     EPOCH_METADATA,
@@ -29,7 +36,9 @@ from inkpen.manifest.fencing import (
 from inkpen.manifest.model import KIND_WRITER, Manifest, VersionedManifest
 from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
+from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectInfo, ObjectStore, open_store
+from inkpen.objectstore.faults import FaultPlan, FaultyStore
 from support.logs import capture_logs
 from support.waiting import wait_until
 
@@ -307,6 +316,113 @@ def test_write_segment_outcomes(database: ManifestStore, store: ObjectStore) -> 
     with pytest.raises(UsageError, match="writer_epoch"):
         write_segment(store, nxt + 2, b"x", writer_epoch=0)
     assert segment_epoch(store, nxt + 2) is None
+
+
+def test_table_store_segment_write_outcomes(database: ManifestStore, store: ObjectStore) -> None:
+    """The writer's segment write (``TableStore.write_segment``): a write retried after an unknown
+    outcome that finds its own bytes has landed; any other segment in the slot is judged by the
+    reader rule: a newer epoch fences, an older one or other bytes of its own epoch stop it."""
+    claim = claim_writer(database)
+    tables = TableStore(store)
+    nxt, epoch = claim.next_segment, claim.epoch
+    mine = segment_bytes(1, epoch)
+    tables.write_segment(nxt, mine, writer_epoch=epoch)
+    assert store.get(segment_key(nxt)) == mine
+    tables.write_segment(nxt, mine, writer_epoch=epoch, retried=True)  # an earlier try landed
+    with pytest.raises(InkpenError, match="used one segment id twice"):
+        tables.write_segment(nxt, mine, writer_epoch=epoch)
+    with pytest.raises(InkpenError, match="holds other bytes of writer epoch") as lost:
+        tables.write_segment(nxt, segment_bytes(2, epoch), writer_epoch=epoch, retried=True)
+    assert not isinstance(lost.value, StoreError)
+    store.put_if_absent(segment_key(nxt + 1), segment_bytes(2, epoch + 1))  # a newer writer's
+    for retried in (False, True):
+        with pytest.raises(FencedError, match=f"written by writer epoch {epoch + 1}"):
+            tables.write_segment(
+                nxt + 1, segment_bytes(2, epoch), writer_epoch=epoch, retried=retried
+            )
+        with pytest.raises(InkpenError, match="older than this writer's epoch") as older:
+            tables.write_segment(
+                nxt, segment_bytes(2, epoch + 1), writer_epoch=epoch + 1, retried=retried
+            )
+        assert not isinstance(older.value, StoreError)
+    with pytest.raises(UsageError, match="attempts"):
+        tables.write_segment(nxt + 2, mine, writer_epoch=epoch, attempts=0)
+    assert segment_epoch(store, nxt + 2) is None
+
+
+def test_table_store_segment_write_of_unknown_outcome(store: ObjectStore) -> None:
+    """A refused first round is definite; creates that land but lose their answer while the
+    slot cannot be read leave the outcome unknown (indefinite, never "did not happen"); the
+    same write retried once the store answers finds its own bytes and returns."""
+    faulty = FaultyStore(store, FaultPlan(seed=1, before={"put_if_absent": 1.0}))
+    tables = TableStore(faulty)
+    data = segment_bytes(1, 3)
+    with pytest.raises(StoreError) as refused:
+        tables.write_segment(2, data, writer_epoch=3)
+    assert refused.value.definite
+    assert segment_epoch(store, 2) is None
+    faulty.plan = FaultPlan(
+        seed=1,
+        after={"put_if_absent": 1.0},
+        before=dict.fromkeys(("get", "get_range", "head"), 1.0),
+    )
+    with pytest.raises(StoreError, match="stayed unknown after 1 attempts") as unknown:
+        tables.write_segment(2, data, writer_epoch=3, attempts=1)
+    assert not unknown.value.definite
+    assert store.get(segment_key(2)) == data  # it had landed
+    faulty.plan = FaultPlan(seed=1)
+    tables.write_segment(2, data, writer_epoch=3, attempts=1, retried=True)
+
+
+class LostAnswer:
+    """A store whose next segment create is lost before it lands, while a newer writer's
+    segment of ``epoch`` takes the slot: what a read back finds after the lost answer."""
+
+    def __init__(self, inner: ObjectStore, epoch: int) -> None:
+        self.inner = inner
+        self.epoch = epoch
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def put_if_absent(self, key: str, data: bytes, **kwargs: object) -> None:
+        self.inner.put_if_absent(key, segment_bytes(9, self.epoch))
+        raise StoreError(f"the answer to creating {key} was lost", definite=False, key=key)
+
+
+class LetsThrough:
+    """A store that lets an ``OSError`` through from a create, as a store with a bug might."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def put_if_absent(self, key: str, data: bytes, **kwargs: object) -> None:
+        raise OSError("the disk went away")
+
+
+def test_table_store_segment_write_read_back_applies_the_rule(store: ObjectStore) -> None:
+    """After a lost answer the slot is read back: a newer writer's segment there is a fence
+    (never a loss of this writer's bytes), for a fresh write and a retried one alike."""
+    for retried in (False, True):
+        tables = TableStore(LostAnswer(store, epoch=5))  # type: ignore[arg-type]
+        segment_id = 10 + retried
+        with pytest.raises(FencedError, match="written by writer epoch 5"):
+            tables.write_segment(segment_id, segment_bytes(1, 4), writer_epoch=4, retried=retried)
+
+
+def test_table_store_segment_write_maps_what_a_store_lets_through(store: ObjectStore) -> None:
+    """Anything but an inkpen error from the store may have gone through: it is an indefinite
+    StoreError, and logged."""
+    tables = TableStore(LetsThrough(store))  # type: ignore[arg-type]
+    with capture_logs() as events, pytest.raises(StoreError, match="OSError") as failed:
+        tables.write_segment(1, segment_bytes(1, 1), writer_epoch=1)
+    assert not failed.value.definite
+    assert [e["event"] for e in events if e["log_level"] == "error"] == [
+        "journal.segment_write_raised"
+    ]
 
 
 def test_segment_epoch_falls_back_to_the_header(store: ObjectStore) -> None:

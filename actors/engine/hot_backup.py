@@ -43,6 +43,7 @@ from inkpen.manifest.model import (
     Manifest,
     VersionedManifest,
 )
+from inkpen.manifest.paths import is_journal_file_key
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore, open_store
@@ -127,7 +128,8 @@ class HotBackup:
             # fails part-way can simply be taken again into the same root.
             with contextlib.suppress(AlreadyExistsError):
                 manifests.create(Manifest(initialized=False))
-        present = {info.key for info in dest.list("journal/compacted/")}
+        tables = TableStore(dest)
+        present = tables.names("journal")
         descriptors: list[JournalFileDescriptor] = []
         copied = kept = copied_bytes = 0
         for handle in self._journal.files:
@@ -135,20 +137,20 @@ class HotBackup:
             if source.name in present:
                 kept += 1
             else:
-                dest.copy(source.name, source.name, source=self._resolver.store_for(source.root))
+                tables.copy_file(source, self._resolver.store_for(source.root))
                 copied += 1
                 copied_bytes += source.size
             descriptors.append(dataclasses.replace(source, root=None, in_ledger=False))
         entries = list(segment_entries(self._journal.segments))
         if entries:
-            written = TableStore(dest).write_journal(entries, writer_epoch=self._epoch)
+            written = tables.write_journal(entries, writer_epoch=self._epoch)
             copied += 1
             copied_bytes += written.size
             descriptors.append(written)
         descriptors.sort(key=lambda d: d.min_sqn)
         versioned = self._write_manifest(manifests, dest, tuple(descriptors))
         deleted = collect_as_writer(dest, versioned.manifest.writer_epoch)
-        removed = sum(1 for key in deleted if key.startswith("journal/compacted/"))
+        removed = sum(1 for key in deleted if is_journal_file_key(key))
         result = BackupReport(
             destination=dest.url,
             manifest_id=versioned.id,

@@ -46,15 +46,14 @@ def start_clerk(
     owner: pykka.ActorRef[Any],
     *,
     descriptor: SstDescriptor | JournalFileDescriptor | None = None,
-    name: str | None = None,
 ) -> pykka.ActorRef[Any]:
     """Start a ``kind`` clerk reporting to ``owner``: for ``descriptor``'s existing file, or
-    (no descriptor) for a new file under ``name`` (a fresh one by default)."""
+    (no descriptor) for a new file under a fresh name (the table store's
+    :func:`~inkpen.manifest.table_store.new_name`, the one source of new file names)."""
     if descriptor is not None:
         name, owned = descriptor.name, descriptor.root is None
     else:
-        fresh = new_name("sst" if kind is SstClerk else "journal")
-        name, owned = (fresh if name is None else name), True
+        name, owned = new_name("sst" if kind is SstClerk else "journal"), True
     return kind.start(
         ctx.tables,
         name,

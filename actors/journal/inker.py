@@ -18,19 +18,22 @@ manifest. Its pieces:
 - **journal files** (``journal/compacted/<id>.jnl``), one clerk each, serving value reads.
 - the **snapshot register** for journal clones, and the delete confirmations of its files.
 
-A segment write that finds its slot taken by a newer epoch means a newer writer has opened the
-database: the Inker is fenced, fails the batch and every later one with ``FencedError``, and
-writes nothing more. A write whose outcome is unknown is retried with the same bytes into the
-same slot (the bytes decide whether an earlier attempt landed). If the outcome stays unknown (the
-store is down, or its answers are lost), the batch fails with an indefinite ``StoreError`` and
-the segment stays **unsettled**: the Inker writes nothing else (a later segment must not leave a
-gap that would hide it) and **settles** it once the store answers, by writing the same bytes into
-the same slot again (create-if-absent, then a read back: its own bytes there mean it landed). It
-tries on every batch that comes meanwhile (each of which fails definitely while the store still
-does not answer) and on a timer, every :data:`SETTLE_RETRY_MAX` seconds at most. Once settled,
-the segment is installed as any written one (its writes become visible: they landed) and writing
-goes on. Only a fence, or a slot holding other bytes of this writer's epoch (a loss that
-nothing can repair), stops the Inker for good: then the handle must be reopened.
+Segments are written through the writer's table store
+(:meth:`~inkpen.manifest.table_store.TableStore.write_segment`), which owns the retries and the
+read back; the Inker only acts on the outcome. A segment write that finds its slot taken by a
+newer epoch means a newer writer has opened the database: the Inker is fenced, fails the batch
+and every later one with ``FencedError``, and writes nothing more. A write whose outcome is
+unknown is retried with the same bytes into the same slot (the bytes decide whether an earlier
+attempt landed). If the outcome stays unknown (the store is down, or its answers are lost), the
+batch fails with an indefinite ``StoreError`` and the segment stays **unsettled**: the Inker
+writes nothing else (a later segment must not leave a gap that would hide it) and **settles** it
+once the store answers, by writing the same bytes into the same slot again (create-if-absent,
+then a read back: its own bytes there mean it landed). It tries on every batch that comes
+meanwhile (each of which fails definitely while the store still does not answer) and on a timer,
+every :data:`SETTLE_RETRY_MAX` seconds at most. Once settled, the segment is installed as any
+written one (its writes become visible: they landed) and writing goes on. Only a fence, or a slot
+holding other bytes of this writer's epoch (a loss that nothing can repair), stops the Inker for
+good: then the handle must be reopened.
 
 Other modules ask the Inker through the functions at the end of this module (``sync``,
 ``roll_now``, ``take_checkpoint``, ``register``, ``release``, ``replay``, ``stats``, ...); its
@@ -77,7 +80,6 @@ from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, build_journal
 from inkpen.logs import get_logger
-from inkpen.manifest.fencing import write_segment
 from inkpen.manifest.model import Checkpoint, Manifest, VersionedManifest
 from inkpen.manifest.paths import segment_key
 
@@ -86,7 +88,6 @@ REPLAY_PROBE_AFTER = 2.0
 
 log = get_logger("inkpen.inker")
 
-SEGMENT_WRITE_ATTEMPTS = 6
 ROLL_RETRY_AFTER = 1.0
 SETTLE_RETRY_FIRST = 0.1
 SETTLE_RETRY_MAX = 1.0
@@ -405,20 +406,18 @@ class Inker(FileOwner):
             return
         segment_id = self.next_segment
         try:
-            refused = self._put_segment(segment_id, data)
-        except FencedError as exc:
-            self._stop_writing(exc)
-            batch.fail(exc)
-            return
-        except Exception as caught:
-            failure = _as_store_error(caught, segment_id)
-            if failure is None:
-                assert isinstance(caught, InkpenError)
-                self._stop_writing(caught)
-                batch.fail(caught)
-                return
+            self.ctx.tables.write_segment(segment_id, data, writer_epoch=self.epoch)
+        except StoreError as failure:
             if failure.definite:
-                batch.fail(failure)
+                batch.fail(
+                    StoreError(
+                        f"journal segment {segment_id} was not written to {self.ctx.store.url}, "
+                        "so this batch of writes did not happen: "
+                        f"{Exception.__str__(failure)}",
+                        definite=True,
+                        key=segment_key(segment_id),
+                    )
+                )
                 return
             error = StoreError(
                 f"the outcome of writing journal segment {segment_id} to {self.ctx.store.url} "
@@ -435,15 +434,9 @@ class Inker(FileOwner):
             batch.fail(error)
             self._schedule_settle()
             return
-        if refused is not None:
-            batch.fail(
-                StoreError(
-                    f"journal segment {segment_id} was not written to {self.ctx.store.url}, so "
-                    f"this batch of writes did not happen: {Exception.__str__(refused)}",
-                    definite=True,
-                    key=segment_key(segment_id),
-                )
-            )
+        except InkpenError as exc:  # a fence, or a slot holding a loss: stop for good
+            self._stop_writing(exc)
+            batch.fail(exc)
             return
         self._install(batch, segment_id, data, entries)
         log.debug(
@@ -483,22 +476,19 @@ class Inker(FileOwner):
         assert pending is not None
         pending.tries += 1
         try:
-            refused = self._put_segment(pending.segment_id, pending.data, attempts=1)
-        except FencedError as exc:
+            self.ctx.tables.write_segment(
+                pending.segment_id,
+                pending.data,
+                writer_epoch=self.epoch,
+                attempts=1,
+                retried=True,
+            )
+        except StoreError as exc:  # refused, or unknown again: still unsettled
+            pending.error = exc
+            return False
+        except InkpenError as exc:  # a fence, or a slot holding a loss: stop for good
             self.unsettled = None
             self._stop_writing(exc)
-            return False
-        except Exception as caught:
-            error = _as_store_error(caught, pending.segment_id)
-            if error is None:
-                assert isinstance(caught, InkpenError)
-                self.unsettled = None
-                self._stop_writing(caught)
-                return False
-            pending.error = error
-            return False
-        if refused is not None:
-            pending.error = refused
             return False
         self.unsettled = None
         # Its callers were told the outcome is unknown; it landed, so its writes are installed
@@ -546,56 +536,6 @@ class Inker(FileOwner):
             return
         if not self._settle():
             self._schedule_settle()
-
-    def _put_segment(
-        self, segment_id: int, data: bytes, *, attempts: int = SEGMENT_WRITE_ATTEMPTS
-    ) -> StoreError | None:
-        """Write a segment, retrying an unknown outcome with the same bytes; None if it landed.
-
-        An error answered means it definitely did not land (that error says why): only a
-        definite failure of the very first attempt says so. After any attempt whose outcome
-        was unknown, a later definite error (a read of the slot failing, say) says nothing
-        about this write, so giving up raises an indefinite :class:`StoreError`. A slot
-        holding exactly these bytes is an earlier attempt of ours that landed.
-        """
-        delay = 0.05
-        last: BaseException | None = None
-        for attempt in range(attempts):
-            try:
-                write_segment(self.ctx.store, segment_id, data, writer_epoch=self.epoch)
-                return None
-            except FencedError:
-                raise
-            except StoreError as exc:
-                if exc.definite and attempt == 0:
-                    return exc
-                last = exc
-            except InkpenError as exc:
-                last = exc  # our own epoch holds the slot: the bytes say whether it is this write
-            if self._segment_holds(segment_id, data):
-                return None
-            if attempt + 1 < attempts:
-                time.sleep(delay)
-                delay = min(1.0, delay * 2)
-        raise StoreError(
-            f"the outcome of writing journal segment {segment_id} stayed unknown after "
-            f"{attempts} attempts ({last})",
-            definite=False,
-            key=segment_key(segment_id),
-        )
-
-    def _segment_holds(self, segment_id: int, data: bytes) -> bool:
-        """Whether the slot holds exactly ``data``; raises if it holds other bytes of our epoch."""
-        try:
-            existing = self.ctx.store.get(segment_key(segment_id))
-        except StoreError:
-            return False
-        if existing == data:
-            return True
-        raise InkpenError(
-            f"journal segment {segment_id} holds other bytes of writer epoch {self.epoch}: "
-            "two writers claimed one epoch, or the store lost a write it had acknowledged"
-        )
 
     def _after_write(self) -> None:
         options = self.ctx.options
@@ -945,23 +885,6 @@ class Inker(FileOwner):
             stop(handle.clerk)
         self.files.clear()
         self.stop_retiring()
-
-
-def _as_store_error(caught: BaseException, segment_id: int) -> StoreError | None:
-    """What a failed segment write says about its outcome: the store's error; for anything
-    else the store let through (a bug of a store, say an ``OSError`` it did not map) an
-    indefinite one, since the write may have gone through; None for an inkpen error other
-    than the store's (a fence, or a slot holding other bytes: the Inker stops for good)."""
-    if isinstance(caught, StoreError):
-        return caught
-    if isinstance(caught, InkpenError):
-        return None
-    log.error("journal.segment_write_raised", segment=segment_id, error=repr(caught))
-    return StoreError(
-        f"writing journal segment {segment_id} raised {caught!r}",
-        definite=False,
-        key=segment_key(segment_id),
-    )
 
 
 # -- what other modules ask of the Inker --------------------------------------------------------

@@ -43,10 +43,11 @@ import pykka
 
 from inkpen.actors.base import stop
 from inkpen.actors.kernel.in_flight import InFlight
-from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError
+from inkpen.errors import FencedError, InkpenError, StoreError
 from inkpen.logs import get_logger
 from inkpen.manifest.model import Manifest, VersionedManifest
 from inkpen.manifest.store import ManifestStore
+from inkpen.manifest.table_store import TableStore
 
 log = get_logger("inkpen.manifest")
 
@@ -163,11 +164,9 @@ class ManifestKeeper:
 
     def _check_present(self, names: Iterable[str], reason: str) -> None:
         """Raise unless every one of ``names`` is on the store (see the module docstring)."""
-        store = self.manifests.store
+        tables = TableStore(self.manifests.store)
         for name in names:
-            try:
-                store.head(name)
-            except NotFoundError:
+            if not tables.exists(name):
                 log.error("manifest.commit_file_missing", reason=reason, name=name)
                 self.refresh()  # a newer writer's GC: FencedError
                 raise StoreError(
@@ -176,7 +175,7 @@ class ManifestKeeper:
                     "to commit a file); the manifest was not changed and the work is retried",
                     definite=True,
                     key=name,
-                ) from None
+                )
 
     def read(self, manifest_id: int) -> Manifest:
         """The manifest with this id (cached; manifests never change)."""

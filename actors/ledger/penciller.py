@@ -60,7 +60,6 @@ from inkpen.manifest.levels import LevelError, Levels
 from inkpen.manifest.merge_policy import MergePolicy
 from inkpen.manifest.merging import add_l0
 from inkpen.manifest.model import Manifest, SstDescriptor, VersionedManifest
-from inkpen.manifest.paths import new_file_id, sst_key
 
 log = get_logger("inkpen.penciller")
 
@@ -278,8 +277,7 @@ class Penciller(FileOwner):
         if (not force or respect_l0_limit) and len(self.levels.l0) >= options.max_l0_files:
             return
         self.writing = tuple(self.mem)
-        name = sst_key(new_file_id())
-        clerk = self._new_clerk(name)
+        clerk = start_clerk(self.ctx, SstClerk, self.actor_ref)  # a fresh name, new_name's
         build_l0(
             clerk,
             self.writing,
@@ -287,9 +285,6 @@ class Penciller(FileOwner):
             shape=SstShape.of(options),
             compute_workers=options.compute_workers,
         )
-
-    def _new_clerk(self, name: str) -> pykka.ActorRef[Any]:
-        return start_clerk(self.ctx, SstClerk, self.actor_ref, name=name)
 
     @handles(L0Written)
     def _l0_written(self, message: L0Written) -> None:

@@ -1,7 +1,9 @@
 """Checking stored objects: every checksum of an SST, a journal file, a segment or a manifest.
 
 Each check reads the whole object once and decodes it with the codecs the engine reads with
-(``inkpen.formats``), which verify every CRC, then cross-checks what they found:
+(``inkpen.formats``), which verify every CRC, then cross-checks what they found. SSTs, journal
+files and segments are read, and their readers opened, through the database's table store
+(:mod:`inkpen.manifest.table_store`), from whichever root holds them:
 
 - **SST**: footer, index, bloom and meta blocks, then every data block in order (its CRC, that it
   decodes, that its first key matches the index); keys strictly increasing; the entry count and
@@ -23,10 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inkpen.errors import CorruptionError, NotFoundError
-from inkpen.formats.journal import JournalReader, iter_journal
-from inkpen.formats.sst import SstReader
+from inkpen.formats.journal import iter_journal
 from inkpen.manifest.model import JournalFileDescriptor, SstDescriptor, decode
-from inkpen.objectstore import ObjectStore
+from inkpen.manifest.table_store import TableStore
 
 
 class Kind(enum.StrEnum):
@@ -92,7 +93,7 @@ def check_sst(data: bytes, target: Target) -> int:
     if expected is not None:
         _check_size(name, data, expected)
     base = expected.sqn_base if expected is not None else 0
-    reader = SstReader.open(name, len(data), lambda start, end: data[start:end], sqn_base=base)
+    reader = TableStore.sst_in_memory(name, data, sqn_base=base)
     info = reader.info
     count = 0
     previous: bytes | None = None
@@ -128,7 +129,7 @@ def check_journal(data: bytes, target: Target) -> int:
     if expected is not None:
         _check_size(name, data, expected)
     count = sum(1 for _ in iter_journal(data, name))
-    reader = JournalReader.open(name, len(data), lambda start, end: data[start:end])
+    reader = TableStore.journal_in_memory(name, data)
     locations = reader.locations()
     if len(locations) != count:
         raise CorruptionError(
@@ -169,10 +170,19 @@ CHECKERS: dict[Kind, Callable[[bytes, Target], int]] = {
 }
 
 
-def check(store: ObjectStore, target: Target) -> Outcome:
-    """Read ``target`` from ``store`` and check it; absence is :attr:`Status.MISSING`."""
+def read(tables: TableStore, target: Target) -> bytes:
+    """``target`` as stored: a manifest from its root's store, any other object through the
+    table store."""
+    if target.kind is Kind.MANIFEST:
+        return tables.store_for(target.root).get(target.key)
+    return tables.read_object(target.key, root=target.root)
+
+
+def check(tables: TableStore, target: Target) -> Outcome:
+    """Read ``target`` (through ``tables``, the checked database's table store, which finds the
+    store of another root) and check it; absence is :attr:`Status.MISSING`."""
     try:
-        data = store.get(target.key)
+        data = read(tables, target)
     except NotFoundError:
         return Outcome(target, Status.MISSING, detail="named by a manifest but absent")
     try:

@@ -42,6 +42,7 @@ from inkpen.manifest.paths import (
     segment_key,
 )
 from inkpen.manifest.store import ManifestStore, require_live
+from inkpen.manifest.table_store import TableStore
 
 from . import render
 from .checks import Kind, Outcome, Status, Target, check
@@ -168,6 +169,7 @@ def _settle(outcome: Outcome, holders: set[str], manifests: ManifestStore) -> Ou
 def run_checks(manifests: ManifestStore, plan: Plan) -> list[Outcome]:
     """Check every planned object in parallel, with progress."""
     resolver = StoreResolver(manifests.store)
+    tables = TableStore(manifests.store, resolver=resolver)
     outcomes: list[Outcome] = []
     total = sum(t.size for t in plan.targets.values())
     try:
@@ -175,10 +177,7 @@ def run_checks(manifests: ManifestStore, plan: Plan) -> list[Outcome]:
             progress("verify", f"verifying {manifests.url}", total=total, unit="bytes") as bar,
             ThreadPoolExecutor(max_workers=CHECK_WORKERS) as pool,
         ):
-            futures = {
-                pool.submit(check, resolver.store_for(t.root), t): where
-                for where, t in plan.targets.items()
-            }
+            futures = {pool.submit(check, tables, t): where for where, t in plan.targets.items()}
             for future in as_completed(futures):
                 where = futures[future]
                 outcome = _settle(future.result(), plan.holders[where], manifests)
