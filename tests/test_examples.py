@@ -4,7 +4,9 @@
   the database and backs up only what is new);
 - ``http_app.py``: its service driven over loopback by concurrent clients in this process, and the
   script itself started, asked, and stopped with SIGINT;
-- ``backup_cron.py``: three runs keeping two dated backups, which restore as databases.
+- ``backup_cron.py``: three runs keeping two dated backups, which restore as databases;
+- every example (``spark_job.py`` and ``stream_job.py`` run in the pipeline tests):
+  ``--help`` says what it is and how to call it, and touches nothing.
 """
 
 from __future__ import annotations
@@ -57,6 +59,25 @@ def run_example(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess
         timeout=RUN_TIMEOUT,
         check=False,
     )
+
+
+ALL_EXAMPLES = sorted(path.stem for path in EXAMPLES.glob("*.py"))
+
+
+def test_every_example_is_covered_here() -> None:
+    """A new example gets its ``--help`` run below; this guards the listing itself."""
+    assert {"backup_cron", "http_app", "quickstart", "spark_job", "stream_job"} <= set(ALL_EXAMPLES)
+
+
+@pytest.mark.parametrize("name", ALL_EXAMPLES)
+def test_every_example_answers_help_and_touches_nothing(name: str, tmp_path: Path) -> None:
+    ran = run_example(name, "--help", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith(f"usage: {name}.py ")
+    docstring = (EXAMPLES / f"{name}.py").read_text(encoding="utf-8").split('"""')[1]
+    description = ran.stdout.split("\n\n")[1]  # argparse's description: the docstring's start
+    assert description.split()[:5] == docstring.split()[:5]
+    assert list(tmp_path.iterdir()) == []  # no database, no directory named --help
 
 
 def test_quickstart_runs_in_a_fresh_directory_and_again(tmp_path: Path) -> None:

@@ -116,6 +116,32 @@ def test_destroy_hard_leaves_no_directory(tmp_path: Path) -> None:
     assert not os.path.exists(url)
 
 
+def test_destroy_is_hard_by_default_as_the_command_is(store_url: str, store_kind: str) -> None:
+    """``inkpen.destroy(url)`` is ``destroy(url, soft=False)``, as ``inkpen destroy URL`` is hard
+    unless given ``--soft``: refused with the same message while a checkpoint lives, then every
+    object removed at once, no GC pass needed."""
+    _fill(store_url, {}, 0, 10)
+    with inkpen.open(store_url) as book:
+        checkpoint = book.checkpoint(600)
+    before = _objects(store_url)
+    refusals = []
+    for call in (lambda: inkpen.destroy(store_url), lambda: inkpen.destroy(store_url, soft=False)):
+        with pytest.raises(inkpen.UsageError, match="has live checkpoints") as refused:
+            call()
+        refusals.append(str(refused.value))
+        assert _objects(store_url) == before
+    assert refusals[0] == refusals[1] and checkpoint in refusals[0]
+    with open_store(store_url) as store:
+        delete_checkpoint(ManifestStore(store), checkpoint)
+    inkpen.destroy(store_url)
+    if store_kind == "local":
+        assert not os.path.exists(store_url)
+    else:
+        assert _objects(store_url) == []
+    with pytest.raises(inkpen.NotFoundError):
+        inkpen.destroy(store_url)
+
+
 def test_list_databases_names_only_database_children(
     make_store_url: Callable[[str], str], tmp_path: Path
 ) -> None:

@@ -22,9 +22,10 @@ before a refresh begins is readable when it ends.
    a segment before its ``put`` returns, so a follower reads it within about one interval.
 
 Views are immutable and swapped whole under a lock, and :meth:`Follower.wait_for_change` wakes
-tails. What protects what a follower reads: the current lease pins the manifest its files come
-from, and segments above that manifest's window are read as soon as they appear. A segment rolled
-and collected before the probe reached it shows as an absent slot; the probe stops there, and the
+tails (:meth:`Follower.add_listener` tells those that wait in an event loop, without a thread).
+What protects what a follower reads: the current lease pins the manifest its files come from, and
+segments above that manifest's window are read as soon as they appear. A segment rolled and
+collected before the probe reached it shows as an absent slot; the probe stops there, and the
 manifest read after it already names the roll (GC deletes only segments the latest manifest has
 rolled), so the same refresh re-pins onto the journal file that holds it. A read through views
 taken before a re-pin may find a file the old lease no longer protects gone: the Reader then
@@ -106,6 +107,7 @@ class Follower:
         self._version = 0
         self._refresh_lock = threading.Lock()
         self._changed = threading.Condition()
+        self._listeners: list[Callable[[], object]] = []
         self._stop = threading.Event()
         self.refreshes = 0
         self.repins = 0
@@ -138,6 +140,37 @@ class Follower:
                 self._changed.wait(left)
             return self._version != version
 
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`close` began: no views will change any more."""
+        return self._stop.is_set()
+
+    def add_listener(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback()`` (in the follower's thread, quickly) whenever new views are
+        published and when the follower stops; answers a function that removes it. Lets a waiter
+        that must not block a thread (an asyncio tail) learn what :meth:`wait_for_change` learns.
+        """
+        with self._changed:
+            self._listeners.append(callback)
+
+        def remove() -> None:
+            with self._changed:
+                if callback in self._listeners:
+                    self._listeners.remove(callback)
+
+        return remove
+
+    def _notify(self) -> None:
+        """Wake the threads in :meth:`wait_for_change` and call the listeners."""
+        with self._changed:
+            self._changed.notify_all()
+            listeners = list(self._listeners)
+        for callback in listeners:
+            try:
+                callback()
+            except Exception as exc:  # one listener's failure must not keep news from the rest
+                log.error("follower.listener_failed", url=self._manifests.url, error=repr(exc))
+
     # -- refreshing -----------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -168,7 +201,7 @@ class Follower:
             if changed:
                 with self._changed:
                     self._version += 1
-                    self._changed.notify_all()
+                self._notify()
             return changed
 
     def _repin(self) -> None:
@@ -278,8 +311,7 @@ class Follower:
     def close(self, on_lease: Callable[[CheckpointLease], None] | None = None) -> None:
         """Stop following and release the current lease. Idempotent."""
         self._stop.set()
-        with self._changed:
-            self._changed.notify_all()
+        self._notify()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=max(10.0, self._interval * 2))
         with self._refresh_lock:
