@@ -6,9 +6,10 @@ cache shared by every journal file of a database: a range inside a chunk that is
 or a merge read it) comes from memory; a small range (at most ``chunk // 16`` bytes: a record a
 point read wants) whose chunks are not cached is read alone, sized to the record, and cached by
 itself, even when it crosses a chunk boundary, so a cold get of a 100-byte value reads about
-150 bytes, never a 256 KiB chunk; a larger range reads and caches whole chunks. :meth:`ChunkedFetch.direct` reads past the cache (a scan
-that reads each record once must not evict what point reads use). The table store
-(:mod:`inkpen.manifest.table_store`) picks which one a reader gets.
+150 bytes, never a 256 KiB chunk; a larger range reads and caches whole chunks.
+:meth:`ChunkedFetch.direct` reads past the cache (a scan that reads each record once must not
+evict what point reads use). The table store (:mod:`inkpen.manifest.table_store`) picks which one
+a reader gets.
 """
 
 from __future__ import annotations
