@@ -253,6 +253,8 @@ def test_the_key_axis_keeps_order_and_spreads_numbered_keys_evenly() -> None:
     assert axis.position(b"i-first") == 0.0 and axis.position(b"r-last") == 1.0
     gaps = [b - a for a, b in itertools.pairwise(places)]
     assert max(gaps) < 2 * min(gaps), "numbered keys sharing a long prefix spread evenly"
+    span = places[-1] - places[0]
+    assert places[50] - places[0] == pytest.approx(span * 500 / 990)  # as their numbers do
     assert 0.0 < axis.position(b"o\x00users\x00\x00user00005") < places[1]  # between neighbours
 
 

@@ -49,8 +49,10 @@ from .lsm_page import page
 from .progress import progress
 from .targets import database, latest_manifest
 
-KEY_CUTS = 12
-"""How many times :class:`KeyAxis` cuts an interval among keys that go on differently."""
+KEY_POSITIONS = 256
+"""Bytes of a key past the common prefix that :class:`KeyAxis` reads at most."""
+KEY_PRECISION = 1e-9
+"""The weight of a key's digit below which :class:`KeyAxis` reads no further."""
 STRIP_COLUMNS = 48
 """Columns of a level's strip in the text picture."""
 SHADES = " ░▒▓█"
@@ -63,64 +65,52 @@ TICKS = 5
 class KeyAxis:
     """Where a key sits between the first and the last key of a set, as a fraction 0..1.
 
-    Keys are bytes, placed as a trie of the set's keys lays them out: wherever the keys that
-    share a prefix go on with different bytes, their interval is cut into equal parts, one per
-    next byte in order (a key that ends there first); a prefix all of them share cuts nothing.
-    So ``key0000123``-style numbered keys spread evenly whatever prefix they share, random binary
-    keys spread as their first bytes read as a fraction would, and the mapping keeps the order of
-    the keys. Cuts stop after :data:`KEY_CUTS` levels; a key outside the set sits halfway between
-    its neighbours in it.
+    Keys are bytes. A key's place is its bytes read as the digits of a fraction whose base at
+    each position is the number of different bytes the set's keys have there: a position where
+    all the keys agree takes no room, numbered keys such as ``key0001234`` spread as their
+    numbers do whatever prefix they share, and random binary keys spread as their first bytes
+    would. The places keep the order of the keys (a key and a longer one it begins may share a
+    place). Positions are read until a digit's weight falls below what a drawing shows, and at
+    most :data:`KEY_POSITIONS` of them past the set's common prefix.
     """
 
     def __init__(self, keys: Iterable[bytes]) -> None:
         known = sorted(set(keys))
         self.first = known[0] if known else b""
         self.last = known[-1] if known else b""
-        self._keys = known
-        self._places = [0.0] * len(known)
-        if len(known) > 1:
-            self._cut(0, len(known), 0.0, 1.0, KEY_CUTS)
-            low, high = self._places[0], self._places[-1]
-            width = high - low
-            self._places = [(p - low) / width if width > 0 else 0.0 for p in self._places]
-
-    def _cut(self, lo: int, hi: int, start: float, end: float, cuts: int) -> None:
-        """Place ``self._keys[lo:hi]`` (sharing at least a prefix) in ``[start, end)``."""
-        keys = self._keys
-        if hi - lo == 1 or cuts == 0:
-            for i in range(lo, hi):
-                self._places[i] = start
-            return
-        first, last = keys[lo], keys[hi - 1]
-        depth = 0
-        for a, b in zip(first, last, strict=False):
+        prefix = 0
+        for a, b in zip(self.first, self.last, strict=False):
             if a != b:
                 break
-            depth += 1
-        groups: list[tuple[int, int]] = []
-        i = lo
-        if len(first) == depth:  # the shared prefix itself sorts first
-            groups.append((i, i + 1))
-            i += 1
-        while i < hi:
-            byte = keys[i][depth]
-            j = i + 1
-            while j < hi and keys[j][depth] == byte:
-                j += 1
-            groups.append((i, j))
-            i = j
-        step = (end - start) / len(groups)
-        for n, (a, b) in enumerate(groups):
-            self._cut(a, b, start + n * step, start + (n + 1) * step, cuts - 1)
+            prefix += 1
+        self._digits: list[tuple[int, list[int]]] = []
+        """(position, the bytes the keys have there), for the positions where they differ."""
+        weight = 1.0
+        longest = max((len(k) for k in known), default=0)
+        for i in range(prefix, min(longest, prefix + KEY_POSITIONS)):
+            values = sorted({k[i] for k in known if len(k) > i})
+            if len(values) > 1:
+                self._digits.append((i, values))
+                weight /= len(values)
+                if weight < KEY_PRECISION:
+                    break
+        self._low = self._value(self.first)
+        self._width = self._value(self.last) - self._low
+
+    def _value(self, key: bytes) -> float:
+        value, weight = 0.0, 1.0
+        for i, values in self._digits:
+            if len(key) <= i:
+                break
+            weight /= len(values)
+            value += weight * bisect.bisect_left(values, key[i])
+        return value
 
     def position(self, key: bytes) -> float:
-        """``key``'s place between the first key (0.0) and the last (1.0)."""
-        i = bisect.bisect_left(self._keys, key)
-        if i < len(self._keys) and self._keys[i] == key:
-            return self._places[i]
-        if i == 0 or i == len(self._keys):
-            return 0.0 if i == 0 else 1.0
-        return (self._places[i - 1] + self._places[i]) / 2
+        """``key``'s place between the first key (0.0) and the last (1.0), clamped."""
+        if self._width <= 0:
+            return 0.0
+        return min(1.0, max(0.0, (self._value(key) - self._low) / self._width))
 
 
 def l0_shape(files: Sequence[SstDescriptor]) -> tuple[list[int], int]:
@@ -516,8 +506,8 @@ def lsm(url: str, html_file: Path | None, as_json: bool) -> None:
         counts = ", ".join(f"L{level['level']} {level['files']}" for level in found["levels"])
         click.echo(
             f"wrote {html_file}: {found['ledger']['files']} SSTs ({counts or 'no levels'}), "
-            f"{found['journal']['files']} journal files, {len(found['checkpoints'])} "
-            f"checkpoints, {len(found['cursors'])} feed cursors"
+            f"{found['journal']['files']} journal files, checkpoints "
+            f"{len(found['checkpoints'])}, feed cursors {len(found['cursors'])}"
         )
     if as_json:
         render.echo_json(found)

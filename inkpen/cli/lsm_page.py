@@ -382,8 +382,10 @@ SCRIPT = r"""
   }
 
   // -- draw, then say what was drawn ----------------------------------------------------------
-  drawLevels("keys");
+  var view = location.hash === "#bytes" ? "bytes" : "keys";  // lsm.html#bytes: the pyramid
+  drawLevels(view);
   document.querySelectorAll('input[name="view"]').forEach(function (radio) {
+    radio.checked = radio.value === view;
     radio.addEventListener("change", function () { drawLevels(radio.value); });
   });
   drawJournal();
@@ -411,9 +413,12 @@ SCRIPT = r"""
   drawn.setAttribute("data-journal-files", counts.journal);
   drawn.setAttribute("data-checkpoints", counts.checkpoints);
   drawn.setAttribute("data-cursors", counts.cursors);
-  drawn.textContent = "Drew " + counts.ssts + " SSTs (" + perLevel.map(function (n, i) {
-    return "L" + i + " " + n; }).join(", ") + "), " + counts.journal + " journal files, " +
-    counts.checkpoints + " checkpoints and " + counts.cursors + " feed cursors.";
+  function many(n, one, more) { return n + " " + (n === 1 ? one : more); }
+  drawn.textContent = "Drew " + many(counts.ssts, "SST", "SSTs") + " (" +
+    perLevel.map(function (n, i) { return "L" + i + " " + n; }).join(", ") + "), " +
+    many(counts.journal, "journal file", "journal files") + ", " +
+    many(counts.checkpoints, "checkpoint", "checkpoints") + " and " +
+    many(counts.cursors, "feed cursor", "feed cursors") + ".";
 })();
 """
 
@@ -435,13 +440,14 @@ the picture.</b></p></noscript>
 <h2>Ledger levels</h2>
 <div class="controls">Place SSTs by:
 <label><input type="radio" name="view" value="keys" checked> key range</label>
-<label><input type="radio" name="view" value="bytes"> bytes (the pyramid)</label></div>
+<label><input type="radio" name="view" value="bytes"> bytes (the pyramid; or open the page
+as <code>FILE#bytes</code>)</label></div>
 <svg id="levels" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1240 60"></svg>
 <p class="note">Each box is one SST. By key range: it spans the keys from its first to its last,
-over the database's key span (keys are bytes: the SSTs' first and last keys are laid out as a
-trie would, each interval cut into equal parts wherever keys sharing a prefix go on with
-different bytes, so numbered keys spread evenly and a shared prefix takes no room); its height is
-its bytes against the largest SST. L0 files may overlap and are drawn in
+over the database's key span (keys are bytes: a key's place is its bytes read as the digits of a
+fraction, each position in the base of the different bytes the SSTs' first and last keys have
+there, so a prefix they all share takes no room and numbered keys spread as their numbers do);
+its height is its bytes against the largest SST. L0 files may overlap and are drawn in
 lanes, newest first; L0's <i>depth</i> is the most L0 files one key is in (a read may look in
 each). By bytes: each box is as wide as its bytes, against the largest level. Lighter boxes are
 inherited from a clone's parent. Hover for name, size, key range and SQNs; click to show them
