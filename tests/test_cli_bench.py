@@ -108,6 +108,13 @@ def test_plot_without_matplotlib_names_the_extra(
     assert not picture.exists()
 
 
+def test_plot_into_a_missing_directory_is_refused_before_the_run(tmp_path: Path) -> None:
+    picture = tmp_path / "no" / "bench.png"
+    result = CliRunner().invoke(main, ["bench", "--n", "100", "--plot", str(picture)])
+    assert result.exit_code == 2 and "--plot" in result.output
+    assert '"workload"' not in result.output
+
+
 def test_plot_with_idle_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["bench", "--idle", "1", "--plot", str(tmp_path / "x.png")])
     assert result.exit_code == 2 and "--plot" in result.output

@@ -28,7 +28,7 @@ import pytest
 import inkpen
 from inkpen.cli.lsm import KeyAxis, l0_shape
 from inkpen.manifest.model import Manifest, SstDescriptor
-from support.cli import latest_manifest, ok
+from support.cli import error_line, fails, latest_manifest, ok
 from support.engine import TINY
 
 BROWSER_TIMEOUT = 120.0
@@ -243,6 +243,16 @@ def test_the_text_picture_has_a_line_per_level_and_changes_nothing(db: str) -> N
     for cp in manifest.checkpoints:
         assert any(cp.id in line for line in out)
     assert any(line.strip().startswith("exporter  SQN") for line in out)
+
+
+def test_a_page_that_cannot_be_written_is_refused(db: str, tmp_path: Path) -> None:
+    before = _tree(Path(db))
+    missing = error_line(fails(2, "lsm", db, "--html", str(tmp_path / "no" / "lsm.html")))
+    assert "--html" in missing and "not a directory" in missing
+    assert "--html" in error_line(fails(2, "lsm", db, "--html", str(tmp_path)))  # a directory
+    too_long = error_line(fails(1, "lsm", db, "--html", str(tmp_path / ("x" * 300))))
+    assert "name too long" in too_long.lower()
+    assert _tree(Path(db)) == before
 
 
 def test_the_key_axis_keeps_order_and_spreads_numbered_keys_evenly() -> None:

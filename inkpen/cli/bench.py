@@ -321,6 +321,11 @@ def bench(
             raise click.BadParameter(
                 "--idle times no workload; leave --plot out", param_hint="--plot"
             )
+        if not plot_file.absolute().parent.is_dir():
+            raise click.BadParameter(
+                f"{plot_file.parent} is not a directory to write the picture in",
+                param_hint="--plot",
+            )
         require_matplotlib()
     series: list[Series] | None = [] if plot_file is not None else None
     options = flush_options(flush_ms)

@@ -498,6 +498,10 @@ def lsm(url: str, html_file: Path | None, as_json: bool) -> None:
       inkpen lsm ./.inkpen-demo/db
       inkpen lsm ./.inkpen-demo/db --html lsm.html
     """
+    if html_file is not None and not html_file.absolute().parent.is_dir():
+        raise click.BadParameter(
+            f"{html_file.parent} is not a directory to write the page in", param_hint="--html"
+        )
     with database(url, live=False) as manifests:
         latest = latest_manifest(manifests)
         found = survey(manifests, latest.id, latest.manifest)
