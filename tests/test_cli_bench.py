@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import struct
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from click.testing import CliRunner
 
 from inkpen.cli import main
 from inkpen.cli.bench import flush_options
+from inkpen.cli.bench_plot import METADATA_KEY
 from inkpen.cli.scale import RATIO_FIGURES
 from inkpen.cli.workloads import LOAD_SEED, Latencies, bench_keys, get_sample
 from inkpen.manifest.store import ManifestStore
@@ -22,6 +25,30 @@ from inkpen.objectstore.seaweed import SeaweedServer
 
 PEER_KEYS = {"system", "workload", "ops", "seconds", "ops_per_s", "store"}
 REQUEST_KEYS = {"puts", "gets", "heads", "lists", "deletes", "copies", "bytes_written"}
+
+
+def png_text(path: Path) -> dict[str, str]:
+    """The text chunks of the PNG file at ``path``, which must be a PNG."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    found: dict[str, str] = {}
+    at = 8
+    while at < len(data):
+        length, kind = struct.unpack(">I4s", data[at : at + 8])
+        if kind == b"tEXt":
+            key, _, text = data[at + 8 : at + 8 + length].partition(b"\0")
+            found[key.decode("latin-1")] = text.decode("latin-1")
+        at += 12 + length
+    return found
+
+
+def plotted(path: Path) -> list[dict[str, Any]]:
+    """The series a ``--plot`` PNG says it drew, after checking that it is a plausible picture."""
+    assert 20_000 < path.stat().st_size < 5_000_000
+    width, height = struct.unpack(">II", path.read_bytes()[16:24])
+    assert width >= 800 and height >= 400
+    series: list[dict[str, Any]] = json.loads(png_text(path)[METADATA_KEY])
+    return series
 
 
 def run_bench(*args: str) -> list[dict[str, Any]]:
@@ -50,6 +77,47 @@ def test_bench_prints_one_line_per_workload_with_the_peer_fields() -> None:
 def test_bench_reports_only_the_workloads_asked_for() -> None:
     lines = run_bench("--n", "300", "--gets", "100", "--workloads", "get", "--concurrency", "8")
     assert [(line["workload"], line["ops"]) for line in lines] == [("get", 100)]
+
+
+def test_bench_plots_each_phase_second_by_second(tmp_path: Path) -> None:
+    picture = tmp_path / "bench.png"
+    lines = run_bench("--n", "1500", "--gets", "400", "--concurrency", "16", "--plot", str(picture))
+    series = plotted(picture)
+    assert [(s["run"], s["phase"]) for s in series] == [("", "load"), ("", "get"), ("", "scan")]
+    for line, drawn in zip(lines, series, strict=True):
+        assert drawn["ops"] == line["ops"] and sum(drawn["per_second"]) == line["ops"]
+        assert len(drawn["per_second"]) == int(drawn["seconds"]) + 1
+        assert len(drawn["p50_ms"]) == len(drawn["p99_ms"]) == len(drawn["per_second"])
+    load, get, scan = series
+    assert load["start_s"] == 0 < get["start_s"] < scan["start_s"]
+    for timed in (load, get):
+        pairs = [(a, b) for a, b in zip(timed["p50_ms"], timed["p99_ms"], strict=True) if a]
+        assert pairs and all(0 < p50 <= p99 for p50, p99 in pairs)
+    assert set(scan["p50_ms"]) == {None}  # the scan is timed as a whole
+
+
+def test_plot_without_matplotlib_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    picture = tmp_path / "bench.png"
+    result = CliRunner().invoke(main, ["bench", "--n", "100", "--plot", str(picture)])
+    assert result.exit_code == 1
+    assert "pip install 'inkpen[plot]'" in result.output
+    assert '"workload"' not in result.output, "the benchmark ran before the check"
+    assert not picture.exists()
+
+
+def test_plot_into_a_missing_directory_is_refused_before_the_run(tmp_path: Path) -> None:
+    picture = tmp_path / "no" / "bench.png"
+    result = CliRunner().invoke(main, ["bench", "--n", "100", "--plot", str(picture)])
+    assert result.exit_code == 2 and "--plot" in result.output
+    assert '"workload"' not in result.output
+
+
+def test_plot_with_idle_is_refused(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["bench", "--idle", "1", "--plot", str(tmp_path / "x.png")])
+    assert result.exit_code == 2 and "--plot" in result.output
 
 
 def test_unknown_workload_is_refused() -> None:
@@ -92,9 +160,20 @@ def test_bench_on_s3_creates_its_bucket(seaweed: SeaweedServer) -> None:
     seaweed.client.head_bucket(Bucket=bucket)
 
 
-def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios() -> None:
+def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios(tmp_path: Path) -> None:
+    picture = tmp_path / "scale.png"
     lines = run_bench(
-        "--scale", "--n", "1500,3000", "--concurrency", "16", "--gets", "300", "--store", "file"
+        "--scale",
+        "--n",
+        "1500,3000",
+        "--concurrency",
+        "16",
+        "--gets",
+        "300",
+        "--store",
+        "file",
+        "--plot",
+        str(picture),
     )
     parts = ["load", "close", "open", "settle", "get", "get16", "get_warm", "scan", "kill"]
     assert [(line.get("n"), line["workload"]) for line in lines] == [
@@ -126,6 +205,14 @@ def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios() -> None:
         assert 0 <= scan["bytes_read"] <= close["store_bytes"]  # each byte at most once
         kill = by[n, "kill"]
         assert kill["open_s"] > 0 and kill["acked"] >= 5000
+    timed = ["load", "get", "get16", "get_warm", "scan"]
+    series = plotted(picture)
+    assert [(s["run"], s["phase"]) for s in series] == [
+        (f"N={n:,}", part) for n in (1500, 3000) for part in timed
+    ]
+    for drawn in series:
+        n = int(drawn["run"][2:].replace(",", ""))
+        assert sum(drawn["per_second"]) == drawn["ops"] == by[n, drawn["phase"]]["ops"]
     ratios = by[None, "ratios"]
     assert ratios["base_n"] == 1500
     row = ratios["ratios"]["3000"]

@@ -1,4 +1,4 @@
-"""The commands that only look: info, manifest, ls, get, checkpoint, verify, on local and S3.
+"""The commands that only look: info, lsm, manifest, ls, get, checkpoint, verify, on local and S3.
 
 One database per store kind serves every test here: a writer filled it with tiny files (several
 ledger levels, many journal files) and then stopped as a crash would, leaving unrolled segments
@@ -76,6 +76,24 @@ def test_info_reports_the_latest_manifest(db: Db) -> None:
     assert f"epochs        writer {manifest.writer_epoch}" in text
     assert "L1" in text and "segments      " in text
     assert re.search(r"^\s+\S{36}\s+writer\s", text, re.MULTILINE), text
+
+
+def test_lsm_draws_the_latest_manifest(db: Db) -> None:
+    before_id, _ = latest_manifest(db.url)
+    found = json.loads(ok("lsm", db.url, "--json").out)
+    manifest_id, manifest = latest_manifest(db.url)
+    assert found["manifest_id"] == manifest_id == before_id, "lsm wrote a manifest"
+    assert [len(level["ssts"]) for level in found["levels"]] == [
+        len(level) for level in manifest.ledger.levels
+    ]
+    files = found["journal"]["file_list"]
+    assert [f["name"] for f in files] == [f.name for f in manifest.journal.files]
+    assert all(f["live_bytes"] + f["dead_bytes"] == f["size"] for f in files), "sampled each file"
+    assert found["journal"]["segments"] >= 1
+    assert found["writer_epoch"] == manifest.writer_epoch
+    assert KIND_WRITER in {cp["kind"] for cp in found["checkpoints"]}
+    text = ok("lsm", db.url).out
+    assert "L1 " in text and "journal       " in text
 
 
 def test_manifest_prints_versions_as_text_and_json(db: Db) -> None:

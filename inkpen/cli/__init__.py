@@ -6,8 +6,8 @@ tracebacks instead of one-line errors) and ``--version``. :mod:`.failures` turns
 line and an exit status; :mod:`.logconfig` is the only place logging is configured.
 
 Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup`` (without
-``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``manifest``, ``ls``,
-``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``gc``, ``clone``, ``restore`` and
+``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``lsm``, ``manifest``,
+``ls``, ``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``gc``, ``clone``, ``restore`` and
 ``backup --no-fence`` go through the manifest layer or a Reader and never do.
 """
 
@@ -31,6 +31,7 @@ from .feed import feed_group
 from .gc import gc
 from .info import info
 from .logconfig import configure_logging
+from .lsm import lsm
 from .manifests import manifest_command
 from .verify import verify
 
@@ -62,6 +63,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 for command in (
     info,
+    lsm,
     manifest_command,
     checkpoint_group,
     feed_group,

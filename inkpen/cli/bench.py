@@ -14,6 +14,9 @@ scan read from the store, not from the write path's memory.
 ``--scale`` runs :mod:`inkpen.cli.scale` for each N of ``--n`` (default 100,000 and
 5,000,000): how cost grows with the data.
 
+``--plot FILE.png`` also draws each timed phase second by second (throughput, p50 and p99
+latency; :mod:`inkpen.cli.bench_plot`, which needs the ``plot`` extra).
+
 ``--idle SECONDS`` measures something else: a Bookie that has written a little and then sits
 idle should make no store requests at all (only checkpoint refreshes, which a writer does not
 need); it prints the requests counted while idle.
@@ -34,6 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -41,6 +45,7 @@ import click
 import inkpen
 from inkpen.objectstore import CountingStore, ObjectStore, open_store
 
+from .bench_plot import Series, plot, require_matplotlib
 from .durations import Duration
 from .params import COUNT
 from .scale import run_scale
@@ -269,6 +274,14 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
     help="Instead of the workloads: write a little, stay idle this many seconds, and "
     "print the store requests made while idle.",
 )
+@click.option(
+    "--plot",
+    "plot_file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Also draw each timed phase's throughput and p50 / p99 latency, second by second, "
+    "into the PNG file FILE (needs matplotlib: pip install 'inkpen[plot]').",
+)
 def bench(
     store_kind: str,
     root: str | None,
@@ -283,6 +296,7 @@ def bench(
     workloads: str,
     compaction: str,
     idle: float | None,
+    plot_file: Path | None,
 ) -> None:
     """Benchmark inkpen: load, get and scan, one JSON line per workload.
 
@@ -291,6 +305,7 @@ def bench(
       inkpen bench --n 20000
       inkpen bench --store s3 --endpoint http://127.0.0.1:8333 --workloads load
       inkpen bench --scale --n 100000,1000000
+      inkpen bench --n 200000 --plot bench.png
     """
     counts = parse_counts(count, scale)
     chosen = [w.strip() for w in workloads.split(",") if w.strip()]
@@ -301,8 +316,24 @@ def bench(
             f"{', '.join(WORKLOADS)}",
             param_hint="--workloads",
         )
+    if plot_file is not None:
+        if idle is not None:
+            raise click.BadParameter(
+                "--idle times no workload; leave --plot out", param_hint="--plot"
+            )
+        if not plot_file.absolute().parent.is_dir():
+            raise click.BadParameter(
+                f"{plot_file.parent} is not a directory to write the picture in",
+                param_hint="--plot",
+            )
+        require_matplotlib()
+    series: list[Series] | None = [] if plot_file is not None else None
     options = flush_options(flush_ms)
     common = {"system": "inkpen", "store": store_kind}
+    title = (
+        f"inkpen bench{' --scale' if scale else ''}: {store_kind} store, "
+        f"{value_size} B values, {concurrency} load clients, flush {flush_ms} ms"
+    )
     if scale:
         try:
             run_scale(
@@ -314,9 +345,12 @@ def bench(
                 gets,
                 {**common, "flush_ms": flush_ms},
                 BUCKET,
+                series=series,
             )
         except BenchmarkFailed as exc:
             raise click.ClickException(str(exc)) from exc
+        if plot_file is not None and series is not None:
+            plot(series, plot_file, title)
         return
     with bench_store(store_kind, root, endpoint, bucket) as inner:
         store = CountingStore(inner)
@@ -335,9 +369,12 @@ def bench(
                     {**common, "flush_ms": flush_ms},
                     compaction=compaction,
                     url=inner.url,
+                    series=series,
                 )
         except BenchmarkFailed as exc:
             raise click.ClickException(str(exc)) from exc
+    if plot_file is not None and series is not None:
+        plot(series, plot_file, f"{title}, N={counts[0]:,}")
 
 
 def _run_workloads(
@@ -352,11 +389,16 @@ def _run_workloads(
     *,
     compaction: str = "internal",
     url: str = "",
+    series: list[Series] | None = None,
 ) -> None:
     keys = bench_keys(count)
     value = os.urandom(value_size)
+    origin: list[float] = []
 
     def report(workload: str, timing: Timing, before: dict[str, int], **extra: Any) -> None:
+        if series is not None:
+            origin.append(origin[0] if origin else timing.started)
+            series.append(Series.of("", workload, timing, origin[0]))
         _emit(
             {
                 "system": common["system"],

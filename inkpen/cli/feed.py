@@ -29,7 +29,8 @@ from .params import SQN
 from .targets import database
 
 
-def _summary(cursor: FeedCursor, now: float) -> dict[str, Any]:
+def cursor_summary(cursor: FeedCursor, now: float) -> dict[str, Any]:
+    """One feed cursor as a JSON-friendly dict."""
     advanced = cursor.create_time if cursor.advance_time is None else cursor.advance_time
     return {
         "name": cursor.name,
@@ -73,7 +74,7 @@ def list_command(url: str, as_json: bool) -> None:
     """
     now = time.time()
     with database(url, live=False) as manifests:
-        found = [_summary(c, now) for c in list_feed_cursors(manifests)]
+        found = [cursor_summary(c, now) for c in list_feed_cursors(manifests)]
     if as_json:
         render.echo_json(found)
     elif found:

@@ -45,6 +45,7 @@ import click
 import inkpen
 from inkpen.objectstore import CountingStore, ObjectStore
 
+from .bench_plot import Series
 from .workloads import (
     BenchmarkFailed,
     Timing,
@@ -149,13 +150,24 @@ def run_scale(
     gets: int,
     common: dict[str, Any],
     bucket: bytes,
+    *,
+    series: list[Series] | None = None,
 ) -> None:
-    """Every N of ``counts`` on a fresh store from ``open_store_for()`` (a context manager)."""
+    """Every N of ``counts`` on a fresh store from ``open_store_for()`` (a context manager);
+    each timed phase's :class:`~inkpen.cli.bench_plot.Series` is added to ``series``."""
     results: dict[int, dict[str, dict[str, Any]]] = {}
     for n in counts:
         with open_store_for() as inner:
             results[n] = _one_scale(
-                CountingStore(inner), n, options, value_size, concurrency, gets, common, bucket
+                CountingStore(inner),
+                n,
+                options,
+                value_size,
+                concurrency,
+                gets,
+                common,
+                bucket,
+                series,
             )
     first = counts[0]
     ratios: dict[str, dict[str, float | None]] = {}
@@ -179,6 +191,7 @@ def _one_scale(
     gets: int,
     common: dict[str, Any],
     bucket: bytes,
+    series: list[Series] | None = None,
 ) -> dict[str, dict[str, Any]]:
     keys = bench_keys(n)
     value = os.urandom(value_size)
@@ -188,6 +201,14 @@ def _one_scale(
         line = {**common, "n": n, "workload": workload, **record}
         out[workload] = line
         _emit(line)
+
+    origin: list[float] = []
+
+    def timed(workload: str, timing: Timing) -> Timing:
+        if series is not None:
+            origin.append(origin[0] if origin else timing.started)
+            series.append(Series.of(f"N={n:,}", workload, timing, origin[0]))
+        return timing
 
     def reads(timing: Timing, before: dict[str, int]) -> dict[str, Any]:
         counted = _delta(store.snapshot(), before)
@@ -215,7 +236,7 @@ def _one_scale(
     sampler = threading.Thread(target=sample_workers, name="bench-rss", daemon=True)
     sampler.start()
     try:
-        timing = run_load(book, bucket, keys, value, concurrency)
+        timing = timed("load", run_load(book, bucket, keys, value, concurrency))
     finally:
         sampling.set()
         sampler.join()
@@ -257,17 +278,19 @@ def _one_scale(
         book.run_gc()  # after the pass the open started: the store is as the load left it
         report("settle", {"settle_s": round(time.perf_counter() - started, 3)})
         before = store.snapshot()
-        timing = run_gets(book, bucket, get_sample(keys, gets), value)
+        timing = timed("get", run_gets(book, bucket, get_sample(keys, gets), value))
         report("get", reads(timing, before))
         before = store.snapshot()
         sample = _other_sample(keys, gets)
-        timing = run_gets_threaded(book, bucket, sample, value, GET_THREADS)
+        timing = timed("get16", run_gets_threaded(book, bucket, sample, value, GET_THREADS))
         report("get16", {**reads(timing, before), "threads": GET_THREADS})
         before = store.snapshot()
-        timing = run_gets(book, bucket, _other_sample(keys, gets, WARM_SEED), value)
+        timing = timed(
+            "get_warm", run_gets(book, bucket, _other_sample(keys, gets, WARM_SEED), value)
+        )
         report("get_warm", reads(timing, before))
         before = store.snapshot()
-        timing = run_scan(book, bucket, value, n)
+        timing = timed("scan", run_scan(book, bucket, value, n))
         report("scan", reads(timing, before))
     finally:
         book.close()

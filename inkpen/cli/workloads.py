@@ -29,6 +29,8 @@ from inkpen.bookie import Bookie
 
 LOAD_SEED = 1
 GET_SEED = 2
+SCAN_TICK = 1024
+"""The scan looks at the clock once per this many rows (its per-second counts)."""
 
 
 class BenchmarkFailed(Exception):
@@ -79,6 +81,54 @@ class Latencies:
         return self.max
 
 
+class PerSecond:
+    """Latencies by the whole second of the run in which each operation finished.
+
+    One per client thread (nothing is shared, so nothing is locked): recording costs what
+    recording into one :class:`Latencies` costs, and the run's own histogram is these merged.
+    A workload timed as a whole (the scan) counts its rows per second with :meth:`tick`.
+    """
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.seconds: list[Latencies] = []
+        self.counts: list[int] = []
+
+    def _slot(self, done: float) -> int:
+        second = max(0, int(done - self.started))
+        if second >= len(self.counts):
+            grow = second + 1 - len(self.counts)
+            self.seconds.extend(Latencies() for _ in range(grow))
+            self.counts.extend([0] * grow)
+        return second
+
+    def record(self, done: float, seconds: float) -> None:
+        """An operation that took ``seconds`` finished at ``done`` (``perf_counter``)."""
+        second = self._slot(done)
+        self.seconds[second].record(seconds)
+        self.counts[second] += 1
+
+    def tick(self, done: float, count: int = 1) -> None:
+        """``count`` operations without latencies finished at ``done``."""
+        self.counts[self._slot(done)] += count
+
+    @classmethod
+    def merged(cls, parts: Sequence[PerSecond], total_seconds: float) -> PerSecond:
+        """The parts (of one run: the same ``started``) added up, one slot per whole second of
+        ``total_seconds`` (an operation past the last is counted in it)."""
+        whole = cls(parts[0].started if parts else 0.0)
+        slots = max(1, int(total_seconds) + 1)
+        shares: list[list[Latencies]] = [[] for _ in range(slots)]
+        whole.counts = [0] * slots
+        for part in parts:
+            for i, latencies in enumerate(part.seconds):
+                shares[min(slots - 1, i)].append(latencies)
+            for i, count in enumerate(part.counts):
+                whole.counts[min(slots - 1, i)] += count
+        whole.seconds = [Latencies.merged(share) for share in shares]
+        return whole
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     """What one workload measured: operations, wall time, and each operation's latency."""
@@ -88,7 +138,26 @@ class Timing:
     latencies: Latencies | None = None
     """Per-operation latencies; None for a workload timed as a whole (scan)."""
     per_second: tuple[int, ...] = ()
-    """Operations finished in each whole second of the run (the load only)."""
+    """Operations finished in each whole second of the run (the last one partial)."""
+    second_latencies: tuple[Latencies, ...] = ()
+    """The latencies of the operations finished in each of those seconds (none for a workload
+    timed as a whole)."""
+    started: float = 0.0
+    """``time.perf_counter()`` when the workload began."""
+
+    @classmethod
+    def of(cls, ops: int, seconds: float, per_second: PerSecond, *, timed: bool = True) -> Timing:
+        """A run's timing from its (merged) :class:`PerSecond`; ``timed``: it recorded each
+        operation's latency."""
+        second_latencies = tuple(per_second.seconds) if timed else ()
+        return cls(
+            ops,
+            seconds,
+            Latencies.merged(second_latencies) if timed else None,
+            tuple(per_second.counts),
+            second_latencies,
+            per_second.started,
+        )
 
     def figures(self) -> dict[str, float | int]:
         """``ops``, ``seconds``, ``ops_per_s`` and, with latencies, ``p50_ms`` / ``p99_ms`` /
@@ -148,14 +217,14 @@ def run_load(
     """Put every key from ``concurrency`` threads, each put waiting until it is durable."""
     total = len(keys)
     turns = itertools.count()  # next() on it is atomic: each index goes to one client
-    parts: list[tuple[Latencies, list[int]]] = []
+    parts: list[PerSecond] = []
     errors: list[BaseException] = []
     stop = threading.Event()
 
     def client() -> None:
         clock = time.perf_counter
-        latencies, finished = Latencies(), [0]
-        parts.append((latencies, finished))
+        mine = PerSecond(started)
+        parts.append(mine)
         while not stop.is_set():
             index = next(turns)
             if index >= total:
@@ -169,11 +238,7 @@ def run_load(
                 stop.set()
                 return
             done = clock()
-            latencies.record(done - began)
-            second = int(done - started)
-            if second >= len(finished):
-                finished.extend([0] * (second + 1 - len(finished)))
-            finished[second] += 1
+            mine.record(done, done - began)
 
     threads = [
         threading.Thread(target=client, name=f"bench-load-{i}", daemon=True)
@@ -187,30 +252,27 @@ def run_load(
     seconds = time.perf_counter() - started
     if errors:
         raise errors[0]
-    per_second = [0] * max(1, int(seconds) + 1)
-    for _, finished in parts:
-        for second, count in enumerate(finished):
-            per_second[min(len(per_second) - 1, second)] += count
-    latencies = Latencies.merged(part for part, _ in parts)
-    return Timing(total, seconds, latencies, tuple(per_second))
+    return Timing.of(total, seconds, PerSecond.merged(parts, seconds))
 
 
 def run_gets(book: Bookie, bucket: bytes, sample: Sequence[bytes], value: bytes) -> Timing:
     """Get every key of ``sample`` from one thread; each must read back ``value``."""
-    seconds, latencies = _get_loop(book, bucket, sample, value)
-    return Timing(len(sample), seconds, latencies)
+    started = time.perf_counter()
+    recorded = _get_loop(book, bucket, sample, value, started)
+    seconds = time.perf_counter() - started
+    return Timing.of(len(sample), seconds, PerSecond.merged([recorded], seconds))
 
 
 def run_gets_threaded(
     book: Bookie, bucket: bytes, sample: Sequence[bytes], value: bytes, threads: int
 ) -> Timing:
     """Get every key of ``sample`` from ``threads`` threads, each its share of the sample."""
-    results: list[tuple[float, Latencies]] = []
+    results: list[PerSecond] = []
     errors: list[BaseException] = []
 
     def client(share: Sequence[bytes]) -> None:
         try:
-            results.append(_get_loop(book, bucket, share, value))
+            results.append(_get_loop(book, bucket, share, value, started))
         except BaseException as exc:
             errors.append(exc)
 
@@ -226,31 +288,33 @@ def run_gets_threaded(
     seconds = time.perf_counter() - started
     if errors:
         raise errors[0]
-    return Timing(len(sample), seconds, Latencies.merged(share for _, share in results))
+    return Timing.of(len(sample), seconds, PerSecond.merged(results, seconds))
 
 
 def _get_loop(
-    book: Bookie, bucket: bytes, sample: Sequence[bytes], value: bytes
-) -> tuple[float, Latencies]:
-    latencies = Latencies()
+    book: Bookie, bucket: bytes, sample: Sequence[bytes], value: bytes, started: float
+) -> PerSecond:
+    recorded = PerSecond(started)
     clock = time.perf_counter
-    started = clock()
     for key in sample:
         began = clock()
         got = book.get(bucket, key)
-        latencies.record(clock() - began)
+        done = clock()
+        recorded.record(done, done - began)
         if got != value:
             raise BenchmarkFailed(
                 f"get {key!r} returned {_describe(got)}, not the {len(value)} bytes written"
             )
-    return clock() - started, latencies
+    return recorded
 
 
 def run_scan(book: Bookie, bucket: bytes, value: bytes, expected: int) -> Timing:
     """Read every object of ``bucket`` in key order; all ``expected`` must be there."""
     count = 0
     previous = b""
-    started = time.perf_counter()
+    clock = time.perf_counter
+    started = clock()
+    recorded = PerSecond(started)
     with book.objects(bucket) as rows:
         for _, key, got in rows:
             if got != value or key <= previous:
@@ -260,10 +324,13 @@ def run_scan(book: Bookie, bucket: bytes, value: bytes, expected: int) -> Timing
                 )
             previous = key
             count += 1
-    seconds = time.perf_counter() - started
+            if count % SCAN_TICK == 0:
+                recorded.tick(clock(), SCAN_TICK)
+    recorded.tick(clock(), count % SCAN_TICK)
+    seconds = clock() - started
     if count != expected:
         raise BenchmarkFailed(f"scan found {count} objects, {expected} were written")
-    return Timing(count, seconds)
+    return Timing.of(count, seconds, PerSecond.merged([recorded], seconds), timed=False)
 
 
 def _describe(got: bytes | None) -> str:
