@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -232,7 +233,7 @@ def test_feed_cursors_answer_as_the_sync_bookie_does(
     with inkpen.open(sync_url, **TINY) as book:
         book.put("b", "k", b"v")
         expected = [
-            outcome(sync_url, lambda n=name, a=args, k=kw: getattr(book, n)(*a, **k))
+            outcome(sync_url, partial(getattr(book, name), *args, **kw))
             for name, args, kw in CURSOR_SCRIPT
         ]
 
@@ -240,9 +241,7 @@ def test_feed_cursors_answer_as_the_sync_bookie_does(
         async with inkpen.aio.open(async_url, **TINY) as book:
             await book.put("b", "k", b"v")
             got = [
-                await async_outcome(
-                    async_url, lambda n=name, a=args, k=kw: getattr(book, n)(*a, **k)
-                )
+                await async_outcome(async_url, partial(getattr(book, name), *args, **kw))
                 for name, args, kw in CURSOR_SCRIPT
             ]
             assert await book.feed_cursors() == book.sync.feed_cursors()
@@ -287,13 +286,13 @@ def test_mput_and_trim_journal_answer_as_the_sync_bookie_does(
 ) -> None:
     sync_url, async_url = make_store_url(store_kind), make_store_url(store_kind)
     with inkpen.open(sync_url, **HEAD_ONLY) as book:
-        expected = [outcome(sync_url, lambda s=specs: book.mput(s)) for specs in MPUTS]
+        expected = [outcome(sync_url, partial(book.mput, specs)) for specs in MPUTS]
         expected_heads = outcome(sync_url, lambda: list(book.heads()))
         expected_gets = [book.head_only_get(*slot) for slot in LOOKUPS]
 
     async def main() -> None:
         async with inkpen.aio.open(async_url, **HEAD_ONLY) as book:
-            got = [await async_outcome(async_url, lambda s=specs: book.mput(s)) for specs in MPUTS]
+            got = [await async_outcome(async_url, partial(book.mput, specs)) for specs in MPUTS]
             assert got == expected
             assert [x is None for x in got[:6]] == [True, True, False, False, True, True]
             heads = [h async for h in book.heads()]
@@ -465,7 +464,8 @@ def test_changes_with_wait_refuses_what_the_sync_reader_refuses(store_url: str) 
             with pytest.raises(inkpen.UsageError, match="follow=True"):
                 [c async for c in fixed.changes(wait=1.0)]
         async with inkpen.aio.open_reader(store_url, follow=True) as follower:
-            for bad in (-1, "1", True):
+            bad_waits: tuple[Any, ...] = (-1, "1", True)  # the last two of the wrong type
+            for bad in bad_waits:
                 with pytest.raises(inkpen.UsageError):
                     follower.sync.changes(wait=bad)
                 with pytest.raises(inkpen.UsageError):
@@ -475,7 +475,9 @@ def test_changes_with_wait_refuses_what_the_sync_reader_refuses(store_url: str) 
             tail = r.changes(0, wait=600.0)
             assert (await tail.__anext__()).key == b"k"
             pending = asyncio.ensure_future(tail.__anext__())
-            await wait_until_async(lambda: r.sync._follower._listeners, "the tail to wait")
+            tailed = r.sync._follower
+            assert tailed is not None
+            await wait_until_async(lambda: tailed._listeners, "the tail to wait")
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(pending, 30)
 

@@ -74,8 +74,8 @@ def test_single_changes_of_each_kind(durable_kind: str, make_store_url: MakeUrl)
         (url_b, b, "users", "user007", b"changed"),  # the same change again: equal
         (url_b, b, "other", "x", b"y"),  # different, in another bucket
     ]
-    for url, model, bucket, key, value in steps:
-        change(url, model, bucket, key, value)
+    for url, model, bucket, key, new_value in steps:
+        change(url, model, bucket, key, new_value)
         expected = expected_lines(a, b)
         ran = inkpen_command("diff", url_a, url_b)
         assert ran.code == (1 if expected else 0), ran.explain()

@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -338,8 +339,9 @@ def test_a_compactor_beside_an_internal_writer_is_refused_and_force_is_fenced_by
             inkpen.open_compactor(store_url, **TINY)
         after = _latest(store_url)
         assert after.compactor_epoch == before.compactor_epoch, "a refused claim wrote"
+        not_a_bool: Any = "yes"  # refused at run time
         with pytest.raises(inkpen.UsageError, match="force"):
-            inkpen.open_compactor(store_url, **TINY, force="yes")
+            inkpen.open_compactor(store_url, **TINY, force=not_a_bool)
         for key, value in model.items():
             assert book.get("b", key) == value
     finally:

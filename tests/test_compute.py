@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from inkpen.actors.kernel import compute
 from inkpen.errors import CorruptionError
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
 from inkpen.formats.sst import SstReader, SstShape, build_sst
+from support.fetching import memory_fetch
 
 SHAPE = SstShape(block_bytes=512, bloom_bits_per_key=10, target_bytes=2048)
 
@@ -32,10 +34,10 @@ def entries(keys: range, sqn: int, status: int = ACTIVE) -> list[tuple[bytes, Le
     ]
 
 
-def read_all(built: list[tuple[bytes, object]]) -> list[tuple[bytes, LedgerValue]]:
+def read_all(built: Sequence[tuple[bytes, object]]) -> list[tuple[bytes, LedgerValue]]:
     out: list[tuple[bytes, LedgerValue]] = []
     for data, _ in built:
-        reader = SstReader.open("out", len(data), lambda s, e, d=data: d[s:e])
+        reader = SstReader.open("out", len(data), memory_fetch(data))
         out.extend(reader.iter_range())
     return out
 

@@ -72,9 +72,9 @@ def check(url: str, acks: list[tuple[str, str]]) -> None:
         indexed = {k.decode() for k in book.index_query("crash", "idx_bin", "s", "t")}
         expected = {k for k in unique if int(k.rsplit("-", 1)[1]) % 3 == 0}
         assert expected <= indexed
-        stored = {k.decode() for k in book.keys("crash")}
-        assert indexed <= stored
-        for name in stored:
+        listed = {k.decode() for k in book.keys("crash")}
+        assert indexed <= listed
+        for name in listed:
             if "-hot" not in name:
                 # Never a value that was not written: each key holds exactly its own value.
                 assert book.get("crash", name) == f"{name[1:].split('-')[0]}:{name}".encode()

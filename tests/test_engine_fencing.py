@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_a_fenced_bookie_whose_files_were_replaced_says_it_was_fenced(store_url:
 
     wait_until(deleted, "the newer writer deletes the ledger files it replaced", DEADLINE)
     assert replaced(), "the newer writer's merges replaced none of the first writer's files"
-    outcomes = []
+    outcomes: list[bytes | str | None] = []
     for key in keys:
         try:
             outcomes.append(first.get("b", key))
@@ -192,7 +193,7 @@ def test_puts_held_by_backpressure_end_when_the_writer_is_fenced(
             with lock:
                 acknowledged.append(key)
 
-    putters = [Outcome(lambda i=i: put_until_refused(i)) for i in range(PUTTERS)]
+    putters = [Outcome(partial(put_until_refused, i)) for i in range(PUTTERS)]
     wait_until(lambda: first.stats()["throttled_puts"] == PUTTERS, "puts to block", DEADLINE)
     flush = Outcome(first.flush)
     second = inkpen.open(store_url, **TINY)
@@ -233,7 +234,12 @@ def test_a_fenced_writer_that_does_not_know_it_deletes_nothing_with_its_gc(
     holding = HoldingStore(store)
     second = inkpen.open(holding, **TINY)
     try:
-        writes = Outcome(lambda: [second.put("b", f"k{n}", b"second %d" % n) for n in range(60)])
+
+        def write_second() -> None:
+            for n in range(60):
+                second.put("b", f"k{n}", b"second %d" % n)
+
+        writes = Outcome(write_second)
         assert holding.held.wait(DEADLINE), "the second writer stored no file"
         assert holding.name is not None
         with pytest.raises(inkpen.FencedError):

@@ -143,16 +143,17 @@ def test_writer_processes_racing_to_open_one_database(
         wait_until(lambda: all(c.lines("READY") for c in children), "the writers to start")
         for r in range(ROUNDS):
             (tmp_path / f"go-{r}").touch()
+
+            def opened_or_failed(r: int = r) -> bool:
+                return all(c.epoch(r) is not None or c.ended(r) for c in children)
+
             wait_until(
-                lambda r=r: all(c.epoch(r) is not None or c.ended(r) for c in children),
-                f"every writer to open or fail in round {r}",
-                children=children,
+                opened_or_failed, f"every writer to open or fail in round {r}", children=children
             )
-            epochs = [c.epoch(r) for c in children if c.epoch(r) is not None]
+            opened = {c: epoch for c in children if (epoch := c.epoch(r)) is not None}
+            epochs = list(opened.values())
             assert len(set(epochs)) == len(epochs), f"two writers share an epoch: {epochs}"
-            survivor = max(
-                (c for c in children if c.epoch(r) is not None), key=lambda c: c.epoch(r)
-            )
+            survivor = max(opened, key=opened.__getitem__)
 
             def settled(r: int = r, survivor: Child = survivor) -> bool:
                 fenced = all(c.ended(r) for c in children if c is not survivor)
@@ -162,11 +163,11 @@ def test_writer_processes_racing_to_open_one_database(
                 settled, f"every fenced writer's puts to end in round {r}", children=children
             )
             (tmp_path / f"stop-{r}").touch()
-            wait_until(
-                lambda r=r: all(c.ended(r) for c in children),
-                f"round {r} to end",
-                children=children,
-            )
+
+            def ended(r: int = r) -> bool:
+                return all(c.ended(r) for c in children)
+
+            wait_until(ended, f"round {r} to end", children=children)
             for child in children:
                 assert not child.lines("FAILED", r), child.lines("FAILED", r)[:3]
                 if child is not survivor and child.epoch(r) is not None:

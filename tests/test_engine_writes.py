@@ -426,5 +426,6 @@ def test_the_checker_lets_one_of_two_conditional_puts_in_one_segment_through() -
     accepted = ConditionChecker(ViewBoard()).check(first, 1, 0)
     assert [c.value for c in accepted] == [b"a"]
     assert set(first.rejected) == {unit_b}
-    assert isinstance(first.rejected[unit_b], inkpen.ConflictError)
-    assert first.rejected[unit_b].actual == 1  # the SQN the first put gets
+    rejected = first.rejected[unit_b]
+    assert isinstance(rejected, inkpen.ConflictError)
+    assert rejected.actual == 1  # the SQN the first put gets

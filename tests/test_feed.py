@@ -15,7 +15,7 @@ from inkpen.manifest.feed_cursors import (
     hold_feed_cursor,
 )
 from inkpen.manifest.gc import GcOptions, run_gc
-from inkpen.manifest.model import LedgerState, Manifest
+from inkpen.manifest.model import LedgerState, Manifest, VersionedManifest
 from inkpen.manifest.paths import manifest_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
@@ -325,7 +325,11 @@ def test_a_cursor_change_whose_version_was_collected_before_it_landed_is_made_ag
 
     def two_versions_and_a_gc() -> None:
         for persisted in (1, 2):
-            others.update(lambda v, p=persisted: v.manifest.with_ledger(LedgerState((), p)))
+
+            def persist(latest: VersionedManifest, p: int = persisted) -> Manifest:
+                return latest.manifest.with_ledger(LedgerState((), p))
+
+            others.update(persist)
         report = run_gc(open_store(store_url), options=GcOptions(min_age=0, offline=True))
         assert manifest_key(before.id + 1) in report.deleted
 

@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,7 +164,8 @@ def test_follower_arguments_are_checked(store_url: str) -> None:
         checkpoint = book.checkpoint(60)
         with pytest.raises(inkpen.UsageError):
             inkpen.open_reader(store_url, follow=True, checkpoint=checkpoint)
-        for bad in (0, -1, "1", True):
+        bad_intervals: tuple[Any, ...] = (0, -1, "1", True)  # the last two of the wrong type
+        for bad in bad_intervals:
             with pytest.raises(inkpen.UsageError):
                 inkpen.open_reader(store_url, follow=True, refresh_interval=bad)
         with inkpen.open_reader(store_url) as fixed:

@@ -26,10 +26,10 @@ from inkpen.formats.journal import (
     iter_journal,
     read_header,
 )
-from inkpen.formats.keys import MAX_KEY_BYTES, index_key, object_key
+from inkpen.formats.keys import MAX_KEY_BYTES, LedgerValue, index_key, object_key
 from inkpen.formats.manifest_codec import encode_manifest
 from inkpen.formats.sst import build_sst
-from support.fetching import CountingFetch
+from support.fetching import CountingFetch, memory_fetch
 
 NAME = "journal/00000000000000000187.jnl"
 U64 = st.integers(0, 2**64 - 1)
@@ -206,6 +206,11 @@ def test_index_specs_and_metadata_rebuild_the_ledger_entry() -> None:
     assert index_key(b"users", b"email_bin", decoded.index_specs[0][2], key)
 
 
+def unchecked_entry(*fields: Any) -> JournalEntry:
+    """An entry that may hold fields of the wrong type: only the checks at run time refuse it."""
+    return JournalEntry(*fields)
+
+
 @pytest.mark.parametrize(
     ("entries", "error"),
     [
@@ -226,10 +231,10 @@ def test_index_specs_and_metadata_rebuild_the_ledger_entry() -> None:
         ([JournalEntry(-1, Kind.OBJECT, b"a", b"", (), None, 0)], ValueError),
         ([JournalEntry(1, Kind.TOMBSTONE, b"a", b"x", (), None, 0)], ValueError),
         ([JournalEntry(1, Kind.OBJECT, b"a", None, (), None, 0)], TypeError),
-        ([JournalEntry(1, Kind.OBJECT, "a", b"", (), None, 0)], TypeError),
-        ([JournalEntry(1, 9, b"a", b"", (), None, 0)], ValueError),
+        ([unchecked_entry(1, Kind.OBJECT, "a", b"", (), None, 0)], TypeError),
+        ([unchecked_entry(1, 9, b"a", b"", (), None, 0)], ValueError),
         ([JournalEntry(1, Kind.OBJECT, b"a", b"", ((2, b"f", b"t"),), None, 0)], ValueError),
-        ([JournalEntry(1, Kind.OBJECT, b"a", b"", ((1, "f", b"t"),), None, 0)], TypeError),
+        ([unchecked_entry(1, Kind.OBJECT, b"a", b"", ((1, "f", b"t"),), None, 0)], TypeError),
         ([JournalEntry(1, Kind.OBJECT, b"a", b"", (), -3, 0)], ValueError),
         ([JournalEntry(1, Kind.OBJECT, b"a", b"", (), None, 2**64)], ValueError),
     ],
@@ -356,13 +361,13 @@ def test_truncation_and_wrong_size_are_corruption() -> None:
 
 
 def test_other_kinds_of_file_are_refused_clearly() -> None:
-    sst, _ = build_sst([(b"k%03d" % i, (i, 0, None, 0, 0, 0)) for i in range(100)])
+    sst, _ = build_sst([(b"k%03d" % i, LedgerValue(i, 0, None, 0, 0, 0)) for i in range(100)])
     manifest = encode_manifest({"writer_epoch": 1})
     for other in (sst, manifest):
         with pytest.raises(CorruptionError, match="not an inkpen journal"):
             decode_journal(other, NAME)
         with pytest.raises(CorruptionError, match="not an inkpen journal"):
-            JournalReader.open(NAME, len(other), lambda s, e, other=other: other[s:e])
+            JournalReader.open(NAME, len(other), memory_fetch(other))
     with pytest.raises(CorruptionError, match="manifest"):
         read_header(manifest, NAME)
 

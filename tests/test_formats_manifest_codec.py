@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from inkpen.errors import CorruptionError
 from inkpen.formats.journal import JournalEntry, Kind, build_journal
+from inkpen.formats.keys import LedgerValue
 from inkpen.formats.manifest_codec import FORMAT_VERSION, MAGIC, decode_manifest, encode_manifest
 from inkpen.formats.sst import build_sst
 
@@ -48,7 +49,7 @@ ENCODED = encode_manifest(DOCUMENT)
 
 @settings(max_examples=200)
 @given(documents)
-def test_round_trip(document: dict) -> None:
+def test_round_trip(document: dict[str, object]) -> None:
     assert decode_manifest(encode_manifest(document), NAME) == document
 
 
@@ -77,7 +78,7 @@ def test_truncation_is_detected() -> None:
 
 
 def test_other_kinds_of_file_are_refused() -> None:
-    sst, _ = build_sst([(b"k", (1, 0, None, 0, 0, 0))])
+    sst, _ = build_sst([(b"k", LedgerValue(1, 0, None, 0, 0, 0))])
     journal = build_journal([JournalEntry(1, Kind.OBJECT, b"k", b"v", (), None, 0)], writer_epoch=1)
     for other in (sst, journal, build_journal([], writer_epoch=1)):
         with pytest.raises(CorruptionError, match=r"not an inkpen manifest|too short"):

@@ -27,7 +27,7 @@ from inkpen.formats.sst import (
     SstReader,
     build_sst,
 )
-from support.fetching import CountingFetch
+from support.fetching import CountingFetch, memory_fetch
 
 NAME = "ledger/0000000000001-abc.sst"
 U64 = st.integers(0, 2**64 - 1)
@@ -269,7 +269,7 @@ def test_keys_out_of_order_are_refused_and_change_nothing() -> None:
         (1, ACTIVE, None, 2**64, 0, 0),
     ],
 )
-def test_bad_values_are_refused(bad: tuple) -> None:
+def test_bad_values_are_refused(bad: tuple[int | None, ...]) -> None:
     builder = SstBuilder()
     with pytest.raises(ValueError):
         builder.add(b"k", bad)  # type: ignore[arg-type]
@@ -391,7 +391,7 @@ def test_other_kinds_of_file_are_refused_clearly() -> None:
     manifest = encode_manifest({"version": 1, "writer_epoch": 3, "levels": [[b"x" * 40]]})
     for other in (journal, fence, manifest):
         with pytest.raises(CorruptionError, match=r"not an inkpen SST|too short to be an SST"):
-            SstReader.open(NAME, len(other), lambda s, e, other=other: other[s:e])
+            SstReader.open(NAME, len(other), memory_fetch(other))
 
 
 def test_a_newer_format_version_asks_for_an_upgrade() -> None:

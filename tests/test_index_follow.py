@@ -145,7 +145,9 @@ def test_batch_delete_drops_entries_of_the_ledger_and_of_the_same_batch(
 
 def test_conditional_delete_drops_entries_only_when_it_lands(book: inkpen.Bookie) -> None:
     book.put("u", "alice", b"a", indexes=[OSLO, AGE])
-    sqn = book.head("u", "alice").sqn
+    head = book.head("u", "alice")
+    assert head is not None
+    sqn = head.sqn
     with pytest.raises(inkpen.ConflictError):
         book.delete("u", "alice", if_sqn=sqn + 100)
     assert terms(book) == [e("age_int", "30", "alice"), e("city_bin", "Oslo", "alice")]

@@ -27,7 +27,7 @@ from inkpen.formats.journal import (
 )
 from inkpen.objectstore import CountingStore, open_store
 from inkpen.options import Options
-from support.fetching import CountingFetch
+from support.fetching import CountingFetch, memory_fetch
 
 FILES = 24
 PER_FILE = 400
@@ -58,7 +58,7 @@ def test_paged_lookups_equal_a_model_and_the_cache_stays_within_its_budget() -> 
     for number, (name, data, entries) in enumerate(files):
         fetch = CountingFetch(data)
         paged.append((JournalReader.open(name, len(data), fetch, index_cache=cache), fetch))
-        whole.append(JournalReader.open(name, len(data), lambda s, e, d=data: d[s:e]))
+        whole.append(JournalReader.open(name, len(data), memory_fetch(data)))
         for entry in entries:
             model[(entry.sqn, entry.ledger_key)] = (number, entry.value or b"")
     assert cache.weight == 0  # open keeps no slots

@@ -513,7 +513,7 @@ class WriterLog:
 def writer_loop(
     url: str,
     *,
-    wait_for_go: Callable[[], None],
+    wait_for_go: Callable[[], object],
     stop_requested: Callable[[], bool],
     say: Callable[[str], None],
 ) -> None:

@@ -428,7 +428,7 @@ class _WriterLandsDuringListing:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         if prefix == "" and self._land is not None:
             land, self._land = self._land, None
             land()

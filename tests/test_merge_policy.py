@@ -21,6 +21,7 @@ from inkpen.manifest.levels import LevelFile, Levels, key_span, level_target
 from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
 from inkpen.manifest.model import SstDescriptor
 from support.engine import TINY
+from support.fetching import memory_fetch
 from support.waiting import wait_until
 
 F = TypeVar("F", bound=LevelFile)
@@ -219,7 +220,7 @@ def test_the_basement_drops_tombstones(deeper_files: bool) -> None:
     out = [
         value
         for data, _ in built
-        for _, value in SstReader.open("out", len(data), lambda s, e, d=data: d[s:e]).iter_range()
+        for _, value in SstReader.open("out", len(data), memory_fetch(data)).iter_range()
     ]
     tombstones = sum(1 for v in out if v.status == TOMBSTONE)
     assert tombstones == (50 if deeper_files else 0)

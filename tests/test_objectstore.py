@@ -12,8 +12,9 @@ import errno
 import os
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +228,7 @@ def test_listing_resumes_correctly_when_objects_come_and_go(store: ObjectStore) 
     store.put("seg/999", b"new")
 
     rest: list[str] = []
-    token = page.next_token
+    token: str | None = page.next_token
     while token is not None:
         page = store.list_page("seg/", token=token, limit=5)
         rest += [info.key for info in page.objects]
@@ -384,7 +385,11 @@ def test_unknown_url_scheme_is_a_usage_error() -> None:
 
 def test_before_faults_are_definite_and_change_nothing(store: ObjectStore) -> None:
     faulty = FaultyStore(store, FaultPlan(seed=1, before={"put": 1.0, "put_if_absent": 1.0}))
-    for write in (lambda: faulty.put("k", b"v"), lambda: faulty.put_if_absent("k", b"v")):
+    writes: list[Callable[[], object]] = [
+        lambda: faulty.put("k", b"v"),
+        lambda: faulty.put_if_absent("k", b"v"),
+    ]
+    for write in writes:
         with pytest.raises(StoreError) as caught:
             write()
         assert caught.value.definite is True
@@ -434,9 +439,9 @@ def test_fault_injection_is_reproducible_from_the_seed(store: ObjectStore) -> No
         for i in range(30):
             key = f"r/{i}"
             operations += [
-                lambda key=key: faulty.put(key, b"x"),
-                lambda key=key: faulty.get(key),
-                lambda key=key: faulty.head(key),
+                partial(faulty.put, key, b"x"),
+                partial(faulty.get, key),
+                partial(faulty.head, key),
             ]
         for operation in operations:
             with contextlib.suppress(StoreError):
@@ -829,6 +834,7 @@ def test_counting_wrapper_counts_a_listing_as_its_pages(store: ObjectStore) -> N
     assert counting.snapshot()["lists"] == 1
     counting.reset()
     listing = counting.list("seg/")
+    assert isinstance(listing, Generator)  # so a caller that stops early can close it
     assert [next(listing).key for _ in range(5)] == keys[:5]
     listing.close()  # a caller that stops early made one request
     assert counting.snapshot()["lists"] == 1

@@ -18,7 +18,7 @@ import pytest
 
 import inkpen
 from inkpen.errors import AlreadyExistsError, StoreError, UsageError
-from inkpen.objectstore import open_store, s3_obstore
+from inkpen.objectstore import open_store
 from inkpen.objectstore.base import PUT_ID_METADATA_KEY
 from inkpen.objectstore.s3 import S3Store
 from inkpen.objectstore.s3_obstore import ObstoreS3Store
@@ -145,7 +145,7 @@ def test_a_refused_create_that_finds_its_own_put_id_succeeds(
             Body=b"ours",
             Metadata={PUT_ID_METADATA_KEY: put_id.hex},
         )
-        monkeypatch.setattr(s3_obstore.uuid, "uuid4", lambda: put_id)
+        monkeypatch.setattr("inkpen.objectstore.s3_obstore.uuid.uuid4", lambda: put_id)
         ob.put_if_absent("cas", b"ours")
         monkeypatch.undo()
         assert ob.get("cas") == b"ours"

@@ -125,7 +125,11 @@ def test_destroy_is_hard_by_default_as_the_command_is(store_url: str, store_kind
         checkpoint = book.checkpoint(600)
     before = _objects(store_url)
     refusals = []
-    for call in (lambda: inkpen.destroy(store_url), lambda: inkpen.destroy(store_url, soft=False)):
+    calls: list[Callable[[], object]] = [
+        lambda: inkpen.destroy(store_url),
+        lambda: inkpen.destroy(store_url, soft=False),
+    ]
+    for call in calls:
         with pytest.raises(inkpen.UsageError, match="has live checkpoints") as refused:
             call()
         refusals.append(str(refused.value))

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.window import Window
 
 import inkpen
@@ -90,7 +91,9 @@ def spark_pins(url: str) -> list[str]:
     return [c.id for c in checkpoints(url) if c.metadata.get("holder") == HOLDER]
 
 
-def stream_to_memory(frame: DataFrame, name: str) -> list[tuple[object, ...]]:
+def stream_to_memory(frame: DataFrame, name: str) -> list[tuple[Any, ...]]:
+    """The rows ``frame`` streams into a memory table, in SQN order. A column's type is the
+    schema's, known at run time only: Any, as pyspark's Row gives its fields."""
     query = frame.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
     assert query.awaitTermination(300), "the availableNow query did not finish"
     assert query.exception() is None

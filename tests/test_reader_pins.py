@@ -19,7 +19,7 @@ from inkpen.actors.files.registry import CheckpointGuard
 from inkpen.actors.kernel.keeper import ManifestKeeper
 from inkpen.manifest.checkpoints import create_checkpoint, delete_checkpoint, refresh_checkpoint
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, run_gc
-from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor
+from inkpen.manifest.model import LedgerState, Manifest, SstDescriptor, VersionedManifest
 from inkpen.manifest.paths import manifest_key, new_file_id, sst_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
@@ -305,7 +305,11 @@ def test_a_refresh_or_delete_whose_version_was_collected_before_it_landed_is_mad
         # After this update read version n and before it creates n + 1: n + 1 and n + 2 are
         # written elsewhere and n + 1 is collected, so the create finds the slot free.
         for persisted in (1, 2):
-            others.update(lambda v, p=persisted: v.manifest.with_ledger(LedgerState((), p)))
+
+            def persist(latest: VersionedManifest, p: int = persisted) -> Manifest:
+                return latest.manifest.with_ledger(LedgerState((), p))
+
+            others.update(persist)
         run_gc(open_store(url), options=GcOptions(min_age=0, offline=True))
         assert manifest_key(before.id + 1) not in stored(url)
 

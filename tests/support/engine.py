@@ -144,7 +144,9 @@ class FakeClock:
             self._now += seconds
 
 
-def contents(book: inkpen.Bookie | inkpen.Snapshot, bucket: str) -> dict[bytes, bytes]:
+def contents(
+    book: inkpen.Bookie | inkpen.Snapshot | inkpen.Reader, bucket: str
+) -> dict[bytes, bytes]:
     """Every live object of a bucket, by key."""
     return {key: value for _, key, value in book.objects(bucket)}
 

@@ -1,6 +1,17 @@
-"""A ranged fetch over bytes in memory, for the format tests (readers take any fetch)."""
+"""Ranged fetches over bytes in memory, for the format tests (readers take any fetch)."""
 
 from __future__ import annotations
+
+from inkpen.formats.fetching import Fetch
+
+
+def memory_fetch(data: bytes) -> Fetch:
+    """A fetch over ``data``: bound now, so a reader opened in a loop keeps its own bytes."""
+
+    def fetch(start: int, end: int) -> bytes:
+        return data[start:end]
+
+    return fetch
 
 
 class CountingFetch:
