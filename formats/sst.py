@@ -5,7 +5,7 @@ bytes, and each offset/length below spans a block together with its CRC)::
 
     data blocks     one after another from offset 0, each holding about ``block_size`` bytes
                     of entries before compression; a value is
-                    [sqn, status, expiry|nil, hash, size, lmd(, head value)]; version 2:
+                    [sqn, status, expiry|nil, hash, size, lmd(, value)]; version 2:
                       snappy(head, offsets, msgpack [key, value, key, value, ...])
                       head     u8 width of an offset (2 or 4), u32 entry count
                       offsets  little-endian, one per entry: where its key starts in the array
@@ -92,7 +92,8 @@ _STORED = 1
 _STORED_OVERHEAD = 100
 """Memory of a cached bytes object and its cache entry beyond the bytes themselves."""
 _VALUE_LENGTHS = {len(LedgerValue._fields), len(LedgerValue._fields) + 1}
-"""Six fields, or seven for a head-only object whose value the ledger keeps (``head_value``)."""
+"""Six fields, or seven when the ledger keeps the value: a head-only object's, or an object's of
+at most ``inline_value_bytes``."""
 _V2_HEAD = struct.Struct(">BI")
 """A version 2 block's head: the width of its offsets (2 or 4) and its entry count."""
 _V2_OFFSETS = {2: "<%dH", 4: "<%dI"}
@@ -128,7 +129,7 @@ def _checked_value(value: Any) -> LedgerValue:
         raise ValueError(f"a ledger value has {len(LedgerValue._fields)} fields: {value!r}")
     if len(value) > len(LedgerValue._fields):
         if type(value[6]) is not bytes:
-            raise ValueError(f"a head-only ledger value's seventh field must be bytes: {value!r}")
+            raise ValueError(f"a ledger value's seventh field (its value) must be bytes: {value!r}")
         value = _new_tuple(LedgerValue, tuple(value))
     elif type(value) is not LedgerValue:
         value = _MAKE_VALUE(value)

@@ -127,6 +127,15 @@ class Options:
         raises ``CorruptionError``. Restore the missing objects from a backup first when there
         is one.
 
+    Where values live
+        ``inline_value_bytes``: a value of at most this many bytes (1 KiB by default; 0: none)
+        is kept in the ledger beside its key as well as in the journal, so a GET reads one
+        ledger block (or nothing, when the block is cached) and a key-order scan reads SSTs
+        alone; larger values live in the journal only, where the ledger's SQN finds them. As
+        Titan's and BlobDB's ``min_blob_size``: small values in the tree make their reads cheap,
+        large ones out of it keep merges light. It applies to what is written from now on;
+        entries written before keep their place, and every read finds a value either way.
+
     Caches and limits
         ``block_cache_bytes``: SST blocks (as stored, or decoded by scans);
         ``journal_cache_bytes``: journal file chunks; ``journal_index_cache_bytes``: pages of the
@@ -184,6 +193,8 @@ class Options:
 
     allow_missing_segments: bool = False
 
+    inline_value_bytes: int = 1 * KiB
+
     block_cache_bytes: int = 64 * MiB
     journal_cache_bytes: int = 64 * MiB
     journal_index_cache_bytes: int = 32 * MiB
@@ -234,6 +245,7 @@ class Options:
             "journal_file_target_bytes": (1 * KiB, 16384 * MiB),
             "max_run_length": (1, 1000),
             "compaction_sample_size": (1, 1_000_000),
+            "inline_value_bytes": (0, 64 * KiB),
             "block_cache_bytes": (0, 1 << 40),
             "journal_cache_bytes": (0, 1 << 40),
             "journal_index_cache_bytes": (0, 1 << 40),

@@ -13,9 +13,11 @@ object                            deleted when
 ``manifest/<id>.manifest``        not active, below the latest id, and older than ``min_age``
 ``journal/<id>.jnl`` (data)       at or below the latest ``last_rolled_segment``, outside every
                                   active checkpoint manifest's ``(last_rolled, next_segment)``,
-                                  and older than ``min_age``
-``journal/<id>.jnl`` (fence)      as a data segment, and only when ``fence_min_age`` is set and
-                                  the fence is older than it (kept by default: see fencing)
+                                  and older than ``rolled_segment_min_age`` (the writer's GC:
+                                  0), else ``min_age``
+``journal/<id>.jnl`` (fence)      as a data segment at ``min_age``, and only when
+                                  ``fence_min_age`` is set and the fence is older than it
+                                  (kept by default: see fencing)
 ``journal/compacted/<id>.jnl``    referenced (root None) by no active manifest, and older than
                                   ``min_age``
 ``ledger/<id>.sst``               referenced (root None) by no active manifest, and older than
@@ -109,7 +111,12 @@ class GcOptions:
     """How cautious GC is: ages in seconds."""
 
     min_age: float = 300.0
-    """Nothing younger is deleted (except from a destroyed database)."""
+    """Nothing younger is deleted (except from a destroyed database and rolled segments)."""
+    rolled_segment_min_age: float | None = None
+    """Rolled data segments (not fences) no live checkpoint pins go at this age (None:
+    ``min_age``). A segment at or below the latest ``last_rolled_segment`` is never a file in
+    flight (its writes are in a journal file the manifest names), so only checkpoints can want
+    it: the writer's own GC uses 0, and a database's store bytes do not wait ``min_age``."""
     fence_min_age: float | None = None
     """None keeps fence segments forever; else fences older than this may go once unpinned."""
     destroy_grace: float = 3600.0
@@ -119,9 +126,9 @@ class GcOptions:
     then use a ``min_age`` below :data:`MIN_AGE_WITHOUT_WRITER`."""
 
     def __post_init__(self) -> None:
-        for name in ("min_age", "destroy_grace", "fence_min_age"):
+        for name in ("min_age", "destroy_grace", "fence_min_age", "rolled_segment_min_age"):
             value = getattr(self, name)
-            if value is None and name == "fence_min_age":
+            if value is None and name in ("fence_min_age", "rolled_segment_min_age"):
                 continue
             if (
                 not isinstance(value, int | float)
@@ -233,18 +240,23 @@ def plan_gc(
     ssts: list[str] = []
     manifests: list[str] = []
     reasons: dict[str, str] = {}
+    rolled_age = options.min_age
+    if options.rolled_segment_min_age is not None:
+        rolled_age = min(rolled_age, options.rolled_segment_min_age)
     for info in objects:
         age = info.age(now)
-        if age < options.min_age:
+        if age < rolled_age:
             continue
         key = info.key
+        segment_id = parse_segment_key(key)
+        if age < options.min_age and (segment_id is None or info.size == EMPTY_JOURNAL_SIZE):
+            continue  # only a rolled data segment may go younger than min_age
         manifest_id = parse_manifest_key(key)
         if manifest_id is not None:
             if manifest_id < latest.id and manifest_id not in active_ids:
                 manifests.append(key)
                 reasons[key] = REASON_MANIFEST
             continue
-        segment_id = parse_segment_key(key)
         if segment_id is not None:
             if segment_id > rolled or segment_id in pinned_segments:
                 continue

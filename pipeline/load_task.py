@@ -132,9 +132,12 @@ def _write(
     ledger: dict[bytes, LedgerValue] = {}
     pending: list[JournalEntry] = []
     pending_bytes = 0
+    inline = options.inline_value_bytes
     for sqn, change in enumerate(changes, start=1):
         entry = change.entry(sqn)
-        for key, value in ledger_entries(entry, change.bucket, change.key, change.content_hash):
+        for key, value in ledger_entries(
+            entry, change.bucket, change.key, change.content_hash, inline_limit=inline
+        ):
             ledger[key] = value
         pending.append(entry)
         pending_bytes += change.weight

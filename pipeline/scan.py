@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from inkpen.actors.kernel.views import CacheView, LedgerView
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
-from inkpen.actors.read.path import SCAN_WINDOW, live_range, window_reader
+from inkpen.actors.read.path import SCAN_WINDOW, live_range, window_bodies, window_reader
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.formats.keys import (
     LedgerValue,
@@ -131,11 +131,11 @@ def _rows(spec: ScanSpec, slice_: ScanSlice, views: ManifestViews) -> Iterator[t
         terms: dict[bytes, list[dict[str, Any]]] = {}
         for window in _windows(live_range(cache, ledger, lo, hi, spec.now_ms)):
             bodies: list[bytes | None] | None = None
-            if spec.values:  # the window's values, read in journal order
-                bodies = read_window([(encoded, value[0]) for encoded, value in window])
+            if spec.values:  # the window's values: from the ledger, or read in journal order
+                bodies = window_bodies(read_window, window)
             for at, (encoded, value) in enumerate(window):
                 bucket, key = object_parts(encoded)
-                sqn, _, _, _, size, last_modified = value
+                sqn, size, last_modified = value[0], value[4], value[5]
                 if bodies is not None:
                     middle: Any = bodies[at]
                     if middle is None:

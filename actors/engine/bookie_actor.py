@@ -164,9 +164,14 @@ class Bookie(InkpenActor):
     def _apply(self, message: ApplyBatch) -> None:
         batch = message.batch
         pairs = []
+        inline = self.ctx.options.inline_value_bytes
         try:
             for change, entry in zip(batch.changes, message.entries, strict=True):
-                pairs.extend(ledger_entries(entry, change.bucket, change.key, change.content_hash))
+                pairs.extend(
+                    ledger_entries(
+                        entry, change.bucket, change.key, change.content_hash, inline_limit=inline
+                    )
+                )
         except Exception as exc:
             log.error("bookie.apply_failed", error=repr(exc))
             batch.fail(

@@ -8,7 +8,11 @@ this writer is still writing (:mod:`inkpen.actors.kernel.in_flight`). Open snaps
 because the writer checkpoint points at the oldest manifest they read.
 
 It runs once when the Bookie opens, then every ``gc_interval`` — but only if the manifest changed
-since the last run, so an idle Bookie makes no requests for GC. A fenced writer never collects:
+since the last run, so an idle Bookie makes no requests for GC — and sooner (within
+:data:`ROLLED_CHECK` seconds) when the journal rolled segments since its last pass: rolled
+segments no live checkpoint pins are deleted at any age (``GcOptions.rolled_segment_min_age``),
+so the store does not hold every write twice for ``gc_min_age``. The Bookie's close runs a last
+pass after its final roll (:func:`collect`). A fenced writer never collects:
 the newer writer owns the database. A writer fenced without knowing it yet learns it here: every
 pass gives ``run_gc`` the writer's epoch, which must still be the manifest's when the pass reads
 it and before each batch of deletes (a newer writer's files in flight would look like orphans);
@@ -17,6 +21,7 @@ otherwise the pass raises ``FencedError`` and the writer is fenced.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -29,6 +34,9 @@ from inkpen.logs import get_logger
 from inkpen.manifest.gc import GcOptions, GcReport, run_gc
 
 log = get_logger("inkpen.gc")
+
+ROLLED_CHECK = 10.0
+"""Seconds between two looks at whether the journal rolled segments since the last GC pass."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,8 @@ class GarbageCollector(InkpenActor):
         super().__init__()
         self.ctx = ctx
         self._seen_commits = -1
+        self._seen_rolled = -1
+        self._last_pass = 0.0
         self.runs = 0
 
     def on_start(self) -> None:
@@ -61,13 +71,18 @@ class GarbageCollector(InkpenActor):
 
     @handles(_Tick)
     def _tick(self, _: _Tick) -> None:
+        options = self.ctx.options
         try:
-            if self.ctx.keeper.commits != self._seen_commits:
-                self._collect(self.ctx.options.gc_min_age, dry_run=False)
+            keeper = self.ctx.keeper
+            due = time.monotonic() - self._last_pass >= options.gc_interval
+            rolled = keeper.latest.manifest.journal.last_rolled_segment != self._seen_rolled
+            if keeper.commits != self._seen_commits and (due or rolled):
+                self._collect(options.gc_min_age, dry_run=False)
         except Exception as exc:
             log.warning("gc.failed", error=str(exc))
         finally:
-            self.ctx.scheduler.after(self.ctx.options.gc_interval, self.actor_ref, _Tick())
+            wait = min(options.gc_interval, ROLLED_CHECK)
+            self.ctx.scheduler.after(wait, self.actor_ref, _Tick())
 
     @handles(_RunGc)
     def _run(self, message: _RunGc) -> None:
@@ -82,24 +97,35 @@ class GarbageCollector(InkpenActor):
 
     def _collect(self, min_age: float, *, dry_run: bool) -> GcReport:
         keeper = self.ctx.keeper
-        if keeper.fenced is not None:
-            raise keeper.fenced
         commits = keeper.commits
-        try:
-            report = run_gc(
-                self.ctx.store,
-                options=GcOptions(min_age=min_age),
-                dry_run=dry_run,
-                keep=self.ctx.in_flight.names,  # asked between listing and reading (run_gc)
-                writer_epoch=keeper.epoch,
-            )
-        except FencedError as exc:
-            keeper.fence(exc)
-            raise
+        rolled = keeper.latest.manifest.journal.last_rolled_segment
+        report = collect(self.ctx, min_age, dry_run=dry_run)
         if not dry_run:
             self._seen_commits = commits
+            self._seen_rolled = rolled
+            self._last_pass = time.monotonic()
         self.runs += 1
         return report
+
+
+def collect(ctx: EngineContext, min_age: float, *, dry_run: bool = False) -> GcReport:
+    """One GC pass of the writer ``ctx`` belongs to: objects older than ``min_age``, rolled
+    segments at any age, never what the writer has in flight; a pass that finds a newer writer
+    fences this one and raises :class:`FencedError`."""
+    keeper = ctx.keeper
+    if keeper.fenced is not None:
+        raise keeper.fenced
+    try:
+        return run_gc(
+            ctx.store,
+            options=GcOptions(min_age=min_age, rolled_segment_min_age=0.0),
+            dry_run=dry_run,
+            keep=ctx.in_flight.names,  # asked between listing and reading (run_gc)
+            writer_epoch=keeper.epoch,
+        )
+    except FencedError as exc:
+        keeper.fence(exc)
+        raise
 
 
 def _external(what: str) -> UsageError:

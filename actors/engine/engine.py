@@ -33,7 +33,7 @@ import pykka
 from inkpen.actors.base import ActorGone, stop
 from inkpen.actors.engine import bookie_actor
 from inkpen.actors.engine.bookie_actor import Bookie, Stats
-from inkpen.actors.engine.collector import GarbageCollector, request_gc
+from inkpen.actors.engine.collector import GarbageCollector, collect, request_gc
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.engine.snapshot_clones import SnapshotParts
 from inkpen.actors.files.start import open_files
@@ -379,6 +379,13 @@ class Engine:
         penciller_actor.shutdown(self.penciller)
         if keeper.fenced is None:
             keeper.drop_writer_checkpoint()
+        if keeper.fenced is None and self.ctx.options.compaction == "internal":
+            try:  # the segments just rolled: the store keeps each write once, not twice
+                collect(self.ctx, self.ctx.options.gc_min_age)
+            except FencedError:
+                raise
+            except Exception as exc:
+                log.warning("bookie.close_gc_failed", error=str(exc))
 
     # -- the handle's API ----------------------------------------------------------------------
 

@@ -288,14 +288,21 @@ class ChangeMaker:
 
 
 def ledger_entries(
-    entry: JournalEntry, bucket: bytes, key: bytes, hash_: int | None = None
+    entry: JournalEntry,
+    bucket: bytes,
+    key: bytes,
+    hash_: int | None = None,
+    *,
+    inline_limit: int = 0,
 ) -> list[tuple[bytes, LedgerValue]]:
     """The ledger entries one journal entry implies, object entry first.
 
     An OBJECT entry gives the object's metadata (``hash_`` may be passed when already known),
-    and for a head-only object (HEAD tag) a seventh field, its value (see ``head_value``);
-    a TOMBSTONE gives a tombstone; a KEY_CHANGES entry (a value replaced, kept by ``retain``
-    compaction) gives no object entry. Every index spec gives an index entry with the same SQN,
+    and a seventh field, the value itself, for a head-only object (HEAD tag; see
+    ``head_value``) and for an object whose value is at most ``inline_limit`` bytes (option
+    ``inline_value_bytes``, 0 inlines none: a GET then reads the ledger alone); a TOMBSTONE
+    gives a tombstone; a KEY_CHANGES entry (a value replaced, kept by ``retain`` compaction)
+    gives no object entry. Every index spec gives an index entry with the same SQN,
     and its REVERSE twin (:func:`~inkpen.formats.keys.reverse_key`) with the same value.
     """
     sqn, kind = entry[0], entry[1]
@@ -304,7 +311,8 @@ def ledger_entries(
     if kind == Kind.OBJECT:
         value = entry[3] if entry[3] is not None else b""
         digest = hash_ if hash_ is not None else content_hash(value)
-        if entry[2][0] == _HEAD_TAG:  # a head-only object: the ledger keeps its value too
+        if entry[2][0] == _HEAD_TAG or (inline_limit and len(value) <= inline_limit):
+            # a head-only object, or a value small enough: the ledger keeps the value too
             fields: tuple[Any, ...] = (sqn, ACTIVE, entry[5], digest, len(value), lm, value)
         else:
             fields = (sqn, ACTIVE, entry[5], digest, len(value), lm)
@@ -320,7 +328,9 @@ def ledger_entries(
     return out
 
 
-def replayed_entries(entry: JournalEntry) -> list[tuple[bytes, LedgerValue]]:
+def replayed_entries(
+    entry: JournalEntry, *, inline_limit: int = 0
+) -> list[tuple[bytes, LedgerValue]]:
     """:func:`ledger_entries` for an entry read back from the journal (its key decoded)."""
     decoded = decode_key(entry.ledger_key)
-    return ledger_entries(entry, decoded.bucket, decoded.key)
+    return ledger_entries(entry, decoded.bucket, decoded.key, inline_limit=inline_limit)

@@ -819,7 +819,11 @@ class Inker(FileOwner):
                 self._push_replayed(MemTable.of(pending))
                 pending = []
 
-        for ledger_entries in journal_replay.replay(self.files.values(), self.segments, persisted):
+        inline = self.ctx.options.inline_value_bytes
+        replayed_from = journal_replay.replay(
+            self.files.values(), self.segments, persisted, inline_limit=inline
+        )
+        for ledger_entries in replayed_from:
             pending.extend(ledger_entries)
             replayed += 1
             if len(pending) >= batch_entries:

@@ -24,20 +24,25 @@ from inkpen.formats.keys import LedgerValue
 
 
 def replay(
-    files: Iterable[JournalHandle], segments: Iterable[SegmentTable], persisted_sqn: int
+    files: Iterable[JournalHandle],
+    segments: Iterable[SegmentTable],
+    persisted_sqn: int,
+    *,
+    inline_limit: int = 0,
 ) -> Iterator[list[tuple[bytes, LedgerValue]]]:
     """The ledger entries of each journal entry above ``persisted_sqn``, one list per journal
-    entry, in SQN order (see the module docstring)."""
+    entry, in SQN order (see the module docstring); values of at most ``inline_limit`` bytes
+    are kept in their entries (option ``inline_value_bytes``)."""
     for handle in sorted(files, key=lambda h: h.descriptor.min_sqn):
         descriptor = handle.descriptor
         if descriptor.in_ledger or descriptor.max_sqn <= persisted_sqn:
             continue
         for entry in handle.reader.iter_entries():
             if entry.sqn > persisted_sqn:
-                yield replayed_entries(entry)
+                yield replayed_entries(entry, inline_limit=inline_limit)
     for segment in segments:
         if segment.last_sqn <= persisted_sqn:
             continue
         for sqn in sorted(segment.entries):
             if sqn > persisted_sqn:
-                yield replayed_entries(segment.entries[sqn])
+                yield replayed_entries(segment.entries[sqn], inline_limit=inline_limit)

@@ -1,4 +1,4 @@
-"""The Penciller: owner of the ledger (keys, metadata and index entries, never values).
+"""The Penciller: owner of the ledger (keys, metadata, index entries and small values).
 
 The ledger is a log-structured merge tree:
 

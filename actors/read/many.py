@@ -8,7 +8,9 @@ consistent state would answer, in the order asked, in three steps:
    each level). In one file, the keys still unresolved that its key range and bloom filter
    admit are grouped by data block: each block is read (if not cached) and decoded once for all
    its keys, and the blocks not in the cache are read concurrently.
-2. Placement. Each live key's SQN is placed in the journal view: an unrolled segment answers
+   A live key whose small value the ledger keeps (option ``inline_value_bytes``) is answered
+   here and goes no further.
+2. Placement. Each other live key's SQN is placed in the journal view: an unrolled segment answers
    from memory; in a journal file the record is located from the hash region (no read), and a
    record the journal cache holds is answered from there.
 3. Reads. The other records of each journal file, in offset order, are joined into ranged reads
@@ -396,6 +398,8 @@ def read_values(source: ViewSource, keys: list[bytes], now_ms: int) -> list[byte
             for key, value in zip(distinct, values, strict=True):
                 if value is None or not is_live(value, now_ms):
                     found[key] = None
+                elif len(value) > 6:
+                    found[key] = value[6]  # a small value, kept in the ledger
                 else:
                     rows.append((value[0], key))
             rows.sort()

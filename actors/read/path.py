@@ -2,7 +2,8 @@
 
 Everything here runs in the reader's thread over immutable views, never inside an actor: a GET is
 a ledger lookup (the Bookie's cache, then the Penciller's memory, L0 and levels, bloom filters
-first) followed by one journal lookup by SQN. Folds merge every ledger source in key order
+first) which, for a value of at most ``inline_value_bytes``, holds the value itself; a larger
+value takes one journal lookup by SQN. Folds merge every ledger source in key order
 (``heapq.merge``; where sources share a key the most recent source wins) and stream: nothing is
 loaded whole, each SST block is read when the fold reaches it.
 
@@ -74,10 +75,12 @@ def is_live(value: LedgerValue, now_ms: int) -> bool:
     return expiry is None or expiry > now_ms
 
 
-def to_head(value: LedgerValue, subkey: bytes = b"") -> Head:
+def to_head(value: LedgerValue, subkey: bytes = b"", *, head_only: bool = False) -> Head:
+    """The :class:`Head` of a ledger value; a head-only object's (``head_only``) carries its
+    value, an object's never does (even when the ledger keeps a small value inline)."""
     sqn, _, expiry, digest, size, lm = value[:6]
     expires = None if expiry is None else expiry / 1000.0
-    if len(value) > 6:  # a head-only object
+    if head_only and len(value) > 6:
         return Head(sqn, size, digest, lm / 1000.0, expires, subkey, value[6])
     return Head(sqn, size, digest, lm / 1000.0, expires)
 
@@ -109,6 +112,8 @@ def read_value(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
             value = lookup(cache, ledger, key)
             if value is None or not is_live(value, now_ms):
                 return None
+            if len(value) > 6:
+                return value[6]  # a small value, kept in the ledger: no journal read
             body = values_of(journal)(value[0], Kind.OBJECT, key)
         except NotFoundError as exc:
             vanished = exc
@@ -142,7 +147,7 @@ def _live_value(source: ViewSource, key: bytes, now_ms: int) -> LedgerValue | No
 def read_head(source: ViewSource, key: bytes, now_ms: int) -> Head | None:
     """HEAD: the live metadata of ``key`` from the ledger alone, or None."""
     value = _live_value(source, key, now_ms)
-    return None if value is None else to_head(value)
+    return None if value is None else to_head(value, head_only=key[0] == Tag.HEAD)
 
 
 def read_head_only(source: ViewSource, key: bytes, now_ms: int) -> bytes | None:
@@ -333,9 +338,10 @@ def fold_heads(
 ) -> Iterator[tuple[bytes, bytes, Head]]:
     cache, ledger, _ = source.views()
     lo, hi = object_bounds(bucket, start, end, tag=tag)
+    head_only = tag == Tag.HEAD
     for key, value in filtered_heads(cache, ledger, lo, hi, now_ms, kept, reverse=reverse):
         decoded = decode_key(key)
-        yield decoded.bucket, decoded.key, to_head(value, decoded.subkey)
+        yield decoded.bucket, decoded.key, to_head(value, decoded.subkey, head_only=head_only)
 
 
 def fold_objects_by_key(
@@ -347,12 +353,12 @@ def fold_objects_by_key(
     *,
     reverse: bool = False,
 ) -> Iterator[tuple[bytes, bytes, bytes]]:
-    """Live objects in key order (descending with ``reverse``), values read from the journal a
-    window of rows at a time.
+    """Live objects in key order (descending with ``reverse``), a window of rows at a time.
 
-    The ledger gives a window of :data:`SCAN_WINDOW` live rows in key order; their values are
-    read by :func:`window_reader` (journal records sorted by position, read forward, each byte
-    at most once); then the window's rows leave in key order.
+    The ledger gives a window of :data:`SCAN_WINDOW` live rows in key order; small values come
+    with their entries, the others are read by :func:`window_reader` (journal records sorted by
+    position, read forward, each byte at most once; see :func:`window_bodies`); then the
+    window's rows leave in key order.
     """
     cache, ledger, journal = source.views()
     lo, hi = object_bounds(bucket, start, end)
@@ -361,20 +367,21 @@ def fold_objects_by_key(
     # key, then two terminators: the key is a slice. Anything else is split in full.
     prefix = None if bucket is None else bucket_prefix(Tag.OBJECT, bucket)
     skip = 0 if prefix is None else len(prefix)
-    rows: list[tuple[bytes, int]] = []
-    for key, value in ledger_range(cache, ledger, lo, hi, reverse=reverse):
+    rows: list[tuple[bytes, LedgerValue]] = []
+    for item in ledger_range(cache, ledger, lo, hi, reverse=reverse):
+        value = item[1]
         if value[1] != ACTIVE:
             continue
         expiry = value[2]
         if expiry is not None and expiry <= now_ms:
             continue
-        rows.append((key, value[0]))
+        rows.append(item)
         if len(rows) < SCAN_WINDOW:
             continue
-        yield from _window_objects(rows, read_window(rows), bucket, prefix, skip)
+        yield from _window_objects(rows, window_bodies(read_window, rows), bucket, prefix, skip)
         rows = []
     if rows:
-        yield from _window_objects(rows, read_window(rows), bucket, prefix, skip)
+        yield from _window_objects(rows, window_bodies(read_window, rows), bucket, prefix, skip)
 
 
 SCAN_WINDOW = 65_536
@@ -382,17 +389,17 @@ SCAN_WINDOW = 65_536
 
 
 def _window_objects(
-    rows: list[tuple[bytes, int]],
+    rows: list[tuple[bytes, LedgerValue]],
     bodies: list[bytes | None],
     bucket: bytes | None,
     prefix: bytes | None,
     skip: int,
 ) -> Iterator[tuple[bytes, bytes, bytes]]:
-    for (key, sqn), body in zip(rows, bodies, strict=True):
+    for (key, value), body in zip(rows, bodies, strict=True):
         if body is None:
             raise CorruptionError(
                 "journal",
-                f"the ledger names SQN {sqn} for key {key!r} but no journal holds it",
+                f"the ledger names SQN {value[0]} for key {key!r} but no journal holds it",
             )
         found_key = key[skip:-4]
         if prefix is None or _NUL in found_key or key[-4:] != _TWO_TERMINATORS:
@@ -401,9 +408,26 @@ def _window_objects(
             yield bucket, found_key, body  # type: ignore[misc]
 
 
-def window_reader(
-    journal: JournalLookup,
-) -> Callable[[list[tuple[bytes, int]]], list[bytes | None]]:
+WindowRead = Callable[[list[tuple[bytes, int]]], list[bytes | None]]
+"""``read(rows)``: the journal's object bodies of ``rows`` (``(ledger key, SQN)``), in order."""
+
+
+def window_bodies(
+    read_window: WindowRead, rows: list[tuple[bytes, LedgerValue]]
+) -> list[bytes | None]:
+    """The object bodies of ``rows`` (``(ledger key, ledger value)``, live objects), in their
+    order: a value the ledger keeps (option ``inline_value_bytes``) from its entry, the others
+    through ``read_window`` (one call for the window; None where no journal holds one)."""
+    bodies: list[bytes | None] = [value[6] if len(value) > 6 else None for _, value in rows]
+    wanted = [at for at, body in enumerate(bodies) if body is None]
+    if wanted:
+        found = read_window([(rows[at][0], rows[at][1][0]) for at in wanted])
+        for at, body in zip(wanted, found, strict=True):
+            bodies[at] = body
+    return bodies
+
+
+def window_reader(journal: JournalLookup) -> WindowRead:
     """``read(rows)``: the object bodies of ``rows`` (``(ledger key, SQN)``), in their order,
     for one scan (call it window after window).
 
