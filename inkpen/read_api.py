@@ -260,9 +260,16 @@ class ReadAPI:
     _head_only: str | None = None
     """The head-only mode of the database read (``with_lookup`` / ``no_lookup``), else None."""
 
+    def _check_values(self, what: str) -> None:
+        """Refuse reads of object values (``get``, ``get_many``, ``objects``) where there are
+        none to read (a ledger-only snapshot); by default they may go ahead."""
+
     def _check_not_head_only_read(self, what: str) -> None:
         """Reads of objects (``get``, ``get_many``, ``objects``) find nothing in a head-only store,
-        whose values live in the ledger: refuse them rather than answer None."""
+        whose values live in the ledger: refuse them rather than answer None. (Also where
+        :meth:`_check_values` refuses them: a small value may be in the ledger, but a read that
+        answered some values and refused others would be a trap.)"""
+        self._check_values(what)
         if self._head_only is not None:
             raise UsageError(
                 f"{what} is not available in a head-only store (head_only={self._head_only!r}); "

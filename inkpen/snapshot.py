@@ -41,12 +41,16 @@ class PartsSource:
         self._release()
 
 
+def _no_journal() -> UsageError:
+    return UsageError(
+        "this snapshot is ledger_only: it has no journal; use keys, heads, index_query, "
+        "buckets or is_empty, or take a full snapshot for get and objects"
+    )
+
+
 class _NoJournal:
     def entry(self, sqn: int, kind: Any, ledger_key: bytes) -> Any:
-        raise UsageError(
-            "this snapshot is ledger_only: it has no journal; use keys, heads, index_query, "
-            "buckets or is_empty, or take a full snapshot for get and objects"
-        )
+        raise _no_journal()
 
     @property
     def files(self) -> Any:
@@ -76,6 +80,10 @@ class Snapshot(ReadAPI):
     @property
     def ledger_only(self) -> bool:
         return self._parts.journal is None
+
+    def _check_values(self, what: str) -> None:
+        if self._parts.journal is None:
+            raise _no_journal()
 
     def _check_open(self) -> None:
         if self._closed:

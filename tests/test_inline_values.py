@@ -105,7 +105,9 @@ def test_a_cold_get_of_a_small_value_reads_one_ledger_block_and_no_journal(
                 read = store.reads_since(mark)
                 assert len(read) <= 1, read  # one SST block at most; none when cached
                 assert all(name.startswith("ledger/") for name in read), read
-            assert book.head("b", key).value is None  # an object's head never carries its value
+            head = book.head("b", key)
+            assert head is not None
+            assert head.value is None  # an object's head never carries its value
     finally:
         store.close()
 
