@@ -21,20 +21,19 @@ _T = TypeVar("_T")
 COUNTERS = ("puts", "gets", "heads", "lists", "deletes", "copies", "bytes_written", "bytes_read")
 
 
-class CountingStore(StoreBase):
-    """Wraps a store and counts its requests by kind and its bytes in and out (thread-safe).
+class RequestCounts:
+    """Request and byte counts by kind (:data:`COUNTERS`), thread-safe; one may be shared by the
+    :class:`CountingStore` wrappers of several stores (a database's own and its parents')."""
 
-    ``puts`` covers ``put`` and ``put_if_absent``; ``gets`` covers ``get`` and ``get_range``.
-    """
+    __slots__ = ("_counts", "_lock")
 
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(COUNTERS, 0)
 
-    @property
-    def url(self) -> str:
-        return self.inner.url
+    def add(self, counter: str, amount: int = 1) -> None:
+        with self._lock:
+            self._counts[counter] += amount
 
     def snapshot(self) -> dict[str, int]:
         """The counts so far, as a new dict keyed by :data:`COUNTERS`."""
@@ -46,9 +45,33 @@ class CountingStore(StoreBase):
         with self._lock:
             self._counts = dict.fromkeys(COUNTERS, 0)
 
+
+class CountingStore(StoreBase):
+    """Wraps a store and counts its requests by kind and its bytes in and out (thread-safe).
+
+    ``puts`` covers ``put`` and ``put_if_absent``; ``gets`` covers ``get`` and ``get_range``.
+    ``counts``: where to count (shared with other wrappers); a new :class:`RequestCounts` by
+    default.
+    """
+
+    def __init__(self, inner: ObjectStore, *, counts: RequestCounts | None = None) -> None:
+        self.inner = inner
+        self.counts = RequestCounts() if counts is None else counts
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far, as a new dict keyed by :data:`COUNTERS`."""
+        return self.counts.snapshot()
+
+    def reset(self) -> None:
+        """Set every count back to zero."""
+        self.counts.reset()
+
     def _add(self, counter: str, amount: int = 1) -> None:
-        with self._lock:
-            self._counts[counter] += amount
+        self.counts.add(counter, amount)
 
     def _request(self, counter: str, operation: Callable[[], _T]) -> _T:
         try:
