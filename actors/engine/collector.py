@@ -98,6 +98,10 @@ class GarbageCollector(InkpenActor):
             raise
         if not dry_run:
             self._seen_commits = commits
+            meter = self.ctx.meter
+            meter.gc_runs += 1
+            meter.gc_deletions += len(report.deleted)
+            meter.gc_bytes_deleted += report.bytes_deleted
         self.runs += 1
         return report
 
