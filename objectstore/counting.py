@@ -21,36 +21,34 @@ _T = TypeVar("_T")
 COUNTERS = ("puts", "gets", "heads", "lists", "deletes", "copies", "bytes_written", "bytes_read")
 
 
+_INDEX = {name: i for i, name in enumerate(COUNTERS)}
+_PUTS, _GETS = _INDEX["puts"], _INDEX["gets"]
+_WRITTEN, _READ = _INDEX["bytes_written"], _INDEX["bytes_read"]
+
+
 class RequestCounts:
     """Request and byte counts by kind (:data:`COUNTERS`), thread-safe; one may be shared by the
     :class:`CountingStore` wrappers of several stores (a database's own and its parents')."""
 
-    __slots__ = ("_counts", "_lock")
+    __slots__ = ("_lock", "_values")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts = dict.fromkeys(COUNTERS, 0)
+        self._values = [0] * len(COUNTERS)
 
     def add(self, counter: str, amount: int = 1) -> None:
         with self._lock:
-            self._counts[counter] += amount
-
-    def add_transfer(self, counter: str, bytes_counter: str, nbytes: int) -> None:
-        """One request of ``counter`` that moved ``nbytes`` (one lock for both counts)."""
-        with self._lock:
-            counts = self._counts
-            counts[counter] += 1
-            counts[bytes_counter] += nbytes
+            self._values[_INDEX[counter]] += amount
 
     def snapshot(self) -> dict[str, int]:
         """The counts so far, as a new dict keyed by :data:`COUNTERS`."""
         with self._lock:
-            return dict(self._counts)
+            return dict(zip(COUNTERS, self._values, strict=True))
 
     def reset(self) -> None:
         """Set every count back to zero."""
         with self._lock:
-            self._counts = dict.fromkeys(COUNTERS, 0)
+            self._values = [0] * len(COUNTERS)
 
 
 class CountingStore(StoreBase):
@@ -93,8 +91,9 @@ class CountingStore(StoreBase):
 
     # -- the protocol ------------------------------------------------------------------------
 
-    # The four calls on every read and write path are written out (no closure, one lock): a
-    # writer's metrics count every request through this wrapper.
+    # The four calls on every read and write path are written out (no closure, no other call,
+    # one lock for the request and its bytes): a handle with metrics counts every request of its
+    # reads and writes through this wrapper.
 
     def put_if_absent(
         self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
@@ -104,9 +103,13 @@ class CountingStore(StoreBase):
         except UsageError:
             raise
         except BaseException:
-            self.counts.add("puts")
+            self._add("puts")
             raise
-        self.counts.add_transfer("puts", "bytes_written", memoryview(data).nbytes)
+        counts = self.counts
+        with counts._lock:
+            values = counts._values
+            values[_PUTS] += 1
+            values[_WRITTEN] += memoryview(data).nbytes
 
     def put(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> None:
         try:
@@ -114,9 +117,13 @@ class CountingStore(StoreBase):
         except UsageError:
             raise
         except BaseException:
-            self.counts.add("puts")
+            self._add("puts")
             raise
-        self.counts.add_transfer("puts", "bytes_written", memoryview(data).nbytes)
+        counts = self.counts
+        with counts._lock:
+            values = counts._values
+            values[_PUTS] += 1
+            values[_WRITTEN] += memoryview(data).nbytes
 
     def get(self, key: str) -> bytes:
         try:
@@ -124,9 +131,13 @@ class CountingStore(StoreBase):
         except UsageError:
             raise
         except BaseException:
-            self.counts.add("gets")
+            self._add("gets")
             raise
-        self.counts.add_transfer("gets", "bytes_read", len(data))
+        counts = self.counts
+        with counts._lock:
+            values = counts._values
+            values[_GETS] += 1
+            values[_READ] += len(data)
         return data
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
@@ -135,9 +146,13 @@ class CountingStore(StoreBase):
         except UsageError:
             raise
         except BaseException:
-            self.counts.add("gets")
+            self._add("gets")
             raise
-        self.counts.add_transfer("gets", "bytes_read", len(data))
+        counts = self.counts
+        with counts._lock:
+            values = counts._values
+            values[_GETS] += 1
+            values[_READ] += len(data)
         return data
 
     def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:

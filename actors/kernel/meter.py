@@ -194,6 +194,33 @@ class Meter:
     operation).
     """
 
+    __slots__ = (
+        "_refusals",
+        "conflicts",
+        "delete",
+        "enabled",
+        "gc_bytes_deleted",
+        "gc_deletions",
+        "gc_runs",
+        "get",
+        "get_many",
+        "journal_compaction_bytes_read",
+        "journal_compaction_bytes_written",
+        "journal_compaction_seconds",
+        "journal_compactions",
+        "l0_bytes_written",
+        "l0_writes",
+        "merge_bytes_read",
+        "merge_bytes_written",
+        "merge_seconds",
+        "merges",
+        "put",
+        "scan",
+        "store_counts",
+        "write",
+        "write_errors",
+    )
+
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         make = Recorder if enabled else _Idle
