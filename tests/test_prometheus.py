@@ -9,7 +9,6 @@ import importlib
 import math
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
@@ -178,11 +177,10 @@ def test_without_prometheus_client_the_import_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in [n for n in sys.modules if n == "prometheus_client" or n.startswith("prometheus_")]:
-        monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "inkpen.prometheus")
     with pytest.raises(ImportError) as caught:
         importlib.import_module("inkpen.prometheus")
-    error: Any = caught.value
-    assert isinstance(error, inkpen.UsageError)
-    assert "pip install 'inkpen[prometheus]'" in str(error)
-    assert error.name == "prometheus_client"
+    assert isinstance(caught.value, inkpen.UsageError)
+    assert "pip install 'inkpen[prometheus]'" in str(caught.value)
+    assert caught.value.name == "prometheus_client"
