@@ -14,6 +14,8 @@ empty. Buckets and keys are path segments (percent-encode ``/`` and the like as 
 ``GET /objects/BUCKET?start=&end=&limit=``                  the keys, as a JSON list
 ``GET /index/BUCKET/FIELD?start=&end=``                     ``[[term, key], ...]`` as JSON
 ``GET /buckets`` / ``GET /stats``                           JSON
+``GET /metrics``                                            ``Bookie.metrics()`` in Prometheus' text
+                                                            format (needs ``inkpen[prometheus]``)
 ``POST /backup``                                            a hot backup into ``--backups``/<UTC
                                                             time>, its report as JSON (no body)
 ``POST /reopen``                                            after being fenced: open the database
@@ -50,6 +52,13 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import inkpen
+
+try:  # GET /metrics needs the prometheus extra: pip install 'inkpen[prometheus]'
+    import prometheus_client
+
+    import inkpen.prometheus
+except ImportError:
+    prometheus_client = None  # type: ignore[assignment]
 
 log = logging.getLogger("examples.http_app")
 
@@ -110,6 +119,24 @@ class ObjectService:
         self.backups = backups
         self._reopen = reopen
         self._swap = threading.Lock()
+        self.registry: Any = None
+        if prometheus_client is not None:
+            # The collector asks this service, which answers for the Bookie it holds now.
+            self.registry = prometheus_client.CollectorRegistry()
+            inkpen.prometheus.register(self, self.registry)
+
+    def metrics(self) -> inkpen.Metrics:
+        """The metrics of the Bookie the service holds now (survives a reopen)."""
+        return self.book.metrics()
+
+    def prometheus(self) -> Reply:
+        if self.registry is None:
+            return _json(
+                HTTPStatus.NOT_IMPLEMENTED,
+                {"error": "prometheus_client is not installed: pip install 'inkpen[prometheus]'"},
+            )
+        text = prometheus_client.generate_latest(self.registry)
+        return HTTPStatus.OK, {"Content-Type": prometheus_client.CONTENT_TYPE_LATEST}, text
 
     def put(self, bucket: str, key: str, body: bytes, query: dict[str, list[str]]) -> Reply:
         ttl = _number(query, "ttl", "a number of seconds above 0")
@@ -198,6 +225,8 @@ class ObjectService:
                 return _json(HTTPStatus.OK, [_text(b) for b in self.book.buckets()])
             case "GET", ["stats"]:
                 return _json(HTTPStatus.OK, self.book.stats())
+            case "GET", ["metrics"]:
+                return self.prometheus()
             case "POST", ["backup"]:
                 return self.backup()
             case "POST", ["reopen"]:

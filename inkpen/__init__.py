@@ -10,6 +10,8 @@ without a Bookie.
 own, beside a writer opened with ``compaction="external"``. The seams an application may fill
 are :class:`MergePolicy` (which merge comes next, over :class:`Levels`; the ``merge_policy``
 option) and :class:`ObjectStore` (where the bytes live; any store may be passed to ``open``).
+``metrics()`` on a Bookie or a Reader answers :class:`Metrics` (with a :class:`Histogram` per
+kind of operation); ``inkpen.prometheus`` exports them (the ``prometheus`` extra).
 See README.md and DESIGN.md.
 """
 
@@ -24,6 +26,7 @@ from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.engine.compactor import Compactor, CompactorReport, open_compactor
 from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.inker_clerk import CompactionReport
+from inkpen.actors.kernel.meter import Histogram, Metrics
 from inkpen.actors.read.feed import Change
 from inkpen.actors.read.path import Head
 from inkpen.formats.tictac import TicTacTree
@@ -72,12 +75,14 @@ __all__ = [
     "FencedError",
     "GcReport",
     "Head",
+    "Histogram",
     "HotBackup",
     "InkpenError",
     "LeveledMergePolicy",
     "Levels",
     "MergeJob",
     "MergePolicy",
+    "Metrics",
     "NotFoundError",
     "ObjectStore",
     "Options",

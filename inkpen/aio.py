@@ -44,6 +44,7 @@ import functools
 import re
 import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
+from time import perf_counter
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -53,6 +54,7 @@ from inkpen.actors.engine.hot_backup import BackupReport, HotBackup
 from inkpen.actors.journal.changes import PendingChange
 from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.journal.intake import WriteGroup
+from inkpen.actors.kernel.meter import Metrics
 from inkpen.actors.read.feed import Change, GapPolicy
 from inkpen.actors.read.follower import Follower
 from inkpen.actors.read.path import Head
@@ -64,7 +66,7 @@ from inkpen.objectstore import ObjectStore
 
 from . import bookie as _bookie
 from . import reader as _reader
-from .bookie import Bookie, IndexSpecs
+from .bookie import Bookie, IndexSpecs, value_bytes
 from .checks import check_count
 from .options import Options
 from .read_api import ReadAPI
@@ -464,6 +466,7 @@ class AsyncBookie(_AsyncReads[Bookie]):
         super().__init__(sync, pool, fold_chunk)
         self._engine = engine
         """The engine ``sync`` writes through: puts join its group commit without a thread."""
+        self._meter = engine.meter
         self._waits = _Waits()
 
     @property
@@ -489,10 +492,12 @@ class AsyncBookie(_AsyncReads[Bookie]):
         if_sqn: int | None = None,
     ) -> None:
         """Store ``value``; returns once it is durable (see :meth:`inkpen.Bookie.put`)."""
+        started = perf_counter()
         self._sync._check_open()
         self._sync._check_not_head_only("put")
         change = self._sync._changes.put(bucket, key, value, indexes, ttl, if_sqn=if_sqn)
         await self._write([change])
+        self._meter.put.record(perf_counter() - started, len(change.value or b""))
 
     async def delete(
         self,
@@ -503,21 +508,31 @@ class AsyncBookie(_AsyncReads[Bookie]):
         if_sqn: int | None = None,
     ) -> None:
         """A durable tombstone (see :meth:`inkpen.Bookie.delete`)."""
+        started = perf_counter()
         self._sync._check_open()
         self._sync._check_not_head_only("delete")
         await self._write([self._sync._changes.delete(bucket, key, indexes, if_sqn=if_sqn)])
+        self._meter.delete.record(perf_counter() - started)
 
     async def write(self, batch: Batch) -> None:
         """Apply ``batch`` atomically; returns once durable (see :meth:`inkpen.Bookie.write`)."""
+        started = perf_counter()
         changes = self._sync._batch_changes(batch)
         if changes:
             await self._write(changes)
+            self._meter.write.record_many(
+                perf_counter() - started, len(changes), value_bytes(changes)
+            )
 
     async def mput(self, specs: Iterable[tuple[str, Any, Any, Any, Any]]) -> None:
         """Apply head-only changes as one durable batch (see :meth:`inkpen.Bookie.mput`)."""
+        started = perf_counter()
         changes = self._sync._mput_changes(specs)
         if changes:
             await self._write(changes)
+            self._meter.write.record_many(
+                perf_counter() - started, len(changes), value_bytes(changes)
+            )
 
     async def trim_journal(self) -> CompactionReport:
         """Drop the journal files a head-only store no longer needs (see
@@ -525,6 +540,14 @@ class AsyncBookie(_AsyncReads[Bookie]):
         return await self._call(self._sync.trim_journal)
 
     async def _write(self, changes: list[PendingChange]) -> None:
+        """Write ``changes`` as one unit; a refusal is counted (the caller records success)."""
+        try:
+            await self._write_unit(changes)
+        except BaseException as exc:
+            self._meter.refused(exc)
+            raise
+
+    async def _write_unit(self, changes: list[PendingChange]) -> None:
         engine = self._engine
         delay = engine.admission()
         if delay is None:  # backpressure at STOP: wait for room in a worker thread
@@ -629,6 +652,11 @@ class AsyncBookie(_AsyncReads[Bookie]):
         """The writer's counters (see :meth:`inkpen.Bookie.stats`)."""
         return await self._call(self._sync.stats)
 
+    async def metrics(self) -> Metrics:
+        """Typed metrics (see :meth:`inkpen.Bookie.metrics`); read in the loop's thread, since
+        they wait for nothing."""
+        return self._sync.metrics()
+
     async def close(self) -> None:
         """Persist what memory holds and stop (see :meth:`inkpen.Bookie.close`)."""
         try:
@@ -697,6 +725,11 @@ class AsyncReader(_AsyncReads[Reader]):
         return _AsyncTail(
             lambda: sync._start_tail(since, bucket, gaps, wait), self._call, self._fold_chunk
         )
+
+    async def metrics(self) -> Metrics:
+        """Typed metrics (see :meth:`inkpen.Reader.metrics`); read in the loop's thread, since
+        they wait for nothing."""
+        return self._sync.metrics()
 
     async def close(self) -> None:
         """Release the Reader's own checkpoint and its store (see :meth:`inkpen.Reader.close`)."""

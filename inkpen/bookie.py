@@ -16,6 +16,7 @@ at most ``max_value_bytes`` (64 MiB by default); a put carries at most ``max_ind
 from __future__ import annotations
 
 from collections.abc import Iterable
+from time import perf_counter
 from typing import Any
 
 from inkpen.actors.engine.bookie_actor import Stats
@@ -23,6 +24,7 @@ from inkpen.actors.engine.engine import Engine
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.journal.changes import ChangeMaker, PendingChange
 from inkpen.actors.journal.inker_clerk import CompactionReport
+from inkpen.actors.kernel.meter import Metrics
 from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.path import Views, ViewSource
 from inkpen.manifest.feed_cursors import (
@@ -46,6 +48,11 @@ from .snapshot import PartsSource, Snapshot
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
 
+def value_bytes(changes: Iterable[PendingChange]) -> int:
+    """Bytes of the values ``changes`` carry (a batch's, for the metrics)."""
+    return sum(len(c.value) for c in changes if c.value)
+
+
 class _LiveSource(ViewSource):
     __slots__ = ("_board",)
 
@@ -65,6 +72,7 @@ class Bookie(ReadAPI):
         self._head_only = options.head_only
         self._changes = ChangeMaker(options)
         self._live = _LiveSource(engine.board)
+        self._meter = engine.meter
         self._closed = False
 
     @property
@@ -100,9 +108,16 @@ class Bookie(ReadAPI):
         the key's current SQN (``head().sqn``) is this, or with 0 only if the key is absent;
         otherwise raise :class:`~inkpen.ConflictError` and write nothing.
         """
+        started = perf_counter()
         self._check_open()
         self._check_not_head_only("put")
-        self._engine.write(self._changes.put(bucket, key, value, indexes, ttl, if_sqn=if_sqn))
+        change = self._changes.put(bucket, key, value, indexes, ttl, if_sqn=if_sqn)
+        try:
+            self._engine.write(change)
+        except BaseException as exc:
+            self._meter.refused(exc)
+            raise
+        self._meter.put.record(perf_counter() - started, len(change.value or b""))
 
     def delete(
         self,
@@ -115,9 +130,16 @@ class Bookie(ReadAPI):
         """Delete (bucket, key): a durable tombstone. ``indexes`` names index entries to remove
         (the object's other index entries stop answering queries too). ``if_sqn`` as for
         :meth:`put`."""
+        started = perf_counter()
         self._check_open()
         self._check_not_head_only("delete")
-        self._engine.write(self._changes.delete(bucket, key, indexes, if_sqn=if_sqn))
+        change = self._changes.delete(bucket, key, indexes, if_sqn=if_sqn)
+        try:
+            self._engine.write(change)
+        except BaseException as exc:
+            self._meter.refused(exc)
+            raise
+        self._meter.delete.record(perf_counter() - started)
 
     def write(self, batch: Batch) -> None:
         """Apply every change of ``batch`` atomically and in order; returns once durable.
@@ -126,9 +148,19 @@ class Bookie(ReadAPI):
         ever sees part of it. One failed ``if_sqn`` condition rejects the whole batch with
         :class:`~inkpen.ConflictError`. An empty batch is a no-op; a batch is written once.
         """
+        started = perf_counter()
         changes = self._batch_changes(batch)
         if changes:
+            self._write_unit(changes, started)
+
+    def _write_unit(self, changes: list[PendingChange], started: float) -> None:
+        """Write ``changes`` as one unit and record it as a batch."""
+        try:
             self._engine.write_unit(changes)
+        except BaseException as exc:
+            self._meter.refused(exc)
+            raise
+        self._meter.write.record_many(perf_counter() - started, len(changes), value_bytes(changes))
 
     def _batch_changes(self, batch: Batch) -> list[PendingChange]:
         """The checked changes of ``batch``, which is marked written (a batch is written once)."""
@@ -163,9 +195,10 @@ class Bookie(ReadAPI):
         journal only serves recovery and is trimmed (``trim_journal``). Only in a store opened
         with ``head_only``.
         """
+        started = perf_counter()
         changes = self._mput_changes(specs)
         if changes:
-            self._engine.write_unit(changes)
+            self._write_unit(changes, started)
 
     def _mput_changes(self, specs: Iterable[tuple[str, Any, Any, Any, Any]]) -> list[PendingChange]:
         """The checked changes of an :meth:`mput` (any bad spec: UsageError, nothing written)."""
@@ -236,6 +269,7 @@ class Bookie(ReadAPI):
             now_ms=self._now_ms,
             owner_open=lambda: not self._closed,
             release=self._engine.release_snapshot,
+            meter=self._meter,
         )
 
     def compact_journal(self) -> CompactionReport:
@@ -336,6 +370,13 @@ class Bookie(ReadAPI):
         """Run ledger merges now, until L0 is empty and no level is over its target size."""
         self._check_open()
         self._engine.compact_ledger()
+
+    def metrics(self) -> Metrics:
+        """Typed metrics (every field is documented on :class:`inkpen.Metrics`): operations
+        counted and timed since open, store requests, files per level, the journal,
+        backpressure, caches, merges, compactions and GC. Read at once, waiting for no actor."""
+        self._check_open()
+        return self._engine.metrics()
 
     def stats(self) -> Stats:
         """Counters: cache and memory sizes, files per level (from L0), journal size, SQNs,

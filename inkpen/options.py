@@ -144,6 +144,12 @@ class Options:
         data; a journal file held open costs about 4 bytes per 32 entries beyond it.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
 
+    Metrics
+        ``metrics``: record every put, delete, batch, get and fold (counts, value bytes and a
+        latency histogram each) and count the store's requests, for ``metrics()`` (True, the
+        default). False makes that recording a no-op; ``metrics()`` still answers the state
+        (files per level, the journal, backpressure, caches) and the owners' work.
+
     ``clock``: the wall clock in seconds (TTL expiry and last-modified times); tests inject one.
     """
 
@@ -204,6 +210,8 @@ class Options:
     max_value_bytes: int = 64 * MiB
     max_indexes: int = 1024
 
+    metrics: bool = True
+
     clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
@@ -211,7 +219,7 @@ class Options:
         if self.head_only is not None:
             _check_choice("head_only", self.head_only, HEAD_ONLY_MODES)
         _check_choice("compaction", self.compaction, ("internal", "external"))
-        for name in ("roll_on_close", "allow_missing_segments"):
+        for name in ("roll_on_close", "allow_missing_segments", "metrics"):
             check_flag(f"option {name}", getattr(self, name))
         for name in ("flush_interval", "merge_poll_interval"):
             _check_range(name, getattr(self, name), 0.0, 60.0)

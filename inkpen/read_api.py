@@ -13,9 +13,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Generator, Iterable, Iterator
+from time import perf_counter
 from typing import Any, Literal, TypeVar
 
 from inkpen.actors.journal.changes import as_bytes
+from inkpen.actors.kernel.meter import IDLE, Meter
 from inkpen.actors.read.anti_entropy import build_tree
 from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since, scan_changes
 from inkpen.actors.read.many import read_values
@@ -97,6 +99,9 @@ def _optional(name: str, value: Any) -> bytes | None:
 class ReadAPI:
     """get / head and every fold, over a point-read source and a fold source."""
 
+    _meter: Meter = IDLE
+    """Where gets, ``get_many`` calls and folds are recorded (a handle sets its own)."""
+
     def _check_open(self) -> None:
         raise NotImplementedError
 
@@ -137,17 +142,21 @@ class ReadAPI:
 
         A head-only store holds no objects to get: it refuses with :class:`UsageError` (read its
         values with :meth:`head_only_get`, or fold :meth:`heads`)."""
+        started = perf_counter()
         self._check_open()
         self._check_not_head_only_read("get")
         lk = object_key(
             as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
         )
-        return self._guarded(lambda: read_value(self._point_source(), lk, self._now_ms()))
+        value = self._guarded(lambda: read_value(self._point_source(), lk, self._now_ms()))
+        self._meter.get.record(perf_counter() - started, 0 if value is None else len(value))
+        return value
 
     def get_many(self, bucket: str | bytes, keys: Iterable[str | bytes]) -> list[bytes | None]:
         """The values of many keys of ``bucket``, in the order of ``keys`` (None where absent),
         all read from one consistent state; faster than a loop of :meth:`get`. Refused in a
         head-only store, as :meth:`get` is."""
+        started = perf_counter()
         self._check_open()
         self._check_not_head_only_read("get_many")
         b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
@@ -156,7 +165,11 @@ class ReadAPI:
         lks = [object_key(b, as_bytes("key", k, MAX_KEY_BYTES)) for k in keys]
         if not lks:
             return []
-        return self._guarded(lambda: read_values(self._point_source(), lks, self._now_ms()))
+        values = self._guarded(lambda: read_values(self._point_source(), lks, self._now_ms()))
+        self._meter.get_many.record_many(
+            perf_counter() - started, len(lks), sum(len(v) for v in values if v is not None)
+        )
+        return values
 
     def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
         """The object's metadata (SQN, size, content hash, last-modified) from the ledger alone."""
@@ -171,6 +184,7 @@ class ReadAPI:
     def _fold(
         self, run: Callable[[Any, int], Iterator[T]], *, long_running: bool
     ) -> FoldIterator[T]:
+        started = perf_counter()
         self._check_open()
         source = self._fold_source(long_running=long_running)
         try:
@@ -179,7 +193,15 @@ class ReadAPI:
         except BaseException:
             source.release()
             raise
-        return FoldIterator(items, source.release)
+        scans = self._meter.scan
+
+        def release() -> None:
+            try:
+                source.release()
+            finally:
+                scans.record(perf_counter() - started)
+
+        return FoldIterator(items, release)
 
     def keys(
         self,

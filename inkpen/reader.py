@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from inkpen.actors.journal.changes import as_bytes
+from inkpen.actors.kernel.meter import IDLE, Meter, Metrics
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
 from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since, scan_changes
 from inkpen.actors.read.follower import Follower
@@ -35,7 +36,8 @@ from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.store import ManifestStore
-from inkpen.objectstore import ObjectStore, open_store, parse_store_url
+from inkpen.manifest.table_store import TableStore
+from inkpen.objectstore import CountingStore, ObjectStore, open_store, parse_store_url
 from inkpen.objectstore.url import backend_of
 
 from .checks import check_flag, check_seconds, check_text
@@ -108,8 +110,12 @@ class Reader(ReadAPI):
         options: Options,
         head_only: str | None = None,
         follower: Follower | None = None,
+        meter: Meter = IDLE,
+        tables: TableStore | None = None,
     ) -> None:
         self._store = store
+        self._meter = meter
+        self._tables = tables
         self._owns_store = owns_store
         self._resolver = resolver
         self._source = _Source(views)
@@ -147,6 +153,14 @@ class Reader(ReadAPI):
         """The highest SQN this Reader sees now (a follower's moves forward as it refreshes)."""
         self._check_open()
         return int(self._current().journal.max_sqn())
+
+    def metrics(self) -> Metrics:
+        """Typed metrics of this Reader (see :class:`inkpen.Metrics`): its gets and folds
+        counted and timed since open, its store requests and caches, and the files per level
+        and journal of the state it reads now. Its write and maintenance figures are 0."""
+        self._check_open()
+        views = self._current()
+        return self._meter.metrics(ledger=views.ledger, journal=views.journal, tables=self._tables)
 
     def refresh(self) -> bool:
         """A following Reader: catch up with the writer now rather than at the next interval;
@@ -401,7 +415,17 @@ def open_reader(
     store, owns = (open_store(url), True) if isinstance(url, str) else (url, False)
     if not isinstance(store, ObjectStore):
         raise UsageError(f"url must be a store URL or an ObjectStore, got {type(url).__name__}")
-    resolver = StoreResolver(store)
+    meter = Meter(opts.metrics)
+    counts = meter.store_counts
+    wrap: Callable[[ObjectStore], ObjectStore] | None = None
+    if counts is not None:  # the Reader's requests are counted, its parents' stores' too
+
+        def wrap(inner: ObjectStore) -> ObjectStore:
+            return CountingStore(inner, counts=counts)
+
+        store = wrap(store)
+    resolver = StoreResolver(store, wrap=wrap)
+    tables = TableStore.for_options(resolver, opts)
     lease: CheckpointLease | None = None
     try:
         manifests = ManifestStore(store)
@@ -428,7 +452,7 @@ def open_reader(
                 )
             checkpoint_id, manifest_id = found.id, found.manifest_id
             manifest = manifests.read(manifest_id)
-        views = load_views(resolver, manifest, manifest_id, opts)
+        views = load_views(resolver, manifest, manifest_id, opts, tables=tables)
         follower = None
         if follow:
             assert lease is not None
@@ -439,6 +463,7 @@ def open_reader(
                 lease=lease,
                 views=views,
                 interval=float(refresh_interval),
+                tables=tables,
             )
     except BaseException:
         if lease is not None:
@@ -458,4 +483,6 @@ def open_reader(
         options=opts,
         head_only=manifest.head_only,
         follower=follower,
+        meter=meter,
+        tables=tables,
     )

@@ -7,7 +7,8 @@ so no file it reads is deleted while it is open. Close it (or use it as a contex
 release them; a snapshot left open stops holding files back after its timeout
 (``snapshot_timeout_short``, or ``snapshot_timeout_long`` with ``long_running=True``).
 ``ledger_only=True`` snapshots skip the journal: ``keys``, ``heads``, ``index_query``,
-``buckets`` and ``is_empty`` work, ``get`` and ``objects`` do not.
+``buckets`` and ``is_empty`` work, ``get`` and ``objects`` do not. Its gets and folds count in
+its Bookie's ``metrics()``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inkpen.actors.engine.snapshot_clones import SnapshotParts
+from inkpen.actors.kernel.meter import IDLE, Meter
 from inkpen.actors.read.path import Views
 
 from .errors import UsageError
@@ -68,8 +70,10 @@ class Snapshot(ReadAPI):
         now_ms: Callable[[], int],
         owner_open: Callable[[], bool],
         release: Callable[[str], object],
+        meter: Meter = IDLE,
     ) -> None:
         self._parts = parts
+        self._meter = meter
         self._head_only = head_only
         self._now = now_ms
         self._owner_open = owner_open

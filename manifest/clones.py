@@ -30,6 +30,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 from inkpen.errors import AlreadyExistsError, CorruptionError, NotFoundError, UsageError
@@ -252,11 +253,18 @@ class StoreResolver:
     """Answers which store holds a file: this database's own, or an ancestor's by URL.
 
     Descriptors with ``root`` None live in the own store; any other root is opened once, cached
-    and shared. Thread-safe. :meth:`close` closes the stores it opened.
+    and shared. Thread-safe. :meth:`close` closes the stores it opened. ``wrap``, when given, is
+    applied to each store it opens (a writer's request counting wraps its parents' stores too).
     """
 
-    def __init__(self, own_store: ObjectStore) -> None:
+    def __init__(
+        self,
+        own_store: ObjectStore,
+        *,
+        wrap: Callable[[ObjectStore], ObjectStore] | None = None,
+    ) -> None:
         self._own = as_store(own_store)
+        self._wrap = wrap
         self._opened: dict[str, ObjectStore] = {}
         self._lock = threading.Lock()
 
@@ -272,6 +280,8 @@ class StoreResolver:
             store = self._opened.get(root)
             if store is None:
                 store = open_store(root)
+                if self._wrap is not None:
+                    store = self._wrap(store)
                 self._opened[root] = store
             return store
 

@@ -120,6 +120,42 @@ def test_plot_with_idle_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--plot" in result.output
 
 
+def test_metrics_both_runs_off_and_on_and_prints_the_cost() -> None:
+    lines = run_bench("--n", "600", "--gets", "200", "--concurrency", "16", "--metrics", "both")
+    *runs, cost = lines
+    assert [(line["workload"], line["metrics"]) for line in runs] == [
+        (workload, side)
+        for side in (False, True, True, False)
+        for workload in ("load", "get", "scan")
+    ]
+    assert all(line["ops"] == (200 if line["workload"] == "get" else 600) for line in runs)
+    assert all(line["cpu_s"] > 0 and line["cpu_us_per_op"] > 0 for line in runs)
+    assert cost["workload"] == "metrics_cost" and cost["runs_per_side"] == 2
+    for workload in ("load", "get", "scan"):
+        for figure, worse in (("ops_per_s", -1), ("cpu_us_per_op", 1)):
+            for side, name in ((False, "off"), (True, "on")):
+                both = [
+                    line[figure]
+                    for line in runs
+                    if line["metrics"] is side and line["workload"] == workload
+                ]
+                median = sum(both) / 2  # the median of two
+                assert cost[f"{workload}_{figure}_{name}"] == pytest.approx(median, rel=0.001)
+            off, on = cost[f"{workload}_{figure}_off"], cost[f"{workload}_{figure}_on"]
+            pct = cost[f"{workload}_{figure}_cost_pct"]
+            assert pct == pytest.approx(worse * (on - off) / off * 100, abs=0.2)
+
+
+def test_metrics_off_and_metrics_both_with_scale_idle_or_plot() -> None:
+    (load,) = run_bench("--n", "300", "--workloads", "load", "--metrics", "off")
+    assert load["metrics"] is False and load["ops"] == 300
+    for other in (["--scale"], ["--idle", "1s"], ["--plot", "bench.png"]):
+        result = CliRunner().invoke(main, ["bench", "--metrics", "both", *other])
+        assert (
+            result.exit_code != 0 and "does not go with --scale, --idle or --plot" in result.output
+        )
+
+
 def test_unknown_workload_is_refused() -> None:
     result = CliRunner().invoke(main, ["bench", "--workloads", "load,sort"])
     assert result.exit_code != 0

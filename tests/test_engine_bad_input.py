@@ -283,6 +283,7 @@ def test_fuzzed_bad_arguments_raise_usage_errors_and_change_nothing(
 
 OPTION_VALUES = {
     "roll_on_close": BAD_FLAG,
+    "metrics": BAD_FLAG,
     "allow_missing_segments": BAD_FLAG,
     "gc_min_age": BAD_SECONDS,
     "checkpoint_lifetime": BAD_SECONDS,

@@ -268,6 +268,40 @@ def test_http_app_recovers_from_being_fenced(served: tuple[Client, str]) -> None
     assert client.call("GET", "/objects/b/other")[2] == b"from the other writer"
 
 
+def test_http_app_serves_prometheus_metrics(served: tuple[Client, str]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client, url = served
+
+    def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        status, headers, body = client.call("GET", "/metrics")
+        assert status == 200 and headers["Content-Type"].startswith("text/plain; version=")
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(body.decode())
+            for sample in family.samples
+        }
+
+    for i in range(12):
+        assert client.call("PUT", f"/objects/b/k{i}", b"value")[0] == 201
+    for i in range(5):
+        assert client.call("GET", f"/objects/b/k{i}")[0] == 200
+    assert client.call("GET", "/objects/b/missing")[0] == 404
+    samples = scraped()
+    assert samples["inkpen_puts_total", ()] == 12
+    assert samples["inkpen_gets_total", ()] == 6
+    assert samples["inkpen_put_seconds_count", ()] == 12
+    assert samples["inkpen_get_seconds_bucket", (("le", "+Inf"),)] == 6
+    assert samples["inkpen_level_files", (("level", "0"),)] == 0
+    assert samples["inkpen_store_requests_total", (("op", "put"),)] >= 12
+    with inkpen.open(url):  # fenced: the server reopens, and its metrics follow the new Bookie
+        pass
+    assert client.json("POST", "/reopen")[0] == 200
+    assert client.call("PUT", "/objects/b/after", b"v")[0] == 201
+    samples = scraped()
+    assert samples["inkpen_puts_total", ()] == 1 and samples["inkpen_fenced", ()] == 0
+
+
 def _line(process: subprocess.Popen[str], deadline: float) -> str:
     """The next line of the process's stdout, waiting until ``deadline`` at most."""
     assert process.stdout is not None

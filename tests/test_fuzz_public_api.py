@@ -161,6 +161,7 @@ class World:
             "Reader": lambda: self._closing(inkpen.open_reader(self.url)),
             "Snapshot": lambda: self._closing(self.book.snapshot()),
             "Batch": inkpen.Batch,
+            "Histogram": lambda: self.book.metrics().get_seconds,
             "AsyncBookie": lambda: self.async_book,
             "AsyncReader": lambda: self._async_closing(inkpen.aio.open_reader(self.url)),
             "AsyncSnapshot": lambda: self._async_closing(self.async_book.snapshot()),

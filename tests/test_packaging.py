@@ -27,6 +27,16 @@ asyncio.run(main())
 print("ok", inkpen.__version__)
 """
 
+PROMETHEUS = """
+import inkpen
+try:
+    import inkpen.prometheus
+except ImportError as exc:
+    print(type(exc).__name__, isinstance(exc, inkpen.UsageError), exc)
+else:
+    print("imported", inkpen.prometheus.register.__name__)
+"""
+
 PIPELINE = """
 try:
     import inkpen.pipeline
@@ -66,6 +76,8 @@ def test_wheel_metadata_and_contents(wheel: Path) -> None:
     assert "inkpen/py.typed" in names and "inkpen/aio.py" in names
     assert "inkpen/operations.py" in names and "pyspark_inkpen.py" in names
     assert "Provides-Extra: spark" in metadata
+    assert "Provides-Extra: prometheus" in metadata
+    assert "inkpen/prometheus.py" in names
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     assert "Requires-Dist: obstore>=0.12" in requires  # the default S3 client, a core dependency
     assert "Requires-Dist: boto3>=1.35.10" in requires  # still there for client=boto3
@@ -86,6 +98,8 @@ def test_wheel_without_the_extra(tmp_path: Path, wheel: Path) -> None:
     assert _run(python, "-c", USE, cwd=tmp_path).stdout.startswith("ok ")
     said = _run(python, "-c", PIPELINE, cwd=tmp_path).stdout
     assert said.startswith("ImportError:") and "pip install 'inkpen[spark]'" in said, said
+    said = _run(python, "-c", PROMETHEUS, cwd=tmp_path).stdout
+    assert said.startswith("_MissingExtra True ") and "pip install 'inkpen[prometheus]'" in said
     version = _run(python.with_name("inkpen"), "--version", cwd=tmp_path).stdout
     assert version.strip().endswith(_run(python, "-c", USE, cwd=tmp_path).stdout.split()[1])
 
@@ -93,3 +107,8 @@ def test_wheel_without_the_extra(tmp_path: Path, wheel: Path) -> None:
 def test_wheel_with_the_spark_extra(tmp_path: Path, wheel: Path) -> None:
     python = _fresh(tmp_path, wheel, "[spark]")
     assert _run(python, "-c", PIPELINE, cwd=tmp_path).stdout.strip() == "imported inkpen"
+
+
+def test_wheel_with_the_prometheus_extra(tmp_path: Path, wheel: Path) -> None:
+    python = _fresh(tmp_path, wheel, "[prometheus]")
+    assert _run(python, "-c", PROMETHEUS, cwd=tmp_path).stdout.strip() == "imported register"

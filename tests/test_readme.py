@@ -122,12 +122,18 @@ def check_spark(tmp: Path, scope: dict[str, Any], out: str) -> None:
     assert "|[6D 61 6C 6C" in shown[0] and "|alice|" in shown[1]
 
 
+def check_metrics(tmp: Path, scope: dict[str, Any], out: str) -> None:
+    assert out.splitlines() == ["1 1 1", "['inkpen_puts_total 1.0']"]
+    assert objects(str(tmp / "myapp-db")) == {(b"users", b"alice"): b"..."}
+
+
 CHECKS: dict[str, Callable[[Path, dict[str, Any], str], None]] = {
     'book.put("sessions", "s1"': check_api,
     "batch = inkpen.Batch()": check_batch,
     "def increment(": check_increment,
     "async with inkpen.aio.open(": check_asyncio,
     'spark.read.format("inkpen")': check_spark,
+    "inkpen.prometheus.register(book, registry)": check_metrics,
 }
 """A text only one block has -> what that block must have done."""
 

@@ -116,7 +116,7 @@ def collect(ctx: EngineContext, min_age: float, *, dry_run: bool = False) -> GcR
     if keeper.fenced is not None:
         raise keeper.fenced
     try:
-        return run_gc(
+        report = run_gc(
             ctx.store,
             options=GcOptions(min_age=min_age, rolled_segment_min_age=0.0),
             dry_run=dry_run,
@@ -126,6 +126,12 @@ def collect(ctx: EngineContext, min_age: float, *, dry_run: bool = False) -> GcR
     except FencedError as exc:
         keeper.fence(exc)
         raise
+    if not dry_run:
+        meter = ctx.meter
+        meter.gc_runs += 1
+        meter.gc_deletions += len(report.deleted)
+        meter.gc_bytes_deleted += report.bytes_deleted
+    return report
 
 
 def _external(what: str) -> UsageError:

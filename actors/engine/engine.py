@@ -46,6 +46,7 @@ from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.heap import limit_heap_growth
 from inkpen.actors.kernel.in_flight import InFlight
 from inkpen.actors.kernel.keeper import ManifestKeeper
+from inkpen.actors.kernel.meter import Meter, Metrics
 from inkpen.actors.kernel.scheduler import Scheduler
 from inkpen.actors.kernel.throttle import Throttle
 from inkpen.actors.kernel.views import SegmentTable, SstHandle, ViewBoard
@@ -63,6 +64,7 @@ from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore.base import ObjectStore
+from inkpen.objectstore.counting import CountingStore
 from inkpen.options import Options
 
 log = get_logger("inkpen.bookie")
@@ -104,8 +106,8 @@ class Engine:
 
     The public handle (:class:`inkpen.Bookie`) speaks only to this class's typed methods
     (``write``, ``flush``, ``compact_journal``, ``run_gc``, ``take_snapshot``, ``checkpoint``,
-    ``hot_backup``, ``stats``, ``close``, ...); the actors' messages stay private to their
-    modules."""
+    ``hot_backup``, ``stats``, ``metrics``, ``close``, ...); the actors' messages stay private to
+    their modules."""
 
     def __init__(
         self,
@@ -137,6 +139,15 @@ class Engine:
     def start(cls, store: ObjectStore, options: Options, *, owns_store: bool) -> Engine:
         started = time.monotonic()
         limit_heap_growth(options.malloc_mmap_threshold)
+        meter = Meter(options.metrics)
+        counts = meter.store_counts
+        wrap: Callable[[ObjectStore], ObjectStore] | None = None
+        if counts is not None:  # every request of this writer is counted, its parents' too
+
+            def wrap(inner: ObjectStore) -> ObjectStore:
+                return CountingStore(inner, counts=counts)
+
+            store = wrap(store)
         manifests = ManifestStore(store)
         open_in_mode(manifests, options.head_only)
         claim = claim_writer(
@@ -151,7 +162,7 @@ class Engine:
             latest=claim.versioned,
             timeout=options.manifest_update_timeout,
         )
-        resolver = StoreResolver(store)
+        resolver = StoreResolver(store, wrap=wrap)
         in_flight = InFlight()
         ctx = EngineContext(
             store=store,
@@ -163,6 +174,7 @@ class Engine:
             throttle=Throttle(probe=keeper.refresh),
             tables=TableStore.for_options(resolver, options, on_write=in_flight.add),
             in_flight=in_flight,
+            meter=meter,
         )
         manifest = claim.versioned.manifest
         intake = WriteIntake(options.max_batch_bytes)
@@ -503,6 +515,26 @@ class Engine:
 
     def stats(self) -> Stats:
         return bookie_actor.stats(self.bookie)
+
+    @property
+    def meter(self) -> Meter:
+        """What the handle records its operations in (and the owners their work)."""
+        return self.ctx.meter
+
+    def metrics(self) -> Metrics:
+        """The writer's :class:`Metrics`, read from the meter, the published views, the throttle
+        and the caches: no actor is asked, so it answers at once however busy they are."""
+        ctx = self.ctx
+        board = ctx.board
+        throttle = ctx.throttle
+        return ctx.meter.metrics(
+            ledger=board.ledger,
+            journal=board.journal,
+            tables=ctx.tables,
+            backpressure=throttle.level,
+            throttled_puts=throttle.throttled,
+            fenced=ctx.keeper.fenced is not None,
+        )
 
     def _await(self, result: concurrent.futures.Future[T]) -> T:
         """The answer of work handed to an actor; ends with UsageError if the engine is closed

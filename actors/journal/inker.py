@@ -723,6 +723,11 @@ class Inker(FileOwner):
                 if gone is not None and gone.clerk is not None:
                     self.retire(name, gone.clerk, versioned.id)
             self._publish()
+            meter = self.ctx.meter
+            meter.journal_compactions += 1
+            meter.journal_compaction_bytes_read += message.report.bytes_before
+            meter.journal_compaction_bytes_written += message.report.bytes_after
+            meter.journal_compaction_seconds += message.seconds
             log.info(
                 "journal.compaction_committed",
                 replaced=sorted(replaced),

@@ -125,6 +125,8 @@ class CompactionDone:
     handles: tuple[JournalHandle, ...]
     report: CompactionReport
     result: Future[CompactionReport]
+    seconds: float = 0.0
+    """How long the compaction took to score, read and write (before its commit)."""
 
 
 def roll_segments(
@@ -216,6 +218,7 @@ class InkerClerk(InkpenActor):
 
     @handles(_Compact)
     def _compact(self, message: _Compact) -> None:
+        started = time.perf_counter()
         try:
             outcome = self._run(message.snapshot)
         except Exception as exc:
@@ -227,7 +230,8 @@ class InkerClerk(InkpenActor):
         if not replaced:
             message.result.set_result(report)
             return
-        if not send(self.inker, CompactionDone(replaced, handles, report, message.result)):
+        seconds = time.perf_counter() - started
+        if not send(self.inker, CompactionDone(replaced, handles, report, message.result, seconds)):
             for handle in handles:
                 stop(handle.clerk)
             message.result.set_exception(ActorGone("the Inker has stopped"))

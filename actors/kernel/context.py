@@ -1,4 +1,4 @@
-"""What the actors of one open Bookie share: stores, options, views, timers, throttle."""
+"""What the actors of one open Bookie share: stores, options, views, timers, throttle, meter."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from inkpen.actors.kernel.in_flight import InFlight
 from inkpen.actors.kernel.keeper import ManifestKeeper
+from inkpen.actors.kernel.meter import Meter
 from inkpen.actors.kernel.scheduler import Scheduler
 from inkpen.actors.kernel.throttle import Throttle
 from inkpen.actors.kernel.views import ViewBoard
@@ -35,6 +36,8 @@ class EngineContext:
     """Names of files written and not yet committed: the writer's GC leaves them alone."""
     ledger_room: threading.Event = field(default_factory=threading.Event)
     """Set by the Penciller whenever an L0 write or a merge frees room for pushes."""
+    meter: Meter = field(default_factory=Meter)
+    """What the handle and the owners count (``Bookie.metrics()``)."""
 
     def halt(self, error: InkpenError) -> None:
         """This writer writes no more (fenced, stopped by a store failure, a lost ledger file,

@@ -46,6 +46,7 @@ class Throttle:
         self._level = NONE
         self._error: InkpenError | None = None
         self._waiting = 0
+        self._throttled = 0
         self._probe = probe
         self._probed_at = float("-inf")
 
@@ -62,6 +63,12 @@ class Throttle:
     def waiting(self) -> int:
         """How many puts are blocked at ``STOP`` right now."""
         return self._waiting
+
+    @property
+    def throttled(self) -> int:
+        """How many puts were slowed or held since the writer opened (counted on the slow path
+        only: a put at ``NONE`` touches no counter)."""
+        return self._throttled
 
     def levels(self) -> dict[str, int]:
         with self._cond:
@@ -93,6 +100,7 @@ class Throttle:
         if self._level == SLOW:
             time.sleep(SLOW_DELAY)
         with self._cond:
+            self._throttled += 1
             self._waiting += 1
             try:
                 while self._level >= STOP and self._error is None:
@@ -113,8 +121,10 @@ class Throttle:
         if level == NONE:
             return 0.0
         if level == SLOW:
+            with self._cond:
+                self._throttled += 1
             return SLOW_DELAY
-        return None
+        return None  # counted by the wait that follows
 
     def _maybe_probe(self) -> None:
         """Called holding the lock after a full interval at ``STOP``; asks the probe unlocked."""

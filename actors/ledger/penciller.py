@@ -316,6 +316,9 @@ class Penciller(FileOwner):
                     log.warning("ledger.adopt_failed", error=str(exc))
             self.persisted_sqn = persisted
             self.l0_writes += 1
+            meter = self.ctx.meter
+            meter.l0_writes += 1
+            meter.l0_bytes_written += descriptor.size
             self._publish()
             log.info(
                 "ledger.l0_flush",
@@ -497,6 +500,11 @@ class Penciller(FileOwner):
             self.moves += 1
         else:
             self.merges += 1
+            meter = self.ctx.meter
+            meter.merges += 1
+            meter.merge_bytes_read += sum(h.descriptor.size for h in job.inputs)
+            meter.merge_bytes_written += sum(h.descriptor.size for h in message.added)
+            meter.merge_seconds += message.seconds
         self._publish()
         for handle in (*job.sources, *job.targets):
             if handle.name in moved or handle.clerk is None:

@@ -23,6 +23,7 @@ it in one manifest change.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,8 @@ class MergeDone:
 
     job: MergeJob[SstHandle]
     added: tuple[SstHandle, ...]
+    seconds: float = 0.0
+    """How long the merge took to read, merge and write (0 for a move)."""
 
 
 class PencillerClerk(InkpenActor):
@@ -105,7 +108,9 @@ class PencillerClerk(InkpenActor):
             if job.move:
                 send(message.reply_to, MergeDone(job, ()))
                 return
+            started = time.perf_counter()
             added = self._merge(job)
+            seconds = time.perf_counter() - started
         except NotFoundError as exc:
             name = exc.key or str(exc)
             log.warning("ledger.merge_input_missing", name=name, error=str(exc))
@@ -115,7 +120,7 @@ class PencillerClerk(InkpenActor):
             log.warning("ledger.merge_failed", error=str(exc), exc_info=exc)
             send(message.reply_to, MergeIdle(failed=True))
             return
-        send(message.reply_to, MergeDone(job, added))
+        send(message.reply_to, MergeDone(job, added, seconds))
 
     def _merge(self, job: MergeJob[SstHandle]) -> tuple[SstHandle, ...]:
         """Read the inputs, merge them in the compute pool, write each output via its clerk."""

@@ -57,10 +57,17 @@ class ManifestViews:
 
 
 def load_views(
-    resolver: StoreResolver, manifest: Manifest, manifest_id: int, options: Options
+    resolver: StoreResolver,
+    manifest: Manifest,
+    manifest_id: int,
+    options: Options,
+    *,
+    tables: TableStore | None = None,
 ) -> ManifestViews:
-    """Open every file ``manifest`` names and replay its journal tail (see module docstring)."""
-    tables = TableStore.for_options(resolver, options)
+    """Open every file ``manifest`` names and replay its journal tail (see module docstring),
+    through ``tables`` (by default a new table store with the caches ``options`` size)."""
+    if tables is None:
+        tables = TableStore.for_options(resolver, options)
     journal_files = manifest.journal.files
     with ThreadPoolExecutor(max_workers=OPENERS) as pool:
         levels = [

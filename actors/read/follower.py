@@ -92,11 +92,12 @@ class Follower:
         lease: CheckpointLease,
         views: ManifestViews,
         interval: float,
+        tables: TableStore | None = None,
     ) -> None:
         self._manifests = manifests
         self._resolver = resolver
         self._options = options
-        self._tables = TableStore.for_options(resolver, options)
+        self._tables = TableStore.for_options(resolver, options) if tables is None else tables
         self._interval = interval
         self._lease = lease
         self._pinned = lease.manifest

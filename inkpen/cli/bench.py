@@ -17,6 +17,14 @@ scan read from the store, not from the write path's memory.
 ``--plot FILE.png`` also draws each timed phase second by second (throughput, p50 and p99
 latency; :mod:`inkpen.cli.bench_plot`, which needs the ``plot`` extra).
 
+``--metrics off`` opens every Bookie with ``metrics=False`` (no operation recorded);
+``--metrics both`` measures what recording costs: the workloads run four times, each on a new
+database, with metrics off, on, on, off (so that a drift of the machine weighs on both sides
+alike; ``--rounds R`` repeats them), every JSON line saying ``"metrics": true | false``, then one
+``metrics_cost`` line with each workload's median throughput and CPU per operation off and on
+and the cost in percent. Every workload line has the process's CPU seconds (``cpu_s``, all
+threads) and ``cpu_us_per_op``: on a busy machine they move less than the throughput.
+
 ``--idle SECONDS`` measures something else: a Bookie that has written a little and then sits
 idle should make no store requests at all (only checkpoint refreshes, which a writer does not
 need); it prints the requests counted while idle.
@@ -30,6 +38,7 @@ import os
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +278,22 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
     "process runs beside it for the load.",
 )
 @click.option(
+    "--metrics",
+    "metrics",
+    type=click.Choice(["on", "off", "both"]),
+    default="on",
+    show_default=True,
+    help="Record every operation for Bookie.metrics() (the metrics option), or not; both: "
+    "run with metrics off, on, on, off and print what recording costs.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="--metrics both: repeat the off, on, on, off runs this many times.",
+)
+@click.option(
     "--idle",
     type=Duration(),
     default=None,
@@ -295,6 +321,8 @@ def bench(
     gets: int,
     workloads: str,
     compaction: str,
+    metrics: str,
+    rounds: int,
     idle: float | None,
     plot_file: Path | None,
 ) -> None:
@@ -305,6 +333,7 @@ def bench(
       inkpen bench --n 20000
       inkpen bench --store s3 --endpoint http://127.0.0.1:8333 --workloads load
       inkpen bench --scale --n 100000,1000000
+      inkpen bench --n 100000 --metrics both
       inkpen bench --n 200000 --plot bench.png
     """
     counts = parse_counts(count, scale)
@@ -315,6 +344,12 @@ def bench(
             f"unknown workload(s) {', '.join(unknown) or '(none)'}; choose from "
             f"{', '.join(WORKLOADS)}",
             param_hint="--workloads",
+        )
+    if metrics == "both" and (scale or idle is not None or plot_file is not None):
+        raise click.BadParameter(
+            "--metrics both compares the workloads with metrics off and on; it does not go "
+            "with --scale, --idle or --plot (give on or off there)",
+            param_hint="--metrics",
         )
     if plot_file is not None:
         if idle is not None:
@@ -329,6 +364,8 @@ def bench(
         require_matplotlib()
     series: list[Series] | None = [] if plot_file is not None else None
     options = flush_options(flush_ms)
+    if metrics != "both":
+        options["metrics"] = metrics == "on"
     common = {"system": "inkpen", "store": store_kind}
     title = (
         f"inkpen bench{' --scale' if scale else ''}: {store_kind} store, "
@@ -352,29 +389,83 @@ def bench(
         if plot_file is not None and series is not None:
             plot(series, plot_file, title)
         return
-    with bench_store(store_kind, root, endpoint, bucket) as inner:
-        store = CountingStore(inner)
-        try:
-            if idle is not None:
-                _run_idle(store, options, idle, value_size, common)
-            else:
-                _run_workloads(
-                    store,
-                    options,
+    if idle is not None:
+        with bench_store(store_kind, root, endpoint, bucket) as inner:
+            try:
+                _run_idle(CountingStore(inner), options, idle, value_size, common)
+            except BenchmarkFailed as exc:
+                raise click.ClickException(str(exc)) from exc
+        return
+    sides = METRICS_ORDER * rounds if metrics == "both" else (metrics == "on",)
+    runs: list[tuple[bool, dict[str, Run]]] = []
+    for recording in sides:
+        with bench_store(store_kind, root, endpoint, bucket) as inner:
+            try:
+                timings = _run_workloads(
+                    CountingStore(inner),
+                    {**options, "metrics": recording},
                     set(chosen),
                     counts[0],
                     value_size,
                     concurrency,
                     gets,
-                    {**common, "flush_ms": flush_ms},
+                    {**common, "flush_ms": flush_ms, "metrics": recording},
                     compaction=compaction,
                     url=inner.url,
                     series=series,
                 )
-        except BenchmarkFailed as exc:
-            raise click.ClickException(str(exc)) from exc
+            except BenchmarkFailed as exc:
+                raise click.ClickException(str(exc)) from exc
+        runs.append((recording, timings))
     if plot_file is not None and series is not None:
         plot(series, plot_file, f"{title}, N={counts[0]:,}")
+    if metrics == "both":
+        _emit(metrics_cost(runs, common))
+
+
+METRICS_ORDER = (False, True, True, False)
+"""``--metrics both``: off, on, on, off, so that a drift of the machine weighs on both alike."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One workload's timing and the CPU seconds the process spent on it (every thread)."""
+
+    timing: Timing
+    cpu: float
+
+
+def metrics_cost(runs: list[tuple[bool, dict[str, Run]]], common: dict[str, Any]) -> dict[str, Any]:
+    """The ``metrics_cost`` line: per workload, the median throughput and CPU per operation with
+    metrics off and on, and the cost of recording in percent of each off (negative: on did
+    better, which is noise). CPU per operation is the steadier figure on a busy machine."""
+    record: dict[str, Any] = {
+        "system": common["system"],
+        "workload": "metrics_cost",
+        "store": common["store"],
+        "runs_per_side": sum(1 for on, _ in runs if on),
+    }
+    for workload in WORKLOADS:
+        if not all(workload in done and done[workload].timing.seconds > 0 for _, done in runs):
+            continue
+        for figure, of, worse in (
+            ("ops_per_s", _ops_per_s, -1.0),
+            ("cpu_us_per_op", _cpu_us_per_op, 1.0),
+        ):
+            off = statistics.median(of(done[workload]) for on, done in runs if not on)
+            on_ = statistics.median(of(done[workload]) for on, done in runs if on)
+            record[f"{workload}_{figure}_off"] = round(off, 2)
+            record[f"{workload}_{figure}_on"] = round(on_, 2)
+            record[f"{workload}_{figure}_cost_pct"] = round(worse * (on_ - off) / off * 100, 2)
+    return record
+
+
+def _ops_per_s(run: Run) -> float:
+    return run.timing.ops / run.timing.seconds
+
+
+def _cpu_us_per_op(run: Run) -> float:
+    return run.cpu / run.timing.ops * 1e6
 
 
 def _run_workloads(
@@ -390,12 +481,20 @@ def _run_workloads(
     compaction: str = "internal",
     url: str = "",
     series: list[Series] | None = None,
-) -> None:
+) -> dict[str, Run]:
+    """Run the chosen workloads; answers their timings and CPU seconds. With metrics on, the
+    Bookie's own counts must equal the operations made (a benchmark that records must record
+    them all)."""
     keys = bench_keys(count)
     value = os.urandom(value_size)
+    timings: dict[str, Run] = {}
+    recording = bool(options.get("metrics", True))
     origin: list[float] = []
 
-    def report(workload: str, timing: Timing, before: dict[str, int], **extra: Any) -> None:
+    def report(
+        workload: str, timing: Timing, before: dict[str, int], cpu: float, **extra: Any
+    ) -> None:
+        cpu = time.process_time() - cpu
         if series is not None:
             origin.append(origin[0] if origin else timing.started)
             series.append(Series.of("", workload, timing, origin[0]))
@@ -404,22 +503,28 @@ def _run_workloads(
                 "system": common["system"],
                 "workload": workload,
                 **timing.figures(),
+                "cpu_s": round(cpu, 3),
+                "cpu_us_per_op": round(cpu / timing.ops * 1e6, 2) if timing.ops else 0.0,
                 **extra,
                 "store": common["store"],
                 **_delta(store.snapshot(), before),
                 "peak_rss_mb": peak_rss_mb(),
+                **({"metrics": common["metrics"]} if "metrics" in common else {}),
             }
         )
+        timings[workload] = Run(timing, cpu)
 
     with inkpen.open(store, **options, compaction=compaction) as book:
         with _compactor_beside(url if compaction == "external" else None):
-            before = store.snapshot()
+            before, cpu = store.snapshot(), time.process_time()
             timing = run_load(book, BUCKET, keys, value, concurrency)
+        _check_counted(book, recording, "puts", count)
         if "load" in chosen:
             report(
                 "load",
                 timing,
                 before,
+                cpu,
                 concurrency=concurrency,
                 value_size=value_size,
                 flush_ms=common["flush_ms"],
@@ -427,13 +532,25 @@ def _run_workloads(
             )
     with inkpen.open(store, **options) as book:
         if "get" in chosen:
-            before = store.snapshot()
-            timing = run_gets(book, BUCKET, get_sample(keys, gets), value)
-            report("get", timing, before)
+            sample = get_sample(keys, gets)
+            before, cpu = store.snapshot(), time.process_time()
+            timing = run_gets(book, BUCKET, sample, value)
+            _check_counted(book, recording, "gets", len(sample))
+            report("get", timing, before, cpu)
         if "scan" in chosen:
-            before = store.snapshot()
+            before, cpu = store.snapshot(), time.process_time()
             timing = run_scan(book, BUCKET, value, count)
-            report("scan", timing, before)
+            report("scan", timing, before, cpu)
+    return timings
+
+
+def _check_counted(book: inkpen.Bookie, recording: bool, field: str, made: int) -> None:
+    counted = getattr(book.metrics(), field)
+    if counted != (made if recording else 0):
+        raise BenchmarkFailed(
+            f"Bookie.metrics().{field} is {counted} after {made} operations with metrics "
+            f"{'on' if recording else 'off'}"
+        )
 
 
 @contextlib.contextmanager
