@@ -34,7 +34,7 @@ import random
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,8 +43,6 @@ from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.counting import CountingStore
 
 _T = TypeVar("_T")
-WRITES = frozenset({"puts", "deletes", "copies"})
-
 PHASES = ("flush", "merge", "compact", "backup", "gc")
 BUCKET = "t"
 INDEX_FIELD = "i_bin"
@@ -118,20 +116,36 @@ class Trigger:
 
 
 class KillSwitch(CountingStore):
-    """A store that dies with its process at the trigger's write."""
+    """A store that dies with its process at the trigger's write: every call that writes
+    (``put``, ``put_if_absent``, ``delete``, ``copy``) is counted here, whatever the counting
+    store under it does."""
 
     def __init__(self, inner: ObjectStore, trigger: Trigger) -> None:
         super().__init__(inner)
         self.trigger = trigger
 
-    def _request(self, counter: str, operation: Callable[[], _T]) -> _T:
-        hit = counter in WRITES and self.trigger.reached()
+    def _write(self, operation: Callable[[], _T]) -> _T:
+        hit = self.trigger.reached()
         if hit and not self.trigger.after:
             os.kill(os.getpid(), signal.SIGKILL)
-        result = super()._request(counter, operation)
+        result = operation()
         if hit:
             os.kill(os.getpid(), signal.SIGKILL)
         return result
+
+    def put(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> None:
+        self._write(lambda: super(KillSwitch, self).put(key, data, metadata=metadata))
+
+    def put_if_absent(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        self._write(lambda: super(KillSwitch, self).put_if_absent(key, data, metadata=metadata))
+
+    def delete(self, key: str) -> None:
+        self._write(lambda: super(KillSwitch, self).delete(key))
+
+    def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
+        self._write(lambda: super(KillSwitch, self).copy(src_key, dest_key, source=source))
 
 
 def main() -> None:
