@@ -750,7 +750,7 @@ class SstReader:
                 offset=self._block_offsets[block],
             )
         if self.sqn_base:
-            return LedgerValue(raw[0] + self.sqn_base, *raw[1:])
+            return _new_tuple(LedgerValue, (raw[0] + self.sqn_base, *raw[1:]))  # 6 or 7 fields
         return _new_tuple(LedgerValue, raw)
 
     def _payload(self, block: int, stored: bytes) -> bytes:

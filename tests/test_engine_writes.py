@@ -82,6 +82,7 @@ def test_a_batch_is_one_journal_segment(
         **TINY,
         "roll_segments": 10_000,
         "roll_bytes": 512 * 1024 * 1024,
+        "roll_on_close": False,  # the segments stay, unrolled, for the test to read
         "max_batch_bytes": max_batch_bytes,
     }
     with inkpen.open(store_url, clock=clock, **options) as book:
