@@ -40,6 +40,14 @@ class RequestCounts:
         with self._lock:
             self._values[_INDEX[counter]] += amount
 
+    def transfer(self, request: int, moved: int, nbytes: int) -> None:
+        """One request (slot ``request``) that moved ``nbytes`` (slot ``moved``): both counted
+        under one lock."""
+        with self._lock:
+            values = self._values
+            values[request] += 1
+            values[moved] += nbytes
+
     def snapshot(self) -> dict[str, int]:
         """The counts so far, as a new dict keyed by :data:`COUNTERS`."""
         with self._lock:
@@ -91,9 +99,9 @@ class CountingStore(StoreBase):
 
     # -- the protocol ------------------------------------------------------------------------
 
-    # The four calls on every read and write path are written out (no closure, no other call,
-    # one lock for the request and its bytes): a handle with metrics counts every request of its
-    # reads and writes through this wrapper.
+    # The four calls on every read and write path are written out (no closure; one call that
+    # counts the request and its bytes under one lock): a handle with metrics counts every
+    # request of its reads and writes through this wrapper.
 
     def put_if_absent(
         self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
@@ -105,11 +113,7 @@ class CountingStore(StoreBase):
         except BaseException:
             self._add("puts")
             raise
-        counts = self.counts
-        with counts._lock:
-            values = counts._values
-            values[_PUTS] += 1
-            values[_WRITTEN] += memoryview(data).nbytes
+        self.counts.transfer(_PUTS, _WRITTEN, memoryview(data).nbytes)
 
     def put(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> None:
         try:
@@ -119,11 +123,7 @@ class CountingStore(StoreBase):
         except BaseException:
             self._add("puts")
             raise
-        counts = self.counts
-        with counts._lock:
-            values = counts._values
-            values[_PUTS] += 1
-            values[_WRITTEN] += memoryview(data).nbytes
+        self.counts.transfer(_PUTS, _WRITTEN, memoryview(data).nbytes)
 
     def get(self, key: str) -> bytes:
         try:
@@ -133,11 +133,7 @@ class CountingStore(StoreBase):
         except BaseException:
             self._add("gets")
             raise
-        counts = self.counts
-        with counts._lock:
-            values = counts._values
-            values[_GETS] += 1
-            values[_READ] += len(data)
+        self.counts.transfer(_GETS, _READ, len(data))
         return data
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
@@ -148,11 +144,7 @@ class CountingStore(StoreBase):
         except BaseException:
             self._add("gets")
             raise
-        counts = self.counts
-        with counts._lock:
-            values = counts._values
-            values[_GETS] += 1
-            values[_READ] += len(data)
+        self.counts.transfer(_GETS, _READ, len(data))
         return data
 
     def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
