@@ -90,8 +90,10 @@ class Options:
         holds files back if it is never closed. ``delete_poll_interval``: first wait of a file
         clerk in delete_pending before it asks its owner again (then doubling, up to 60 s).
         ``checkpoint_lifetime``: lifetime of a reader's own checkpoint (refreshed at half-life).
-        ``gc_min_age``: GC never deletes an object younger than this. ``gc_interval``: how often
-        the writer runs GC when files were dropped.
+        ``gc_min_age``: GC never deletes an object younger than this, except the writer's own
+        rolled segments no checkpoint pins (their writes are in a journal file; they go within
+        10 s of a roll, and at close). ``gc_interval``: how often the writer runs GC when files
+        were dropped.
 
     Compute
         ``compute_workers``: worker processes (shared by every Bookie of the process) that
