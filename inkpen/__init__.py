@@ -36,7 +36,7 @@ from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePoli
 from inkpen.manifest.model import FeedCursor
 from inkpen.objectstore import ObjectStore
 
-from . import aio
+from . import aio, shards
 from ._version import __version__
 from .batch import Batch
 from .bookie import Bookie, open
@@ -101,4 +101,5 @@ __all__ = [
     "open_compactor",
     "open_reader",
     "restore",
+    "shards",
 ]

@@ -26,6 +26,9 @@ JOURNAL_FILES_PREFIX = "journal/compacted/"
 LEDGER_PREFIX = "ledger/"
 LAYOUT_PREFIXES = (MANIFEST_PREFIX, JOURNAL_PREFIX, LEDGER_PREFIX)
 """Every object a database writes lives under one of these prefixes."""
+DATA_SET_KEY = "inkpen-data-set.json"
+"""The descriptor of a sharded data set (``inkpen.shards``), at the root of the data set: a root
+holding it is a data set of databases (``shard-NNNN/``), not a database itself."""
 
 MAX_ID = 10**20 - 1
 _MANIFEST_KEY = re.compile(r"^manifest/(\d{20})\.manifest$")

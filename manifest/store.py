@@ -44,7 +44,7 @@ from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore, open_store
 
 from .model import Manifest, VersionedManifest, decode, encode
-from .paths import MANIFEST_PREFIX, manifest_key, parse_manifest_key
+from .paths import DATA_SET_KEY, MANIFEST_PREFIX, manifest_key, parse_manifest_key
 
 log = get_logger("inkpen.manifest")
 
@@ -239,6 +239,12 @@ class ManifestStore:
         """
         state = self.check_root_state()
         if state is RootState.FOREIGN:
+            if self._holds_data_set():
+                raise UsageError(
+                    f"{self.url} is a sharded data set (it holds {DATA_SET_KEY}), not one "
+                    "database: open it with inkpen.shards.open(url), or one of its shards "
+                    "with inkpen.shards.shard_url(url, i)"
+                )
             raise UsageError(
                 f"{self.url} holds objects but no inkpen manifest; it is not an inkpen "
                 "database. Open an empty root or an existing database instead"
@@ -254,6 +260,14 @@ class ManifestStore:
         if latest is None:
             raise NotFoundError(f"no inkpen database at {self.url}", key=manifest_key(1))
         return require_live(latest, self.url)
+
+    def _holds_data_set(self) -> bool:
+        """Whether the root holds a sharded data set's descriptor (``inkpen.shards``)."""
+        try:
+            self._store.head(DATA_SET_KEY)
+        except NotFoundError:
+            return False
+        return True
 
     # -- writing ---------------------------------------------------------------------------------
 
