@@ -13,6 +13,10 @@ and DESIGN.md section 14.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
+from ._shard_handle import ShardedBookie
 from ._shard_layout import (
     DESCRIPTOR_KEY,
     HASH,
@@ -26,6 +30,8 @@ from ._shard_layout import (
     shard_of,
     shard_url,
 )
+from .errors import UsageError
+from .options import Options
 
 __all__ = [
     "DESCRIPTOR_KEY",
@@ -33,10 +39,45 @@ __all__ = [
     "MAX_SHARDS",
     "VERSION",
     "Descriptor",
+    "ShardedBookie",
     "create",
     "is_data_set",
+    "open",
     "read_descriptor",
     "shard_name",
     "shard_of",
     "shard_url",
 ]
+
+
+def open(url: str, shards: Iterable[int] | None = None, **options: Any) -> ShardedBookie:
+    """Open the data set at ``url`` (made by :func:`create`) as a :class:`ShardedBookie`.
+
+    ``shards``: the shard numbers this process writes (None: every shard). A write routed to
+    another shard is refused with :class:`UsageError`; reads of the others go through following
+    Readers. ``options``: as for ``inkpen.open`` (see :class:`~inkpen.Options`), for every shard.
+    A URL holding no data set is refused (:class:`~inkpen.NotFoundError`, saying what is there),
+    before anything is opened.
+    """
+    opts = Options.build(None, **options)
+    descriptor = read_descriptor(url)
+    owned = _owned(shards, descriptor.shards)
+    return ShardedBookie(url, descriptor, owned, opts)
+
+
+def _owned(shards: Iterable[int] | None, count: int) -> frozenset[int]:
+    if shards is None:
+        return frozenset(range(count))
+    if isinstance(shards, str | bytes) or not isinstance(shards, Iterable):
+        raise UsageError(
+            f"shards must be None (write every shard) or an iterable of shard numbers, got "
+            f"{shards!r}"
+        )
+    chosen = list(shards)
+    bad = [i for i in chosen if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < count]
+    if bad:
+        raise UsageError(
+            f"shards names {bad[0]!r}, not a shard of this data set (shard numbers are ints "
+            f"from 0 to {count - 1})"
+        )
+    return frozenset(chosen)

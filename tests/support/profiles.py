@@ -42,6 +42,7 @@ _BUDGETS: dict[str, dict[str, Budget]] = {
         "s3": Budget(20, 40),
         "crash": Budget(2, 1),
         "corruption": Budget(25, 1),
+        "shards": Budget(12, 30),
     },
     DEEP_PROFILE: {
         "memory": Budget(800, 100),
@@ -51,6 +52,7 @@ _BUDGETS: dict[str, dict[str, Budget]] = {
         "s3": Budget(60, 50),
         "crash": Budget(20, 1),
         "corruption": Budget(400, 1),
+        "shards": Budget(150, 60),
     },
 }
 
