@@ -36,8 +36,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
-from inkpen.actors.journal.changes import as_bytes
-from inkpen.actors.read.feed import Change, GapPolicy
+from inkpen.actors.journal.changes import ChangeMaker, as_bytes
+from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since
 from inkpen.actors.read.path import Head
 from inkpen.formats.keys import MAX_KEY_BYTES
 from inkpen.logs import get_logger
@@ -49,7 +49,7 @@ from .bookie import open as open_bookie
 from .checks import check_flag
 from .errors import UsageError
 from .options import Options
-from .read_api import FoldIterator, ReadAPI
+from .read_api import FoldIterator, ReadAPI, head_filter
 from .reader import Reader, open_reader
 
 log = get_logger("inkpen.shards")
@@ -88,6 +88,7 @@ class ShardedBookie:
         self._state_lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
+        self._checker = ChangeMaker(options)
 
     # -- what it is -----------------------------------------------------------------------------
 
@@ -149,6 +150,11 @@ class ShardedBookie:
             log.debug("shards.opened", url=url, shard=index, writer=index in self._owned)
             return opened
 
+    def _opened(self, index: int) -> bool:
+        """Whether shard ``index``'s handle is open already. A call whose shard is not open yet
+        checks its arguments before opening it, so that a refused call opens (claims) nothing."""
+        return index in self._handles
+
     def _writer(self, index: int, what: str) -> Bookie:
         if index not in self._owned:
             raise UsageError(
@@ -195,6 +201,9 @@ class ShardedBookie:
     ) -> None:
         """``Bookie.put`` on the shard of (bucket, key); returns once durable there."""
         index = self.shard_of(bucket, key)
+        if not self._opened(index):
+            indexes = _replayable(indexes)
+            self._checker.put(bucket, key, value, indexes, ttl, if_sqn=if_sqn)
         self._writer(index, "this put").put(
             bucket, key, value, indexes=indexes, ttl=ttl, if_sqn=if_sqn
         )
@@ -209,6 +218,9 @@ class ShardedBookie:
     ) -> None:
         """``Bookie.delete`` on the shard of (bucket, key)."""
         index = self.shard_of(bucket, key)
+        if not self._opened(index):
+            indexes = _replayable(indexes)
+            self._checker.delete(bucket, key, indexes, if_sqn=if_sqn)
         self._writer(index, "this delete").delete(bucket, key, indexes=indexes, if_sqn=if_sqn)
 
     def write(self, batch: Batch) -> None:
@@ -233,6 +245,14 @@ class ShardedBookie:
                 "within one shard only: split it by ShardedBookie.shard_of(bucket, key)"
             )
         (index,) = by_shard
+        if not self._opened(index):
+            for op in batch._pending():
+                if op.delete:
+                    self._checker.delete(op.bucket, op.key, op.indexes, if_sqn=op.if_sqn)
+                else:
+                    self._checker.put(
+                        op.bucket, op.key, op.value, op.indexes, op.ttl, if_sqn=op.if_sqn
+                    )
         self._writer(index, "this batch").write(batch)
 
     # -- point reads ------------------------------------------------------------------------------
@@ -295,7 +315,8 @@ class ShardedBookie:
     ) -> FoldIterator[bytes]:
         """Keys of live objects in ``bucket`` with start <= key <= end, in key order across
         every shard (descending with ``reverse``)."""
-        check_flag("reverse", reverse)
+        as_bytes("bucket", bucket, MAX_KEY_BYTES)
+        _check_range(bucket, start, end, reverse)
         return self._fold_all(lambda h: h.keys(bucket, start, end, reverse=reverse), None, reverse)
 
     def heads(
@@ -308,7 +329,8 @@ class ShardedBookie:
         reverse: bool = False,
     ) -> FoldIterator[tuple[bytes, bytes, Head]]:
         """(bucket, key, Head) of live objects in key order across every shard."""
-        check_flag("reverse", reverse)
+        _check_range(bucket, start, end, reverse)
+        head_filter(None, modified_range, None)
         return self._fold_all(
             lambda h: h.heads(bucket, start, end, modified_range=modified_range, reverse=reverse),
             _bucket_key,
@@ -327,7 +349,7 @@ class ShardedBookie:
         """(bucket, key, value) of live objects in key order across every shard (descending with
         ``reverse``). Write order (``order="sqn"``) exists only within one shard: fold
         ``shard(i).objects(order="sqn")`` or ``changes(shard=i)``."""
-        check_flag("reverse", reverse)
+        _check_range(bucket, start, end, reverse)
         if order != "key":
             raise UsageError(
                 f"a data set folds objects in key order only (order='key'), got {order!r}: SQNs "
@@ -353,6 +375,17 @@ class ShardedBookie:
         ``return_terms``."""
         check_flag("return_terms", return_terms)
         check_flag("reverse", reverse)
+        as_bytes("bucket", bucket, MAX_KEY_BYTES)
+        as_bytes("index field", field, MAX_KEY_BYTES)
+        as_bytes("start", start, MAX_KEY_BYTES, allow_empty=True)
+        as_bytes("end", end, MAX_KEY_BYTES, allow_empty=True)
+        if regex is not None and not isinstance(regex, str | bytes | re.Pattern):
+            raise UsageError(f"regex must be a str, bytes or compiled pattern, got {regex!r}")
+        if isinstance(regex, str | bytes):
+            try:
+                regex = re.compile(regex)
+            except (re.error, OverflowError, RecursionError) as exc:
+                raise UsageError(f"regex {regex!r} does not compile: {exc}") from None
         merged = self._fold_all(
             lambda h: h.index_query(
                 bucket, field, start, end, regex=regex, return_terms=True, reverse=reverse
@@ -393,6 +426,10 @@ class ShardedBookie:
         """Shard ``shard``'s change feed (``Bookie.changes``): SQNs are per shard, so each
         shard has its own feed and its consumer keeps one cursor per shard."""
         index = check_shard_number(shard, self._n)
+        check_since(since)
+        check_gaps(gaps)
+        if bucket is not None:
+            as_bytes("bucket", bucket, MAX_KEY_BYTES)
         return self._handle(index).changes(since, bucket=bucket, gaps=gaps)
 
     # -- upkeep ------------------------------------------------------------------------------------
@@ -438,6 +475,25 @@ class ShardedBookie:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<inkpen.shards.ShardedBookie {self._url} {self._n} shards {state}>"
+
+
+def _replayable(indexes: IndexSpecs) -> IndexSpecs:
+    """Index specs that can be read twice (checked here, then by the shard's Bookie)."""
+    return list(indexes) if isinstance(indexes, Iterator) else indexes
+
+
+def _check_range(
+    bucket: str | bytes | None, start: str | bytes | None, end: str | bytes | None, reverse: bool
+) -> None:
+    """A fold's bucket and key range, checked as the shards' handles check them."""
+    if bucket is not None:
+        as_bytes("bucket", bucket, MAX_KEY_BYTES)
+    for name, bound in (("start", start), ("end", end)):
+        if bound is not None:
+            as_bytes(name, bound, MAX_KEY_BYTES, allow_empty=True)
+    if bucket is None and (start is not None or end is not None):
+        raise UsageError("a key range (start/end) needs a bucket")
+    check_flag("reverse", reverse)
 
 
 def _bucket_key(item: tuple[Any, ...]) -> tuple[Any, Any]:

@@ -170,6 +170,8 @@ def shard_of(bucket: str | bytes, key: str | bytes, shards: int) -> int:
 
 def shard_name(index: int) -> str:
     """``shard-%04d``: the path segment of shard ``index`` under the data set's root."""
+    if not _is_int(index) or not 0 <= index < MAX_SHARDS:
+        raise UsageError(f"a shard number is an int from 0 to {MAX_SHARDS - 1}, got {index!r}")
     return f"shard-{index:04d}"
 
 
@@ -178,8 +180,6 @@ def shard_url(url: str, index: int) -> str:
     (before any ``?query``), so ``s3://bucket/sets/a?endpoint=E`` gives
     ``s3://bucket/sets/a/shard-0003?endpoint=E`` and ``./data`` gives ``./data/shard-0003``."""
     parse_store_url(url)  # a clear UsageError for anything that is not a store URL
-    if not _is_int(index) or not 0 <= index < MAX_SHARDS:
-        raise UsageError(f"a shard number is an int from 0 to {MAX_SHARDS - 1}, got {index!r}")
     name = shard_name(index)
     if "://" not in url:
         return os.path.join(url, name)

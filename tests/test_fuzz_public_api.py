@@ -23,6 +23,7 @@ import pytest
 import inkpen
 import inkpen.aio
 import inkpen.operations
+import inkpen.shards
 from inkpen.errors import NotFoundError, UsageError
 from inkpen.manifest import checkpoints as manifest_checkpoints
 from inkpen.manifest import feed_cursors as manifest_feed_cursors
@@ -66,6 +67,7 @@ MODULES: list[types.ModuleType] = [
     inkpen,
     inkpen.aio,
     inkpen.operations,
+    inkpen.shards,
     manifest_feed_cursors,
     manifest_checkpoints,
 ]
@@ -143,7 +145,9 @@ class World:
     url: str
     async_url: str
     other_url: str
+    shards_url: str
     book: inkpen.Bookie
+    sharded: inkpen.shards.ShardedBookie
     runner: asyncio.Runner
     async_book: inkpen.aio.AsyncBookie
     closers: list[Callable[[], object]]
@@ -158,6 +162,7 @@ class World:
     def instance(self, owner: str) -> Any:
         makers: dict[str, Callable[[], Any]] = {
             "Bookie": lambda: self.book,
+            "ShardedBookie": lambda: self.sharded,
             "Reader": lambda: self._closing(inkpen.open_reader(self.url)),
             "Snapshot": lambda: self._closing(self.book.snapshot()),
             "Batch": inkpen.Batch,
@@ -207,6 +212,9 @@ class World:
             "checkpoint": None,
             "checkpoint_id": self.checkpoint_id,
             "lifetime": 60.0,
+            "shard": 0,
+            "index": 0,
+            "shards": 2,
         }
         if name not in values:
             pytest.fail(
@@ -224,10 +232,16 @@ def _state(url: str) -> tuple[object, ...]:
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    spaces = [f"fuzz-{uuid.uuid4().hex[:8]}" for _ in range(3)]
-    url, async_url, other_url = (f"memory://{space}" for space in spaces)
-    with inkpen.open(url) as book, asyncio.Runner() as runner:
+    spaces = [f"fuzz-{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    url, async_url, other_url, shards_url = (f"memory://{space}" for space in spaces)
+    inkpen.shards.create(shards_url, shards=2)
+    with (
+        inkpen.open(url) as book,
+        asyncio.Runner() as runner,
+        inkpen.shards.open(shards_url) as sharded,
+    ):
         book.put("b", "k", b"v")
+        sharded.put("b", "k", b"v")
         book.create_feed_cursor("cursor", 1)
 
         async def opened() -> inkpen.aio.AsyncBookie:
@@ -235,7 +249,9 @@ def world() -> Iterator[World]:
 
         async_book = runner.run(opened())
         pinned = book.checkpoint(None, name="fuzz")
-        made = World(url, async_url, other_url, book, runner, async_book, [], pinned)
+        made = World(
+            url, async_url, other_url, shards_url, book, sharded, runner, async_book, [], pinned
+        )
         try:
             yield made
         finally:
@@ -281,6 +297,8 @@ def test_the_fuzz_finds_the_entry_points() -> None:
         "inkpen.reader.open_reader",
         "inkpen.manifest.feed_cursors.advance_feed_cursor",
         "inkpen.operations.backup",
+        "inkpen._shard_layout.shard_of",
+        "inkpen._shard_handle.ShardedBookie.put",
     ):
         assert expected in ENTRY_POINTS, sorted(ENTRY_POINTS)
 
@@ -293,6 +311,8 @@ def test_extreme_values_are_refused_or_accepted_and_refusals_change_nothing(
     signature = inspect.signature(function)
     target = world.instance(owner) if owner is not None else None
     url = world.async_url if owner is not None and owner.startswith("Async") else world.url
+    if owner == "ShardedBookie":
+        url = world.shards_url
     for fuzzed, kind in _fuzzable(function):
         for value in NUMBERS if kind == "number" else NAMES:
             args: list[Any] = [] if target is None else [target]
