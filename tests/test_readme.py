@@ -127,6 +127,18 @@ def check_metrics(tmp: Path, scope: dict[str, Any], out: str) -> None:
     assert objects(str(tmp / "myapp-db")) == {(b"users", b"alice"): b"..."}
 
 
+def check_shards(tmp: Path, scope: dict[str, Any], out: str) -> None:
+    assert out.splitlines() == ["[b'alice', b'bob']", "1"]
+    url = str(tmp / "myapp-set")
+    assert inkpen.shards.read_descriptor(url).shards == 4
+    held = {}
+    for index in range(4):
+        for (bucket, key), value in objects(inkpen.shards.shard_url(url, index)).items():
+            assert inkpen.shards.shard_of(bucket, key, 4) == index
+            held[(bucket, key)] = value
+    assert held == {(b"users", b"alice"): b"v2", (b"users", b"bob"): b"..."}
+
+
 CHECKS: dict[str, Callable[[Path, dict[str, Any], str], None]] = {
     'book.put("sessions", "s1"': check_api,
     "batch = inkpen.Batch()": check_batch,
@@ -134,6 +146,7 @@ CHECKS: dict[str, Callable[[Path, dict[str, Any], str], None]] = {
     "async with inkpen.aio.open(": check_asyncio,
     'spark.read.format("inkpen")': check_spark,
     "inkpen.prometheus.register(book, registry)": check_metrics,
+    'shards.create("myapp-set"': check_shards,
 }
 """A text only one block has -> what that block must have done."""
 
