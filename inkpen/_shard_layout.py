@@ -328,6 +328,31 @@ def _write_descriptor(store: ObjectStore, shards: int) -> Descriptor:
     return mine
 
 
+def adopt_descriptor(url: str, descriptor: Descriptor) -> Descriptor:
+    """Make ``url`` a data set described by ``descriptor`` (a copy's: a backup or restore of a
+    data set keeps its source's descriptor), writing it if absent; its shards are left to the
+    copy. A root already holding a data set of another shard count, a plain database or other
+    objects is refused with :class:`UsageError`."""
+    with _root(url) as store:
+        found = _stored(store)
+        if found is None:
+            state = ManifestStore(store).check_root_state()
+            if state is not RootState.EMPTY:
+                raise UsageError(_not_a_data_set(store) + "; copy the data set to an empty URL")
+            try:
+                store.put_if_absent(DESCRIPTOR_KEY, descriptor.encode())
+                found = descriptor
+            except AlreadyExistsError:
+                found = _stored(store)
+        if found is None or found.shards != descriptor.shards:
+            held = "none" if found is None else found.shards
+            raise UsageError(
+                f"the data set at {store.url} has {held} shards and its copy source "
+                f"{descriptor.shards}; copy into an empty URL or an earlier copy of this data set"
+            )
+        return found
+
+
 def _create_shards(url: str, shards: int) -> None:
     def one(index: int) -> None:
         with _root(shard_url(url, index)) as store:

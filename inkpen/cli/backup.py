@@ -12,18 +12,23 @@ journal, and closes it cleanly: DEST is a working database holding the backup's 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 import click
 
 import inkpen
+from inkpen import shards
+from inkpen._shard_layout import adopt_descriptor
+from inkpen.errors import UsageError
 from inkpen.manifest.copies import CopyReport, Pinned, copy_database, planned_bytes
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import CountingStore, open_store
 from inkpen.objectstore.url import check_distinct_locations
 
 from . import render
+from .data_sets import shard_urls
 from .progress import Tracker, progress, watched
 from .targets import checked_url, existing_store, writer
 
@@ -113,7 +118,32 @@ def backup(url: str, dest: str, no_fence: bool, checkpoint: str | None, as_json:
     Example:
       inkpen backup ./.inkpen-demo/db ./backups/monday
       inkpen backup 's3://prod/app?endpoint=http://127.0.0.1:8333' s3://backups/app --no-fence
+
+    A sharded data set is backed up shard by shard into DEST, which gets the same descriptor
+    (with the writers of every shard fenced, or none with --no-fence).
     """
+    pairs = _copy_pairs(url, dest, checkpoint)
+    if pairs is not None:
+        if no_fence:
+            copies = one_by_one_pairs(
+                pairs,
+                lambda a, b: asdict(
+                    _copy(a, b, checkpoint=None, fresh=False, description=f"copying {a}")
+                ),
+            )
+        else:
+            copies = one_by_one_pairs(pairs, lambda a, b: asdict(_hot_backup(a, b)))
+        if as_json:
+            render.echo_json({"url": url, "dest": dest, "shards": copies})
+            return
+        how = "without opening a writer" if no_fence else "(hot backups of each shard's journal)"
+        click.echo(f"backed up the {len(pairs)} shards of {url} into {dest} {how}")
+        for index, copied in enumerate(copies):
+            click.echo(
+                f"shard {index}: {copied['files']} files ({copied['files_copied']} copied, "
+                f"{render.size(copied['bytes_copied'])}), manifest {copied['manifest_id']}"
+            )
+        return
     if no_fence or checkpoint is not None:
         report = _copy(url, dest, checkpoint=checkpoint, fresh=False, description=f"copying {url}")
         if as_json:
@@ -158,7 +188,62 @@ def restore(backup_url: str, dest: str, checkpoint: str | None, as_json: bool) -
     Example:
       inkpen restore ./backups/monday ./restored-db
       inkpen info ./restored-db
+
+    A backup of a sharded data set is restored shard by shard into a new data set at DEST.
     """
+    pairs = _copy_pairs(backup_url, dest, checkpoint)
+    if pairs is not None:
+        restored = one_by_one_pairs(pairs, lambda a, b: _restore_one(a, b, None)[0])
+        if as_json:
+            render.echo_json({"backup": backup_url, "dest": dest, "shards": restored})
+            return
+        click.echo(f"restored the {len(pairs)} shards of {backup_url} into {dest}")
+        for index, done in enumerate(restored):
+            click.echo(
+                f"shard {index}: {done['files']} files, ledger up to SQN {done['sqn']}, "
+                f"{done['total_seconds']:.2f}s"
+            )
+        return
+    result, report = _restore_one(backup_url, dest, checkpoint)
+    if as_json:
+        render.echo_json(result)
+        return
+    click.echo(f"restored {backup_url} into {dest}")
+    click.echo("\n".join(line for line in _copy_lines(report) if not line.startswith("took")))
+    click.echo(f"ledger        up to SQN {result['sqn']}; buckets: {', '.join(result['buckets'])}")
+    click.echo(
+        f"took          {result['total_seconds']:.2f}s: {report.seconds:.2f}s copying, "
+        f"{result['rebuild_seconds']:.2f}s rebuilding the ledger"
+    )
+
+
+def _copy_pairs(url: str, dest: str, checkpoint: str | None) -> list[tuple[str, str]] | None:
+    """For a data set at ``url``: ``dest`` made a data set of the same descriptor and the
+    (source, destination) URL of every shard; None when ``url`` is a database."""
+    urls = shard_urls(url)
+    if urls is None:
+        return None
+    if checkpoint is not None:
+        raise UsageError(
+            "--checkpoint names one database's checkpoint; a data set's shards each have their "
+            "own: copy a shard's URL (URL/shard-NNNN) at its checkpoint instead"
+        )
+    checked_url(dest, must_exist=False)
+    check_distinct_locations(url, dest, what="copy")
+    adopt_descriptor(dest, shards.read_descriptor(url))
+    return [(shard, shards.shard_url(dest, i)) for i, shard in enumerate(urls)]
+
+
+def one_by_one_pairs(
+    pairs: list[tuple[str, str]], work: Callable[[str, str], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``work(source, dest)`` for every shard in turn (each copy shows its own progress)."""
+    return [work(source, target) for source, target in pairs]
+
+
+def _restore_one(
+    backup_url: str, dest: str, checkpoint: str | None
+) -> tuple[dict[str, Any], CopyReport]:
     started = time.monotonic()
     report = _copy(
         backup_url, dest, checkpoint=checkpoint, fresh=True, description=f"restoring {backup_url}"
@@ -183,13 +268,4 @@ def restore(backup_url: str, dest: str, checkpoint: str | None, as_json: bool) -
         "rebuild_seconds": round(finished - rebuild_started, 3),
         "total_seconds": round(finished - started, 3),
     }
-    if as_json:
-        render.echo_json(result)
-        return
-    click.echo(f"restored {backup_url} into {dest}")
-    click.echo("\n".join(line for line in _copy_lines(report) if not line.startswith("took")))
-    click.echo(f"ledger        up to SQN {stats['sqn']}; buckets: {', '.join(buckets)}")
-    click.echo(
-        f"took          {result['total_seconds']:.2f}s: {report.seconds:.2f}s copying, "
-        f"{result['rebuild_seconds']:.2f}s rebuilding the ledger"
-    )
+    return result, report

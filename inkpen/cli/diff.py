@@ -23,6 +23,7 @@ from inkpen.anti_entropy import Comparison, Difference, compare_stores
 from inkpen.errors import CorruptionError, InkpenError
 
 from . import render
+from .data_sets import paired_shards
 from .failures import EXIT_USAGE, CommandFailed, describe
 from .progress import progress
 from .targets import reader
@@ -96,7 +97,8 @@ def diff(ctx: click.Context, url_a: str, url_b: str, bucket: str | None, as_json
     Compares tictac trees of the two ledgers, then the heads of only the differing segments;
     values are compared by content hash and size. Reads each database at a reader checkpoint
     of its own; never fences a live writer. Exit status: 0 same, 1 different, 2 bad usage or
-    trouble, 3 damaged data.
+    trouble, 3 damaged data. Two sharded data sets (of one shard count) are compared shard by
+    shard, each shard with the other's shard of the same number.
 
     \b
     Example:
@@ -104,6 +106,26 @@ def diff(ctx: click.Context, url_a: str, url_b: str, bucket: str | None, as_json
       inkpen diff ./db ./restored --bucket users --json
     """
     chosen = None if bucket is None else render.parse_name(bucket, "--bucket")
+    pairs = paired_shards(url_a, url_b)
+    if pairs is not None:
+        compared = [(a, b, run_diff(a, b, chosen)) for a, b in pairs]
+        if as_json:
+            render.echo_json(
+                {
+                    "a": url_a,
+                    "b": url_b,
+                    "bucket": None if chosen is None else render.text(chosen),
+                    "same": all(found.same for _a, _b, found in compared),
+                    "shards": [report(a, b, chosen, found) for a, b, found in compared],
+                }
+            )
+        else:
+            for _a, _b, found in compared:
+                for d in found.differences:
+                    click.echo(f"{d.kind}\t{render.text(d.bucket)}\t{key_text(d)}")
+        if not all(found.same for _a, _b, found in compared):
+            ctx.exit(EXIT_DIFFERENT)
+        return
     found = run_diff(url_a, url_b, chosen)
     if as_json:
         render.echo_json(report(url_a, url_b, chosen, found))

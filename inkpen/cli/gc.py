@@ -17,6 +17,7 @@ import click
 from inkpen.manifest.gc import GcOptions, GcReport, run_gc
 
 from . import render
+from .data_sets import each_shard, shard_urls
 from .durations import Duration
 from .progress import progress
 from .targets import database
@@ -69,6 +70,7 @@ def gc(
     Never fences a live writer. --min-age must exceed the longest time a writer takes between
     writing a file and committing it; the default of 5 minutes suits inkpen's own writers, and
     below 1 minute it is refused unless --offline vouches that no writer has the database open.
+    Given a sharded data set, collects every shard (several at once).
 
     \b
     Example:
@@ -76,6 +78,26 @@ def gc(
       inkpen gc ./.inkpen-demo/db --min-age 1h
     """
     options = GcOptions(min_age=min_age, destroy_grace=destroy_grace, offline=offline)
+    urls = shard_urls(url)
+    if urls is not None:
+
+        def collect(shard: str) -> GcReport:
+            with database(shard, live=False) as manifests:
+                return run_gc(manifests.store, options=options, dry_run=dry_run)
+
+        reports = each_shard("gc", url, urls, collect)
+        if as_json:
+            render.echo_json({"url": url, "shards": [report_document(r) for r in reports]})
+            return
+        for index, found in enumerate(reports):
+            if dry_run:
+                click.echo(f"shard {index}: would delete {len(found.plan.deletes)} objects")
+            else:
+                click.echo(
+                    f"shard {index}: deleted {len(found.deleted)} objects, "
+                    f"{render.size(found.bytes_deleted)}"
+                )
+        return
     with database(url, live=False) as manifests, progress("gc", f"collecting {url}"):
         report = run_gc(manifests.store, options=options, dry_run=dry_run)
     document = report_document(report)

@@ -11,12 +11,14 @@ from typing import Any
 
 import click
 
+from inkpen import shards
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE
 from inkpen.manifest.fencing import scan_segments
 from inkpen.manifest.model import Checkpoint, Manifest
 from inkpen.manifest.store import ManifestStore
 
 from . import render
+from .data_sets import each_shard, shard_urls
 from .targets import database, latest_manifest
 
 
@@ -165,6 +167,66 @@ def _text_lines(found: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _describe_url(url: str) -> dict[str, Any]:
+    with database(url, live=False) as manifests:
+        latest = latest_manifest(manifests)
+        return describe(manifests, latest.id, latest.manifest)
+
+
+def describe_data_set(url: str, urls: list[str]) -> dict[str, Any]:
+    """What ``info`` reports about a data set: its descriptor and each shard's ``describe``."""
+    descriptor = shards.read_descriptor(url)
+    return {
+        "url": url,
+        "data_set": {
+            "version": descriptor.version,
+            "shards": descriptor.shards,
+            "hash": descriptor.hash,
+            "created": descriptor.created,
+        },
+        "shards": each_shard("info", url, urls, _describe_url),
+    }
+
+
+def _data_set_lines(found: dict[str, Any]) -> list[str]:
+    described = found["data_set"]
+    created = (
+        ""
+        if described["created"] is None
+        else f", created {render.timestamp(described['created'])}"
+    )
+    lines = [
+        f"data set      {found['url']}",
+        f"shards        {described['shards']} (hash {described['hash']}, format "
+        f"{described['version']}{created})",
+    ]
+    rows = [
+        ["shard", "manifest", "writer", "journal entries", "ledger", "persisted SQN", "checkpoints"]
+    ]
+    for index, shard in enumerate(found["shards"]):
+        live = sum(1 for cp in shard["checkpoints"] if cp["live"])
+        rows.append(
+            [
+                str(index),
+                str(shard["manifest_id"]),
+                str(shard["writer_epoch"]),
+                f"{shard['journal']['entries']:,}",
+                f"{render.size(shard['ledger']['bytes'])}, {shard['ledger']['entries']:,} entries",
+                str(shard["ledger"]["persisted_sqn"]),
+                f"{live} live" + (" (DESTROYED)" if shard["destroyed_at"] else ""),
+            ]
+        )
+    lines.extend(render.table(rows))
+    total_bytes = sum(s["journal"]["bytes"] + s["ledger"]["bytes"] for s in found["shards"])
+    entries = sum(s["journal"]["entries"] for s in found["shards"])
+    lines.append(f"total         {render.size(total_bytes)}, {entries:,} journal entries")
+    missing = [i for i, s in enumerate(found["shards"]) if s["journal"]["missing_segments"]]
+    if missing:
+        shown = ", ".join(map(str, missing))
+        lines.append(f"MISSING       segments in shard(s) {shown} (run inkpen verify)")
+    return lines
+
+
 @click.command()
 @click.argument("url")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
@@ -172,16 +234,23 @@ def info(url: str, as_json: bool) -> None:
     """Show a database: manifest, epochs, journal, ledger levels, checkpoints.
 
     Reads the latest manifest and lists the journal; writes nothing and never fences a live
-    writer.
+    writer. Given a sharded data set, shows its descriptor and one line per shard (--json: each
+    shard's full figures).
 
     \b
     Example:
       inkpen info ./.inkpen-demo/db
       inkpen info 's3://my-bucket/app/db?endpoint=http://127.0.0.1:8333' --json
     """
-    with database(url, live=False) as manifests:
-        latest = latest_manifest(manifests)
-        found = describe(manifests, latest.id, latest.manifest)
+    urls = shard_urls(url)
+    if urls is not None:
+        found = describe_data_set(url, urls)
+        if as_json:
+            render.echo_json(found)
+        else:
+            click.echo("\n".join(_data_set_lines(found)))
+        return
+    found = _describe_url(url)
     if as_json:
         render.echo_json(found)
     else:

@@ -27,10 +27,11 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from typing import Any
 
 import click
 
-from inkpen.errors import CorruptionError, NotFoundError
+from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.fencing import scan_segments
@@ -46,6 +47,7 @@ from inkpen.manifest.table_store import TableStore
 
 from . import render
 from .checks import Kind, Outcome, Status, Target, check
+from .data_sets import one_by_one, paired_shards, shard_urls
 from .diff import EXIT_DIFFERENT, key_text, run_diff
 from .diff import report as diff_report
 from .failures import EXIT_DAMAGED
@@ -198,6 +200,75 @@ def _latest_or_damage(manifests: ManifestStore) -> Outcome | None:
     return None
 
 
+def verify_one(url: str, checkpoint: str | None, no_pin: bool) -> dict[str, Any]:
+    """The verify report of the database at ``url`` (see the module docstring)."""
+    with existing_store(url) as store:
+        manifests = ManifestStore(store)
+        require_database(manifests)
+        damaged_latest = _latest_or_damage(manifests)
+        if damaged_latest is not None:
+            report = summary(manifests.url, None, None, [damaged_latest])
+            report["problems"][0]["detail"] += (
+                " (the latest manifest is damaged, so the files it names cannot be checked; "
+                "restore the database from a backup)"
+            )
+            return report
+        with pinned(manifests, checkpoint, no_pin) as pin:
+            plan = plan_checks(manifests, pin, list_tail=no_pin)
+            return summary(
+                manifests.url, pin.manifest_id, pin.checkpoint_id, run_checks(manifests, plan)
+            )
+
+
+def verify_data_set(
+    ctx: click.Context,
+    url: str,
+    urls: list[str],
+    checkpoint: str | None,
+    no_pin: bool,
+    against: str | None,
+    as_json: bool,
+) -> None:
+    """``inkpen verify`` of a data set: every shard in turn, then (with ``--against``) a diff
+    of each shard with the copy's shard of the same number."""
+    if checkpoint is not None:
+        raise UsageError(
+            "--checkpoint names one database's checkpoint; a data set's shards each have their "
+            "own: verify a shard's URL (URL/shard-NNNN) at its checkpoint instead"
+        )
+    pairs = paired_shards(url, against) if against is not None else None
+    reports = one_by_one(urls, lambda shard: verify_one(shard, None, no_pin))
+    ok = all(r["ok"] for r in reports)
+    document: dict[str, Any] = {"url": url, "ok": ok, "shards": reports}
+    compared = []
+    if pairs is not None and ok:
+        compared = [(a, b, run_diff(a, b, None)) for a, b in pairs]
+        document["against"] = [diff_report(a, b, None, found) for a, b, found in compared]
+    if as_json:
+        render.echo_json(document)
+    else:
+        lines = [f"data set {url}: {len(urls)} shards"]
+        for index, report in enumerate(reports):
+            lines.append(f"shard {index}: {'ok' if report['ok'] else 'DAMAGED'}")
+            lines.extend(f"  {line}" for line in text_lines(report))
+        for _a, _b, found in compared:
+            lines.extend(
+                f"{d.kind}\t{render.text(d.bucket)}\t{key_text(d)}" for d in found.differences
+            )
+        if compared:
+            differing = sum(len(found.differences) for _a, _b, found in compared)
+            lines.append(
+                f"against {against}: the same objects"
+                if not differing
+                else f"against {against}: {differing} keys differ"
+            )
+        click.echo("\n".join(lines))
+    if not ok:
+        ctx.exit(EXIT_DAMAGED)
+    if any(not found.same for _a, _b, found in compared):
+        ctx.exit(EXIT_DIFFERENT)
+
+
 @click.command()
 @click.argument("url")
 @click.option("--checkpoint", default=None, metavar="ID", help="Verify this live checkpoint.")
@@ -233,28 +304,20 @@ def verify(
     and lists every key that differs: a backup or restore taken of a database no one wrote to
     since must show none.
 
+    Given a sharded data set, verifies every shard (and compares each with the same shard of
+    the data set --against names).
+
     \b
     Example:
       inkpen verify ./.inkpen-demo/db
       inkpen verify s3://backups/app --json
       inkpen verify ./db --against ./backups/monday
     """
-    with existing_store(url) as store:
-        manifests = ManifestStore(store)
-        require_database(manifests)
-        damaged_latest = _latest_or_damage(manifests)
-        if damaged_latest is not None:
-            report = summary(manifests.url, None, None, [damaged_latest])
-            report["problems"][0]["detail"] += (
-                " (the latest manifest is damaged, so the files it names cannot be checked; "
-                "restore the database from a backup)"
-            )
-        else:
-            with pinned(manifests, checkpoint, no_pin) as pin:
-                plan = plan_checks(manifests, pin, list_tail=no_pin)
-                report = summary(
-                    manifests.url, pin.manifest_id, pin.checkpoint_id, run_checks(manifests, plan)
-                )
+    urls = shard_urls(url)
+    if urls is not None:
+        verify_data_set(ctx, url, urls, checkpoint, no_pin, against, as_json)
+        return
+    report = verify_one(url, checkpoint, no_pin)
     compared = None
     if against is not None and report["ok"]:
         compared = run_diff(url, against, None)
