@@ -12,6 +12,8 @@ are :class:`MergePolicy` (which merge comes next, over :class:`Levels`; the ``me
 option) and :class:`ObjectStore` (where the bytes live; any store may be passed to ``open``).
 ``metrics()`` on a Bookie or a Reader answers :class:`Metrics` (with a :class:`Histogram` per
 kind of operation); ``inkpen.prometheus`` exports them (the ``prometheus`` extra).
+``inkpen.shards`` spreads one application's objects over a data set of N databases, one writer
+each, routed by a stable hash of (bucket, key).
 See README.md and DESIGN.md.
 """
 
