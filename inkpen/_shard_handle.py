@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import heapq
+import itertools
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -325,17 +326,33 @@ class ShardedBookie:
         start: str | bytes | None = None,
         end: str | bytes | None = None,
         *,
+        segments: Iterable[int] | None = None,
         modified_range: tuple[float | None, float | None] | None = None,
+        max_objects: int | None = None,
         reverse: bool = False,
     ) -> FoldIterator[tuple[bytes, bytes, Head]]:
-        """(bucket, key, Head) of live objects in key order across every shard."""
+        """(bucket, key, Head) of live objects in key order across every shard (``segments``,
+        ``modified_range`` and ``max_objects`` as for ``Bookie.heads``; ``max_objects`` counts
+        the merged fold)."""
         _check_range(bucket, start, end, reverse)
-        head_filter(None, modified_range, None)
-        return self._fold_all(
-            lambda h: h.heads(bucket, start, end, modified_range=modified_range, reverse=reverse),
+        chosen = None if segments is None else list(segments)
+        head_filter(chosen, modified_range, max_objects)
+        merged = self._fold_all(
+            lambda h: h.heads(
+                bucket,
+                start,
+                end,
+                segments=chosen,
+                modified_range=modified_range,
+                max_objects=max_objects,
+                reverse=reverse,
+            ),
             _bucket_key,
             reverse,
         )
+        if max_objects is None:
+            return merged
+        return FoldIterator(itertools.islice(merged, max_objects), merged.close)
 
     def objects(
         self,

@@ -299,6 +299,27 @@ def test_bad_calls_are_usage_errors_and_change_nothing(
         book.write(inkpen.Batch())  # an empty batch is a no-op
 
 
+def test_heads_take_the_bookies_filters(make_store_url: Callable[[str], str]) -> None:
+    url = make_store_url("memory")
+    shards.create(url, shards=3)
+    keys = sorted(f"k{i:02d}".encode() for i in range(20))
+    with shards.open(url) as book:
+        for key in keys:
+            book.put("b", key, key)
+        assert [k for _b, k, _h in book.heads("b", max_objects=7)] == keys[:7]
+        assert [k for _b, k, _h in book.heads("b", max_objects=7, reverse=True)] == keys[::-1][:7]
+        tree = book.shard(0).tictac_tree("b")
+        some = next(iter(tree.compare(inkpen.TicTacTree())))  # a segment shard 0 has keys in
+        in_segment = [k for _b, k, _h in book.heads("b", segments=[some])]
+        expected = sorted(
+            k for i in range(3) for _b, k, _h in book.shard(i).heads("b", segments=[some])
+        )
+        assert in_segment == expected
+        assert in_segment and set(in_segment) < set(keys)
+        with pytest.raises(UsageError, match="max_objects"):
+            book.heads("b", max_objects=-1)
+
+
 def test_changes_are_per_shard(make_store_url: Callable[[str], str]) -> None:
     url = make_store_url("memory")
     shards.create(url, shards=2)
