@@ -335,7 +335,7 @@ class ShardedBookie:
         ``modified_range`` and ``max_objects`` as for ``Bookie.heads``; ``max_objects`` counts
         the merged fold)."""
         _check_range(bucket, start, end, reverse)
-        chosen = None if segments is None else list(segments)
+        chosen = list(segments) if isinstance(segments, Iterator) else segments
         head_filter(chosen, modified_range, max_objects)
         merged = self._fold_all(
             lambda h: h.heads(
