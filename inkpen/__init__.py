@@ -56,6 +56,7 @@ from .operations import CopyReport, backup, destroy, list_databases, restore
 from .options import Options
 from .reader import Reader, open_reader
 from .snapshot import Snapshot
+from .transaction import Transaction, retrying
 
 __all__ = [
     "AlreadyExistsError",
@@ -91,6 +92,7 @@ __all__ = [
     "Stats",
     "StoreError",
     "TicTacTree",
+    "Transaction",
     "UsageError",
     "__version__",
     "aio",
@@ -101,4 +103,5 @@ __all__ = [
     "open_compactor",
     "open_reader",
     "restore",
+    "retrying",
 ]

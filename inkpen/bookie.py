@@ -15,6 +15,7 @@ at most ``max_value_bytes`` (64 MiB by default); a put carries at most ``max_ind
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from time import perf_counter
 from typing import Any
@@ -44,6 +45,7 @@ from .errors import FencedError, InkpenError, NotFoundError, UsageError
 from .options import Options
 from .read_api import ReadAPI
 from .snapshot import PartsSource, Snapshot
+from .transaction import Transaction, check_isolation
 
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
@@ -74,6 +76,8 @@ class Bookie(ReadAPI):
         self._live = _LiveSource(engine.board)
         self._meter = engine.meter
         self._closed = False
+        self._transactions: set[Transaction] = set()
+        self._transactions_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -272,6 +276,45 @@ class Bookie(ReadAPI):
             meter=self._meter,
         )
 
+    def transaction(self, isolation: str = "snapshot") -> Transaction:
+        """A :class:`~inkpen.Transaction`: reads from one snapshot plus its own writes, which
+        commit atomically when the ``with`` block ends (``isolation``: ``"snapshot"`` or
+        ``"serializable"``; see :mod:`inkpen.transaction` for the conflict rules)."""
+        self._check_open()
+        level = check_isolation(isolation)
+        commits = self._engine.commits
+        token = commits.register()  # before the snapshot: see inkpen.actors.read.commits
+        try:
+            snap = self.snapshot()
+        except BaseException:
+            commits.release(token)
+            raise
+        sqn = snap._parts.max_sqn()
+        commits.raise_floor(token, sqn)
+
+        def ended(txn: Transaction) -> None:
+            commits.release(token)
+            with self._transactions_lock:
+                self._transactions.discard(txn)
+
+        txn = Transaction(
+            isolation=level,
+            snapshot=snap,
+            snapshot_sqn=sqn,
+            engine=self._engine,
+            changes=self._changes,
+            options=self._options,
+            check_book=self._check_writable,
+            release=ended,
+        )
+        with self._transactions_lock:
+            self._transactions.add(txn)
+        return txn
+
+    def _check_writable(self, what: str) -> None:
+        self._check_open()
+        self._check_not_head_only(what)
+
     def compact_journal(self) -> CompactionReport:
         """Run one journal compaction (Leveled's ``book_compactjournal``) and return its report.
 
@@ -391,6 +434,7 @@ class Bookie(ReadAPI):
         if self._closed:
             return
         self._closed = True
+        self._end_transactions()
         self._engine.close()
 
     def abandon(self) -> None:
@@ -403,7 +447,15 @@ class Bookie(ReadAPI):
         if self._closed:
             return
         self._closed = True
+        self._end_transactions()
         self._engine.close(persist=False)
+
+    def _end_transactions(self) -> None:
+        """Closing: every open transaction ends unwritten and releases its snapshot."""
+        with self._transactions_lock:
+            open_ones = list(self._transactions)
+        for txn in open_ones:
+            txn._abandon()
 
     def __enter__(self) -> Bookie:
         return self

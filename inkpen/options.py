@@ -146,6 +146,17 @@ class Options:
         data; a journal file held open costs about 4 bytes per 32 entries beyond it.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
 
+    Transactions (``Bookie.transaction``)
+        ``transaction_max_keys``: the most keys one transaction may track: the keys it writes,
+        plus under ``serializable`` the keys and the ranges it reads (10,000; a commit also
+        holds at most 10,000 changes, as a batch does). ``transaction_max_bytes``: the most
+        bytes of buckets, keys and values it may buffer (64 MiB, at most 256 MiB: a batch's
+        limit). Past either, the call raises ``UsageError`` and the transaction stays as it was.
+        ``transaction_window_keys``: the most ledger keys the writer's record of recent commits
+        holds while transactions are open (about 100 bytes each); a transaction whose snapshot
+        is older than what the record still holds conflicts at commit, as it can no longer be
+        checked.
+
     Metrics
         ``metrics``: record every put, delete, batch, get and fold (counts, value bytes and a
         latency histogram each) and count the store's requests, for ``metrics()`` (True, the
@@ -212,6 +223,10 @@ class Options:
     max_value_bytes: int = 64 * MiB
     max_indexes: int = 1024
 
+    transaction_max_keys: int = 10_000
+    transaction_max_bytes: int = 64 * MiB
+    transaction_window_keys: int = 1_000_000
+
     metrics: bool = True
 
     clock: Callable[[], float] = time.time
@@ -263,6 +278,9 @@ class Options:
             "max_key_bytes": (1, 64 * KiB),
             "max_value_bytes": (0, 1024 * MiB),
             "max_indexes": (0, 1_000_000),
+            "transaction_max_keys": (1, 1_000_000),
+            "transaction_max_bytes": (1 * KiB, 256 * MiB),
+            "transaction_window_keys": (1, 100_000_000),
             "compute_workers": (0, 64),
             "malloc_mmap_threshold": (0, 1024 * MiB),
         }

@@ -39,6 +39,7 @@ from inkpen.actors.engine.snapshot_clones import SnapshotParts
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import PendingChange
+from inkpen.actors.journal.guards import CommitGuard
 from inkpen.actors.journal.inker import Inker
 from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.intake import WriteGroup, WriteIntake
@@ -53,6 +54,7 @@ from inkpen.actors.kernel.views import SegmentTable, SstHandle, ViewBoard
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.ledger.penciller_clerk import PencillerClerk
+from inkpen.actors.read.commits import CommitRecord
 from inkpen.actors.read.conditions import ConditionChecker
 from inkpen.errors import AlreadyExistsError, FencedError, InkpenError, StoreError, UsageError
 from inkpen.logs import get_logger
@@ -121,6 +123,7 @@ class Engine:
         penciller_clerk: pykka.ActorRef[PencillerClerk],
         collector: pykka.ActorRef[GarbageCollector],
         owns_store: bool,
+        commits: CommitRecord | None = None,
     ) -> None:
         self.ctx = ctx
         self.intake = intake
@@ -131,6 +134,8 @@ class Engine:
         self.penciller_clerk = penciller_clerk
         self.collector = collector
         self._owns_store = owns_store
+        self.commits = commits if commits is not None else CommitRecord(1)
+        """Recent commits, which transactions register with (:mod:`inkpen.actors.read.commits`)."""
         self.closed = False
 
     # -- start-up -----------------------------------------------------------------------------
@@ -178,6 +183,7 @@ class Engine:
         )
         manifest = claim.versioned.manifest
         intake = WriteIntake(options.max_batch_bytes)
+        commits = CommitRecord(options.transaction_window_keys)
         started_refs: list[pykka.ActorRef[Any]] = []
 
         def fenced(error: FencedError) -> None:
@@ -193,7 +199,7 @@ class Engine:
             inker = Inker.start(
                 ctx,
                 intake,
-                ConditionChecker(ctx.board),
+                ConditionChecker(ctx.board, commits),
                 epoch=claim.epoch,
                 next_segment=claim.fence_segment + 1,
             )
@@ -250,6 +256,7 @@ class Engine:
             penciller_clerk=penciller_clerk,
             collector=collector,
             owns_store=owns_store,
+            commits=commits,
         )
         if claim.missing:
             try:
@@ -417,11 +424,12 @@ class Engine:
         batch, unit = self.intake.submit(change)
         self._wait_unit(batch, unit)
 
-    def write_unit(self, changes: list[PendingChange]) -> None:
+    def write_unit(self, changes: list[PendingChange], guard: CommitGuard | None = None) -> None:
         """Hand checked changes to the write intake as one unit, written in one journal segment
-        (all or nothing); returns once durable and visible, or raises why none was written."""
+        (all or nothing); returns once durable and visible, or raises why none was written.
+        ``guard``: a transaction's commit conditions (``ConflictError`` when one fails)."""
         self.ctx.throttle.wait()
-        batch, unit = self.intake.submit_unit(changes)
+        batch, unit = self.intake.submit_unit(changes, guard)
         self._wait_unit(batch, unit)
 
     def _wait_unit(self, batch: WriteGroup, unit: int) -> None:
@@ -429,12 +437,14 @@ class Engine:
         if not batch.wait_unit(unit, timeout):
             raise put_timed_out(self.url, timeout)
 
-    def submit(self, changes: list[PendingChange]) -> tuple[WriteGroup, int]:
+    def submit(
+        self, changes: list[PendingChange], guard: CommitGuard | None = None
+    ) -> tuple[WriteGroup, int]:
         """Hand checked changes (one unit) to the write intake without waiting: answers their
         batch and unit number; the batch's settling (:meth:`WriteGroup.add_done_callback`) says when
         it is durable and visible, then :meth:`WriteGroup.check_unit` whether the unit was refused.
         Consults no backpressure: the caller does that first (:attr:`throttle`)."""
-        return self.intake.submit_unit(changes)
+        return self.intake.submit_unit(changes, guard)
 
     @property
     def throttle(self) -> Throttle:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 
 from inkpen.actors.journal.changes import PendingChange, reaches_other_entries
+from inkpen.actors.journal.guards import CommitGuard
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 
@@ -54,6 +55,7 @@ class WriteGroup:
         "conditional",
         "error",
         "expands",
+        "guards",
         "opened_at",
         "rejected",
         "units",
@@ -70,6 +72,9 @@ class WriteGroup:
         """Whether any change reaches index entries it does not name (a delete, a put with a
         ttl: :func:`~inkpen.actors.journal.changes.reaches_other_entries`); the Inker adds their
         specs before writing."""
+        self.guards: dict[int, CommitGuard] = {}
+        """The commit guards of transaction units (by unit number), checked with the
+        conditions: :mod:`inkpen.actors.journal.guards`."""
         self.rejected: dict[int, InkpenError] = {}
         """Units the Inker refused (by unit number), with the error their caller gets."""
         self.weight = 0
@@ -198,11 +203,14 @@ class WriteIntake:
                 self._on_full(batch)
         return batch, len(batch.units) - 1
 
-    def submit_unit(self, changes: list[PendingChange]) -> tuple[WriteGroup, int]:
+    def submit_unit(
+        self, changes: list[PendingChange], guard: CommitGuard | None = None
+    ) -> tuple[WriteGroup, int]:
         """Add ``changes`` as one unit, all in one batch and so in one segment (see the module
-        docstring): a unit that does not fit the open batch closes it and starts the next."""
+        docstring): a unit that does not fit the open batch closes it and starts the next.
+        ``guard``: a transaction's commit conditions, checked by the Inker with the unit's."""
         weight = sum(c.weight for c in changes)
-        conditional = any(c.if_sqn is not None for c in changes)
+        conditional = guard is not None or any(c.if_sqn is not None for c in changes)
         expands = any(reaches_other_entries(c) for c in changes)
         with self._lock:
             if self._shut is not None:
@@ -217,6 +225,8 @@ class WriteIntake:
                 batch = self._open = WriteGroup()
             batch.changes.extend(changes)
             batch.units.append(len(batch.changes))
+            if guard is not None:
+                batch.guards[len(batch.units) - 1] = guard
             batch.weight += weight
             batch.conditional = batch.conditional or conditional
             batch.expands = batch.expands or expands

@@ -50,12 +50,14 @@ from inkpen.actors.journal.changes import (
     PendingChange,
     reaches_other_entries,
 )
+from inkpen.actors.journal.guards import CommitGuard
 from inkpen.actors.journal.intake import WriteGroup
 from inkpen.actors.kernel.views import ViewBoard
+from inkpen.actors.read.commits import TRIMMED, CommitRecord, changed_keys
 from inkpen.actors.read.path import Views, object_index_entries, read_head
 from inkpen.errors import ConflictError, CorruptionError, InkpenError, StoreError
 from inkpen.formats.journal import JournalEntry, Kind
-from inkpen.formats.keys import ACTIVE, object_parts
+from inkpen.formats.keys import ACTIVE, Tag, decode_key, object_parts
 
 State = tuple[int, int | None]
 """A key's state as a written change leaves it: (SQN, expiry ms); SQN 0 means absent."""
@@ -172,8 +174,10 @@ class ConditionChecker:
     """Owned by the Inker: remembers written segments until the views show them, checks the
     conditions of a batch and adds the index specs its deletes and ttl puts imply."""
 
-    def __init__(self, board: ViewBoard) -> None:
+    def __init__(self, board: ViewBoard, commits: CommitRecord | None = None) -> None:
         self._source = _BoardSource(board)
+        self.commits = commits if commits is not None else CommitRecord(1)
+        """Recent commits, for the guards of transactions (:mod:`.commits`)."""
         self._unapplied: deque[tuple[WriteGroup, tuple[JournalEntry, ...]]] = deque()
         self._uncached: dict[bytes, State] = {}
         """Keys of segments the Bookie could not cache (the views never show them)."""
@@ -184,11 +188,14 @@ class ConditionChecker:
         """A segment was written for ``batch``; its entries count until the views show them."""
         self._prune()
         self._unapplied.append((batch, entries))
+        self.commits.add(entries)
 
     def _prune(self) -> None:
         unapplied = self._unapplied
         while unapplied and unapplied[0][0].done:
             batch, entries = unapplied.popleft()
+            if entries:
+                self.commits.mark_applied(entries[-1].sqn)
             if batch.error is not None:
                 for entry in entries:
                     self._uncached[entry.ledger_key] = _state_of(entry, entry.sqn)
@@ -214,11 +221,24 @@ class ConditionChecker:
             book = _TermBook(self._source, batch, [*self._uncached_entries, *written])
         accepted: list[PendingChange] = []
         changes = batch.changes
+        guards = batch.guards
+        pending: dict[bytes, int] | None = {} if guards else None
+        """Keys the units accepted so far change, with their SQNs (for the guards)."""
         for unit, (start, end) in enumerate(batch.unit_bounds()):
             part: Sequence[PendingChange] = changes[start:end]
+            guard = guards.get(unit) if guards else None
+            if guard is not None:
+                assert pending is not None
+                refused = self._guarded(guard, pending)
+                if refused is not None:
+                    batch.rejected[unit] = refused
+                    continue
             if book is None and not any(c.if_sqn is not None for c in part):
                 for change in part:
-                    recent[change.ledger_key] = _state_of(change, first_sqn + len(accepted))
+                    sqn = first_sqn + len(accepted)
+                    recent[change.ledger_key] = _state_of(change, sqn)
+                    if pending is not None:
+                        _note(pending, change, sqn)
                     accepted.append(change)
                 continue
             local: dict[bytes, State] = {}
@@ -259,8 +279,19 @@ class ConditionChecker:
             recent.update(local)
             if book is not None:
                 book.known.update(local_terms)
+            if pending is not None:
+                base = first_sqn + len(accepted)
+                for i, change in enumerate(out):
+                    _note(pending, change, base + i)
             accepted.extend(out)
         return accepted
+
+    def _guarded(self, guard: CommitGuard, pending: dict[bytes, int]) -> ConflictError | None:
+        """The error that rejects a transaction's unit, or None if its guard holds."""
+        found = self.commits.conflict(guard, pending)
+        if found is None:
+            return None
+        return transaction_conflict(guard, *found)
 
     def _stored(self, key: bytes, now_ms: int) -> State:
         head = read_head(self._source, key, now_ms)
@@ -268,6 +299,55 @@ class ConditionChecker:
             return 0, None
         expiry = None if head.expires_at is None else round(head.expires_at * 1000)
         return head.sqn, expiry
+
+
+def _note(pending: dict[bytes, int], change: PendingChange, sqn: int) -> None:
+    for key in changed_keys(change.entry(sqn)):
+        pending[key] = sqn
+
+
+def transaction_conflict(guard: CommitGuard, key: bytes, sqn: int) -> ConflictError:
+    """The :class:`ConflictError` of a transaction whose guard found ``key`` changed at ``sqn``
+    (``key`` is :data:`~inkpen.actors.read.commits.TRIMMED` when the record of commits no
+    longer reaches back to the transaction's snapshot)."""
+    since = guard.snapshot_sqn
+    retry = "nothing of the transaction was written: run it again (inkpen.retrying does that)"
+    if key == TRIMMED:
+        named = min(guard.written, default=b"")
+        bucket, object_key = object_parts(named) if named else (b"", b"")
+        return ConflictError(
+            f"the transaction's snapshot (SQN {since}) is older than the writer's record of "
+            f"recent commits, which reaches back to SQN {sqn} only (option "
+            f"transaction_window_keys), so a conflict cannot be ruled out; {retry}",
+            bucket=bucket,
+            key=object_key,
+            expected=since,
+            actual=sqn,
+        )
+    decoded = decode_key(key)
+    if decoded.tag is Tag.INDEX:
+        bucket, object_key = decoded.bucket, decoded.object_key
+        what = (
+            f"the index entry {decoded.key!r} = {decoded.subkey!r} of bucket {bucket!r} key "
+            f"{object_key!r}, inside an index range the transaction queried,"
+        )
+    else:
+        bucket, object_key = decoded.bucket, decoded.key
+        if key in guard.written:
+            role = "it writes"
+        elif key in guard.read:
+            role = "it read"
+        else:
+            role = "inside a key range it read"
+        what = f"bucket {bucket!r} key {object_key!r} ({role})"
+    return ConflictError(
+        f"transaction conflict ({guard.isolation}): {what} was changed at SQN {sqn} by another "
+        f"commit after the transaction's snapshot (SQN {since}); {retry}",
+        bucket=bucket,
+        key=object_key,
+        expected=since,
+        actual=sqn,
+    )
 
 
 def _conflict(change: PendingChange, actual: int) -> ConflictError:
