@@ -37,6 +37,7 @@ A key written in the transaction has no SQN until it commits: ``head`` answers i
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -262,7 +263,7 @@ class Transaction:
         start: str | bytes,
         end: str | bytes,
         *,
-        regex: Any = None,
+        regex: str | bytes | re.Pattern[Any] | None = None,
         return_terms: bool = False,
         reverse: bool = False,
     ) -> FoldIterator[Any]:
@@ -534,8 +535,6 @@ def _bounds(bucket: Any, start: Any, end: Any) -> tuple[bytes, bytes]:
 
 def fold_matcher(regex: Any) -> Callable[[bytes], bool]:
     """The term filter of an index query's ``regex`` (already checked by the snapshot's fold)."""
-    import re
-
     if regex is None:
         return lambda term: True
     pattern = regex if isinstance(regex, re.Pattern) else re.compile(regex)
@@ -587,23 +586,36 @@ def retrying(
 
         inkpen.retrying(transfer)
     """
-    if not callable(fn):
-        raise UsageError(f"retrying needs a function to call, got {fn!r:.80}")
-    check_count("attempts", attempts, minimum=1, maximum=1_000_000)
-    base = check_seconds("base_delay", base_delay)
-    cap = check_seconds("max_delay", max_delay)
-    if not callable(sleep):
-        raise UsageError(f"sleep must be a function taking seconds, got {sleep!r:.80}")
+    backoff = Backoff(fn, attempts, base_delay, max_delay, sleep)
     for attempt in range(attempts):
         try:
             return fn()
         except ConflictError:
             if attempt + 1 >= attempts:
                 raise
-        wait = random.uniform(0.0, min(cap, base * 2.0 ** min(attempt, 60)))
+        wait = backoff.delay(attempt)
         if wait > 0:
             sleep(wait)
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-__all__ = ["Transaction", "check_isolation", "retrying"]
+class Backoff:
+    """The checked arguments of :func:`retrying` (and its asyncio twin) and its waits."""
+
+    __slots__ = ("base", "cap")
+
+    def __init__(self, fn: Any, attempts: Any, base_delay: Any, max_delay: Any, sleep: Any) -> None:
+        if not callable(fn):
+            raise UsageError(f"retrying needs a function to call, got {fn!r:.80}")
+        check_count("attempts", attempts, minimum=1, maximum=1_000_000)
+        self.base = check_seconds("base_delay", base_delay)
+        self.cap = check_seconds("max_delay", max_delay)
+        if not callable(sleep):
+            raise UsageError(f"sleep must be a function taking seconds, got {sleep!r:.80}")
+
+    def delay(self, attempt: int) -> float:
+        """A random wait after failed attempt number ``attempt`` (from 0): full jitter."""
+        return random.uniform(0.0, min(self.cap, self.base * 2.0 ** min(attempt, 60)))
+
+
+__all__ = ["Backoff", "Transaction", "check_isolation", "retrying"]

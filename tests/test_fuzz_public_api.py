@@ -165,6 +165,8 @@ class World:
             "AsyncBookie": lambda: self.async_book,
             "AsyncReader": lambda: self._async_closing(inkpen.aio.open_reader(self.url)),
             "AsyncSnapshot": lambda: self._async_closing(self.async_book.snapshot()),
+            "Transaction": lambda: self._closing(self.book.transaction("serializable")),
+            "AsyncTransaction": lambda: self._async_closing(self.async_book.transaction()),
         }
         if owner not in makers:
             pytest.fail(
@@ -207,6 +209,7 @@ class World:
             "checkpoint": None,
             "checkpoint_id": self.checkpoint_id,
             "lifetime": 60.0,
+            "fn": lambda: None,
         }
         if name not in values:
             pytest.fail(
@@ -263,10 +266,13 @@ def _settle(world: World, result: Any) -> None:
         world.runner.run(_drain(result))
     elif isinstance(result, FoldIterator):
         list(result)
-    if isinstance(result, inkpen.aio.AsyncSnapshot | inkpen.aio.AsyncReader):
+    if isinstance(
+        result, inkpen.aio.AsyncSnapshot | inkpen.aio.AsyncReader | inkpen.aio.AsyncTransaction
+    ):
         world.runner.run(result.close())
     elif result is not world.book and isinstance(
-        result, inkpen.Reader | inkpen.Snapshot | inkpen.Compactor | inkpen.Bookie
+        result,
+        inkpen.Reader | inkpen.Snapshot | inkpen.Compactor | inkpen.Bookie | inkpen.Transaction,
     ):
         result.close()
 
@@ -281,6 +287,11 @@ def test_the_fuzz_finds_the_entry_points() -> None:
         "inkpen.reader.open_reader",
         "inkpen.manifest.feed_cursors.advance_feed_cursor",
         "inkpen.operations.backup",
+        "inkpen.bookie.Bookie.transaction",
+        "inkpen.transaction.Transaction.put",
+        "inkpen.transaction.Transaction.index_query",
+        "inkpen.transaction.retrying",
+        "inkpen.aio.AsyncTransaction.get_many",
     ):
         assert expected in ENTRY_POINTS, sorted(ENTRY_POINTS)
 
