@@ -374,9 +374,10 @@ def test_two_transactions_in_one_group_commit_cannot_both_write_a_key(
     make_store_url: Callable[[str], str],
 ) -> None:
     """Commits that share a journal segment are checked against each other too."""
-    with inkpen.open(make_store_url("memory"), flush_policy="interval", flush_interval=0.5) as book:
-        book.put("b", "k", b"0")  # starts the interval: the next segment waits for it
+    with inkpen.open(make_store_url("memory"), flush_policy="interval", flush_interval=1.0) as book:
+        book.put("b", "k", b"0")
         txns = [book.transaction() for _ in range(4)]
+        book.put("other", "timer", b"")  # starts the interval: the next segment waits for it
         segments = book.stats()["segments_written"]
         for i, txn in enumerate(txns):
             txn.put("b", "k", str(i).encode())
