@@ -45,7 +45,7 @@ from .errors import FencedError, InkpenError, NotFoundError, UsageError
 from .options import Options
 from .read_api import ReadAPI
 from .snapshot import PartsSource, Snapshot
-from .transaction import Transaction, check_isolation
+from .transaction import SnapshotAnchors, Transaction, check_isolation
 
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
@@ -78,6 +78,11 @@ class Bookie(ReadAPI):
         self._closed = False
         self._transactions: set[Transaction] = set()
         self._transactions_lock = threading.Lock()
+        self._anchors = SnapshotAnchors(
+            lambda: engine.take_snapshot(long_running=False, ledger_only=False),
+            engine.release_snapshot,
+            engine.board,
+        )
 
     @property
     def url(self) -> str:
@@ -285,11 +290,19 @@ class Bookie(ReadAPI):
         commits = self._engine.commits
         token = commits.register()  # before the snapshot: see inkpen.actors.read.commits
         try:
-            snap = self.snapshot()
+            parts, let_go = self._anchors.views()
         except BaseException:
             commits.release(token)
             raise
-        sqn = snap._parts.max_sqn()
+        snap = Snapshot(
+            parts,
+            head_only=self._head_only,
+            now_ms=self._now_ms,
+            owner_open=lambda: not self._closed,
+            release=lambda _: let_go(),
+            meter=self._meter,
+        )
+        sqn = parts.max_sqn()
         commits.raise_floor(token, sqn)
 
         def ended(txn: Transaction) -> None:
@@ -456,6 +469,7 @@ class Bookie(ReadAPI):
             open_ones = list(self._transactions)
         for txn in open_ones:
             txn._abandon()
+        self._anchors.close()
 
     def __enter__(self) -> Bookie:
         return self

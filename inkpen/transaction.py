@@ -45,8 +45,10 @@ from time import perf_counter
 from typing import Any, Literal, TypeVar
 
 from inkpen.actors.engine.engine import Engine
+from inkpen.actors.engine.snapshot_clones import PairedJournal, SnapshotParts
 from inkpen.actors.journal.changes import ChangeMaker, PendingChange, as_bytes
 from inkpen.actors.journal.guards import ISOLATIONS, CommitGuard, Isolation
+from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.path import Head, object_bounds
 from inkpen.batch import MAX_BATCH_CHANGES, IndexSpecs
 from inkpen.formats.journal import Kind
@@ -59,6 +61,10 @@ from .read_api import FoldIterator
 from .snapshot import Snapshot
 
 T = TypeVar("T")
+
+ANCHOR_SECONDS = 0.5
+"""How long one registered snapshot anchors the transactions that start (see
+:class:`SnapshotAnchors`)."""
 
 _Term = tuple[bytes, bytes]
 
@@ -75,6 +81,106 @@ class _Overlay:
         """A buffered delete took every entry the snapshot had."""
         self.terms: dict[_Term, bool] = {}
         """(field, term) -> added (True) or removed (False) by the buffered changes."""
+
+
+class _Anchor:
+    __slots__ = ("parts", "taken", "users")
+
+    def __init__(self, parts: SnapshotParts) -> None:
+        self.parts = parts
+        self.taken = time.monotonic()
+        self.users = 0
+
+
+class SnapshotAnchors:
+    """Registered snapshots shared by the transactions that start while they are young.
+
+    A snapshot registers with the Penciller and the Inker through two clone actors (about 3 ms),
+    more than a small transaction's commit. But a registration protects every file that any
+    *later* view names too (a file dropped at a manifest change is deleted only once no live
+    registration predates the change), so a transaction reads views taken from the board when it
+    starts, fresh and consistent, and shares the registration of an *anchor*: a snapshot at most
+    :data:`ANCHOR_SECONDS` old, taken before those views. An anchor is released when its last
+    transaction ends and a newer one has replaced it, or when it has been idle that long.
+    """
+
+    def __init__(
+        self,
+        take: Callable[[], SnapshotParts],
+        release: Callable[[str], object],
+        board: ViewBoard,
+    ) -> None:
+        self._take = take
+        self._release = release
+        self._board = board
+        self._lock = threading.Lock()
+        self._current: _Anchor | None = None
+        self._timer: threading.Timer | None = None
+        self._closed = False
+
+    def views(self) -> tuple[SnapshotParts, Callable[[], None]]:
+        """Fresh views under a registered anchor, and the function that lets the anchor go."""
+        with self._lock:
+            if self._closed:
+                raise UsageError("this Bookie is closed; open the database again with inkpen.open")
+            anchor = self._current
+            if anchor is None or time.monotonic() - anchor.taken > ANCHOR_SECONDS:
+                if anchor is not None:
+                    self._current = None
+                    if anchor.users == 0:
+                        self._release(anchor.parts.snapshot_id)
+                anchor = self._current = _Anchor(self._take())
+            anchor.users += 1
+            cache, ledger, journal = self._board.take()
+            registered = anchor.parts.journal
+            assert registered is not None
+            parts = SnapshotParts(
+                anchor.parts.snapshot_id,
+                cache,
+                ledger,
+                PairedJournal(journal, registered.registered),
+                (),
+            )
+        done = False
+
+        def let_go() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self._let_go(anchor)
+
+        return parts, let_go
+
+    def _let_go(self, anchor: _Anchor) -> None:
+        with self._lock:
+            anchor.users -= 1
+            if anchor.users > 0:
+                return
+            if anchor is not self._current:
+                self._release(anchor.parts.snapshot_id)
+            elif self._timer is None and not self._closed:
+                self._timer = threading.Timer(ANCHOR_SECONDS, self._expire)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self._timer = None
+            anchor = self._current
+            if anchor is not None and anchor.users == 0:
+                self._current = None
+                self._release(anchor.parts.snapshot_id)
+
+    def close(self) -> None:
+        """The Bookie is closing: release the idle anchor; take no new one."""
+        with self._lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            anchor, self._current = self._current, None
+            if anchor is not None and anchor.users == 0:
+                self._release(anchor.parts.snapshot_id)
 
 
 def check_isolation(isolation: Any) -> Isolation:
@@ -618,4 +724,11 @@ class Backoff:
         return random.uniform(0.0, min(self.cap, self.base * 2.0 ** min(attempt, 60)))
 
 
-__all__ = ["Backoff", "Transaction", "check_isolation", "retrying"]
+__all__ = [
+    "ANCHOR_SECONDS",
+    "Backoff",
+    "SnapshotAnchors",
+    "Transaction",
+    "check_isolation",
+    "retrying",
+]
