@@ -1,8 +1,10 @@
 """Transaction: reads from one snapshot and writes that commit atomically, or not at all.
 
 ``with book.transaction(isolation="snapshot" | "serializable") as txn:`` opens a transaction. It
-takes a snapshot of the Bookie (pinned like ``book.snapshot()``, released when the transaction
-ends) and reads from it, overlaid with its own buffered writes: ``get``, ``get_many``, ``head``,
+reads one snapshot of the Bookie (pinned as ``book.snapshot()`` pins one, under a registration
+shared with the transactions that start within :data:`ANCHOR_SECONDS`, and let go when the
+transaction ends; like a snapshot's, it holds files back for at most ``snapshot_timeout_short``),
+overlaid with its own buffered writes: ``get``, ``get_many``, ``head``,
 ``keys``, ``objects`` and ``index_query`` see the snapshot as the transaction's writes so far
 change it (a buffered delete hides a key, a buffered put shows its value, in key order in range
 reads too). ``put`` and ``delete`` only buffer. Leaving the block commits the buffered writes as
