@@ -25,14 +25,17 @@ read the store or wait for an actor, so it runs in the handle's own small thread
 fetch ``fold_chunk`` items per step; argument errors of a fold surface on its first step.
 Cancelling a put's ``await`` does not withdraw the put: it may still become durable.
 
-The async handles have every method of :class:`~inkpen.Bookie`, :class:`~inkpen.Reader` and
-:class:`~inkpen.Snapshot`, by the same names and with the same arguments: what returns a value
-there is a coroutine here, what returns a fold or an iterator is an :class:`AsyncFold`, and what
-is a context manager there is an async one here (``async with book.snapshot() as snap``; ``await
-book.snapshot()`` answers the snapshot itself). ``backup = await book.hot_backup()`` answers an
-:class:`AsyncHotBackup`, and ``await backup(dest)`` copies. A following Reader's
-``changes(since, wait=...)`` tails in the loop: between the changes it reads in a worker thread,
-it waits for the follower's news as the puts wait for their batch, holding no thread.
+The async handles have every method of :class:`~inkpen.Bookie`, :class:`~inkpen.Reader`,
+:class:`~inkpen.Snapshot` and :class:`~inkpen.Transaction`, by the same names and with the same
+arguments: what returns a value there is a coroutine here, what returns a fold or an iterator is
+an :class:`AsyncFold`, and what is a context manager there is an async one here (``async with
+book.snapshot() as snap``; ``await book.snapshot()`` answers the snapshot itself; ``async with
+book.transaction() as txn`` commits at the block's end, or rolls back on an exception, and
+``await inkpen.aio.retrying(fn)`` reruns a coroutine function on conflict). ``backup = await
+book.hot_backup()`` answers an :class:`AsyncHotBackup`, and ``await backup(dest)`` copies. A
+following Reader's ``changes(since, wait=...)`` tails in the loop: between the changes it reads in
+a worker thread, it waits for the follower's news as the puts wait for their batch, holding no
+thread.
 """
 
 from __future__ import annotations
