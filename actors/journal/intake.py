@@ -54,6 +54,7 @@ class WriteGroup:
         "conditional",
         "error",
         "expands",
+        "merges",
         "opened_at",
         "rejected",
         "units",
@@ -70,6 +71,9 @@ class WriteGroup:
         """Whether any change reaches index entries it does not name (a delete, a put with a
         ttl: :func:`~inkpen.actors.journal.changes.reaches_other_entries`); the Inker adds their
         specs before writing."""
+        self.merges = False
+        """Whether any change is a merge (the Inker folds its operand onto the key's value
+        before writing: :mod:`inkpen.actors.read.conditions`)."""
         self.rejected: dict[int, InkpenError] = {}
         """Units the Inker refused (by unit number), with the error their caller gets."""
         self.weight = 0
@@ -191,6 +195,8 @@ class WriteIntake:
                 batch.conditional = True
             if reaches_other_entries(change):
                 batch.expands = True
+            if change.operator is not None:
+                batch.merges = True
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:
@@ -204,6 +210,7 @@ class WriteIntake:
         weight = sum(c.weight for c in changes)
         conditional = any(c.if_sqn is not None for c in changes)
         expands = any(reaches_other_entries(c) for c in changes)
+        merges = any(c.operator is not None for c in changes)
         with self._lock:
             if self._shut is not None:
                 raise self._shut
@@ -220,6 +227,7 @@ class WriteIntake:
             batch.weight += weight
             batch.conditional = batch.conditional or conditional
             batch.expands = batch.expands or expands
+            batch.merges = batch.merges or merges
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:
