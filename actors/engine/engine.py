@@ -552,6 +552,7 @@ class Engine:
             self.ctx.resolver,
             self.ctx.keeper.epoch,
             lambda: self.release_snapshot(parts.snapshot_id),
+            tuple(sorted(self._recorded_operators)),
         )
 
     def stats(self) -> Stats:
