@@ -64,7 +64,7 @@ def folded(model: dict[str, bytes], operation: tuple[Any, ...]) -> bytes | None:
     """The value ``operation`` leaves its key with, ``model`` holding the values before it."""
     kind, key = operation[0], operation[1]
     if kind == "put":
-        return str(operation[2]).encode() + b"|" + operation[3]
+        return str(operation[2]).encode() + b"|" + bytes(operation[3])
     if kind == "delete":
         return None
     if kind == "add":

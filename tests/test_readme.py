@@ -103,6 +103,22 @@ def check_increment(tmp: Path, scope: dict[str, Any], out: str) -> None:
         assert book.get("counters", "visits") == b"201"
 
 
+def check_merge(tmp: Path, scope: dict[str, Any], out: str) -> None:
+    assert out.splitlines() == ["b'3'"]
+    url = str(tmp / "merge-db")
+    assert objects(url) == {
+        (b"counters", b"visits"): b"3",
+        (b"log", b"l1"): b"a",
+        (b"log", b"l2"): b"x",
+    }
+    with pytest.raises(inkpen.UsageError, match="merge_operators"):
+        inkpen.open(url)  # "refuses to open that database for writing without an operator"
+    operators = {"add": scope["add"], "append": scope["append"]}
+    with inkpen.open(url, merge_operators=operators) as book:
+        book.merge("counters", "visits", b"4", operator="add")
+        assert book.get("counters", "visits") == b"7"
+
+
 def check_asyncio(tmp: Path, scope: dict[str, Any], out: str) -> None:
     assert objects(str(tmp / "myapp-db")) == {(b"users", b"alice"): b"..."}
     assert objects(str(tmp / "myapp-backup")) == {(b"users", b"alice"): b"..."}
@@ -131,6 +147,7 @@ CHECKS: dict[str, Callable[[Path, dict[str, Any], str], None]] = {
     'book.put("sessions", "s1"': check_api,
     "batch = inkpen.Batch()": check_batch,
     "def increment(": check_increment,
+    'merge_operators={"add": add, "append": append}': check_merge,
     "async with inkpen.aio.open(": check_asyncio,
     'spark.read.format("inkpen")': check_spark,
     "inkpen.prometheus.register(book, registry)": check_metrics,
