@@ -19,8 +19,11 @@ from typing import Any
 import pytest
 
 import inkpen
+from inkpen.manifest.clones import create_clone
+from inkpen.manifest.model import Manifest, decode, encode
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
+from support.cli import ok
 from support.engine import TINY
 
 COUNTERS = "counters"
@@ -424,3 +427,53 @@ def test_merge_is_refused_in_a_head_only_store() -> None:
 def test_bad_merge_operator_options_are_refused(operators: Any) -> None:
     with pytest.raises(inkpen.UsageError, match="merge_operators"):
         inkpen.open("memory://merge-options", merge_operators=operators)
+
+
+def test_copies_restores_and_clones_record_the_operators(
+    make_store_url: Callable[[str], str],
+) -> None:
+    url = make_store_url("local")
+    with inkpen.open(url, merge_operators=OPERATORS) as book:
+        book.merge(LOGS, "l", b"ab", operator="append")
+        book.merge(LOGS, "l", b"c", operator="append")
+    copied, restored, cloned = (make_store_url("local") for _ in range(3))
+    inkpen.backup(url, copied)
+    inkpen.restore(copied, restored)
+    create_clone(url, cloned)
+    for target in (copied, restored, cloned):
+        assert _manifest_state(target)[1] == ("append",)
+        with inkpen.open_reader(target) as reader:
+            assert reader.get(LOGS, "l") == b"abc"
+        with pytest.raises(inkpen.UsageError, match="'append'"):
+            inkpen.open(target)
+        with inkpen.open(target, merge_operators=OPERATORS) as book:
+            book.merge(LOGS, "l", b"d", operator="append")
+            assert book.get(LOGS, "l") == b"abcd"
+
+
+def test_manifests_without_operators_read_as_none_and_keep_their_document() -> None:
+    plain = Manifest()
+    assert "merge_operators" not in plain.to_document()  # what a store without merges wrote
+    assert Manifest.from_document(plain.to_document()).merge_operators == ()
+    named = Manifest(merge_operators=("add", "append"))
+    assert decode(encode(named), "m").merge_operators == ("add", "append")
+    with pytest.raises(inkpen.UsageError, match="merge_operators"):
+        Manifest(merge_operators=("",))
+
+
+def test_the_command_line_writes_to_a_database_with_operators(
+    make_store_url: Callable[[str], str],
+) -> None:
+    url, restored = make_store_url("local"), make_store_url("local")
+    with inkpen.open(url, merge_operators=OPERATORS) as book:
+        book.merge(COUNTERS, "c", b"4", operator="add")
+        book.merge(COUNTERS, "c", b"5", operator="add")
+    # The command line merges nothing: its writers stand in for the recorded operators.
+    ok("put", url, COUNTERS, "p", "1")
+    ok("restore", url, restored)
+    with inkpen.open_reader(restored) as reader:
+        assert (reader.get(COUNTERS, "c"), reader.get(COUNTERS, "p")) == (b"9", b"1")
+    with inkpen.open(url, merge_operators=OPERATORS) as book:
+        book.merge(COUNTERS, "p", b"1", operator="add")
+        assert book.get(COUNTERS, "p") == b"2"
+        assert book.get(COUNTERS, "c") == b"9"
