@@ -53,7 +53,7 @@ from .errors import (
     UsageError,
 )
 from .operations import CopyReport, backup, destroy, list_databases, restore
-from .options import Options
+from .options import MergeOperator, Options
 from .reader import Reader, open_reader
 from .snapshot import Snapshot
 from .transaction import Transaction, retrying
@@ -82,6 +82,7 @@ __all__ = [
     "LeveledMergePolicy",
     "Levels",
     "MergeJob",
+    "MergeOperator",
     "MergePolicy",
     "Metrics",
     "NotFoundError",

@@ -726,6 +726,29 @@ class AsyncBookie(_AsyncReads[Bookie]):
         await self._write([self._sync._changes.delete(bucket, key, indexes, if_sqn=if_sqn)])
         self._meter.delete.record(perf_counter() - started)
 
+    async def merge(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        operand: bytes,
+        *,
+        operator: str,
+    ) -> None:
+        """Fold ``operand`` onto the key's value with the named merge operator; returns once
+        durable (see :meth:`inkpen.Bookie.merge`)."""
+        started = perf_counter()
+        self._sync._check_open()
+        self._sync._check_not_head_only("merge")
+        change = self._sync._changes.merge(bucket, key, operand, operator)
+        if not self._engine.merge_operator_recorded(operator):
+            try:  # the first merge with this name: one manifest commit, off the loop
+                await self._call(self._engine.record_merge_operator, operator)
+            except BaseException as exc:
+                self._meter.refused(exc)
+                raise
+        await self._write([change])
+        self._meter.put.record(perf_counter() - started, len(change.value or b""))
+
     async def write(self, batch: Batch) -> None:
         """Apply ``batch`` atomically; returns once durable (see :meth:`inkpen.Bookie.write`)."""
         started = perf_counter()

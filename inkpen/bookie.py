@@ -150,6 +150,37 @@ class Bookie(ReadAPI):
             raise
         self._meter.delete.record(perf_counter() - started)
 
+    def merge(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        operand: bytes,
+        *,
+        operator: str,
+    ) -> None:
+        """Fold ``operand`` onto the value of (bucket, key) with the merge operator named
+        ``operator`` (given to ``inkpen.open`` in ``merge_operators``), without reading the key
+        here; returns once durable, as :meth:`put`.
+
+        The writer calls ``fn(key, existing, [operand])`` (``existing`` None for an absent,
+        deleted or expired key) in the same step as the write, so concurrent merges of one key
+        never conflict and each is applied once, in the order they are written. The new value
+        replaces the old one as a put without ``ttl`` or index changes would (index entries are
+        kept). An unknown operator, an operand that is not bytes, or an operator that raises or
+        answers anything but bytes is a :class:`~inkpen.UsageError` and writes nothing.
+        """
+        started = perf_counter()
+        self._check_open()
+        self._check_not_head_only("merge")
+        change = self._changes.merge(bucket, key, operand, operator)
+        try:
+            self._engine.record_merge_operator(operator)
+            self._engine.write(change)
+        except BaseException as exc:
+            self._meter.refused(exc)
+            raise
+        self._meter.put.record(perf_counter() - started, len(change.value or b""))
+
     def write(self, batch: Batch) -> None:
         """Apply every change of ``batch`` atomically and in order; returns once durable.
 
@@ -181,9 +212,13 @@ class Bookie(ReadAPI):
         changes = [
             make.delete(op.bucket, op.key, op.indexes, if_sqn=op.if_sqn)
             if op.delete
+            else make.merge(op.bucket, op.key, op.value, op.operator)
+            if op.operator is not None
             else make.put(op.bucket, op.key, op.value, op.indexes, op.ttl, if_sqn=op.if_sqn)
             for op in batch._pending()
         ]
+        for name in sorted({c.operator for c in changes if c.operator is not None}):
+            self._engine.record_merge_operator(name)
         batch._mark_written()
         return changes
 

@@ -307,6 +307,13 @@ OPTION_VALUES = {
         WRONG_TYPE.filter(lambda v: v is not None and not isinstance(v, list)),
         st.dictionaries(BAD_TEXT, st.just("retain"), min_size=1, max_size=1),
     ),
+    "merge_operators": st.one_of(
+        WRONG_TYPE.filter(lambda v: not isinstance(v, dict)),
+        st.dictionaries(st.sampled_from(("", "a\x00", 7, b"add")), st.just(len), min_size=1),
+        st.dictionaries(
+            st.sampled_from(("add", "x")), WRONG_TYPE.filter(lambda v: not callable(v)), min_size=1
+        ),
+    ),
 }
 
 

@@ -14,7 +14,7 @@ import inspect
 import math
 import types
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,14 @@ NAMES: list[Any] = [
     b"\xff" * 70_000,
     ["k"],
 ]
+
+
+def _append(key: bytes, existing: bytes | None, operands: Sequence[bytes]) -> bytes:
+    return (existing or b"") + b"".join(operands)
+
+
+OPERATORS = {"append": _append}
+"""The merge operators the fuzzed handles are opened with."""
 
 LOCATIONS = {"url", "dest", "destination", "backup", "parent", "clone", "manifests", "store"}
 """Parameters naming a store: given a valid one, never fuzzed here (see test_engine_bad_input)."""
@@ -210,6 +218,8 @@ class World:
             "checkpoint_id": self.checkpoint_id,
             "lifetime": 60.0,
             "fn": lambda: None,
+            "operand": b"1",
+            "operator": "append",
         }
         if name not in values:
             pytest.fail(
@@ -229,12 +239,12 @@ def _state(url: str) -> tuple[object, ...]:
 def world() -> Iterator[World]:
     spaces = [f"fuzz-{uuid.uuid4().hex[:8]}" for _ in range(3)]
     url, async_url, other_url = (f"memory://{space}" for space in spaces)
-    with inkpen.open(url) as book, asyncio.Runner() as runner:
+    with inkpen.open(url, merge_operators=OPERATORS) as book, asyncio.Runner() as runner:
         book.put("b", "k", b"v")
         book.create_feed_cursor("cursor", 1)
 
         async def opened() -> inkpen.aio.AsyncBookie:
-            return await inkpen.aio.open(async_url)
+            return await inkpen.aio.open(async_url, merge_operators=OPERATORS)
 
         async_book = runner.run(opened())
         pinned = book.checkpoint(None, name="fuzz")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -78,8 +79,9 @@ AWAIT_SLICE = 0.5
 T = TypeVar("T")
 
 
-def open_in_mode(manifests: ManifestStore, mode: str | None) -> None:
-    """Open (creating if empty) the database for a writer in head-only ``mode`` (None: normal).
+def open_in_mode(manifests: ManifestStore, mode: str | None) -> Manifest:
+    """Open (creating if empty) the database for a writer in head-only ``mode`` (None: normal);
+    answers the manifest found.
 
     The mode is recorded in the first manifest; a database opened in any other mode is refused
     with a :class:`UsageError` before anything is claimed or written.
@@ -88,9 +90,10 @@ def open_in_mode(manifests: ManifestStore, mode: str | None) -> None:
         # A concurrent opener may have created it first: its mode is checked below.
         with contextlib.suppress(AlreadyExistsError):
             manifests.create(Manifest(head_only=mode))
-    found = manifests.open_database(create_if_missing=True).manifest.head_only
+    manifest = manifests.open_database(create_if_missing=True).manifest
+    found = manifest.head_only
     if found == mode:
-        return
+        return manifest
     if found is None:
         raise UsageError(
             f"the database at {manifests.url} is not a head-only store; switching it to "
@@ -101,6 +104,19 @@ def open_in_mode(manifests: ManifestStore, mode: str | None) -> None:
         f"the database at {manifests.url} is a head-only store (head_only={found!r}); open it "
         f"with head_only={found!r} (switching modes is refused)"
     )
+
+
+def check_merge_operators(url: str, manifest: Manifest, options: Options) -> None:
+    """Refuse (:class:`UsageError`, before anything is claimed or written) a writer lacking a
+    merge operator the database records: later merges of its keys would have no operator."""
+    missing = [name for name in manifest.merge_operators if name not in options.merge_operators]
+    if missing:
+        names = ", ".join(repr(name) for name in missing)
+        example = ", ".join(f"{name!r}: fn" for name in missing)
+        raise UsageError(
+            f"the database at {url} was written with merge operator(s) {names}; open it with "
+            f"inkpen.open(url, merge_operators={{{example}}}) giving the same operator(s)"
+        )
 
 
 class Engine:
@@ -137,6 +153,8 @@ class Engine:
         self.commits = commits if commits is not None else CommitRecord(1)
         """Recent commits, which transactions register with (:mod:`inkpen.actors.read.commits`)."""
         self.closed = False
+        self._operators_lock = threading.Lock()
+        self._recorded_operators = frozenset(ctx.keeper.latest.manifest.merge_operators)
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -154,7 +172,8 @@ class Engine:
 
             store = wrap(store)
         manifests = ManifestStore(store)
-        open_in_mode(manifests, options.head_only)
+        found = open_in_mode(manifests, options.head_only)
+        check_merge_operators(manifests.url, found, options)
         claim = claim_writer(
             manifests,
             allow_missing_segments=options.allow_missing_segments,
@@ -199,7 +218,9 @@ class Engine:
             inker = Inker.start(
                 ctx,
                 intake,
-                ConditionChecker(ctx.board, commits),
+                ConditionChecker(
+                    ctx.board, options.merge_operators, options.max_value_bytes, commits
+                ),
                 epoch=claim.epoch,
                 next_segment=claim.fence_segment + 1,
             )
@@ -432,6 +453,28 @@ class Engine:
         batch, unit = self.intake.submit_unit(changes, guard)
         self._wait_unit(batch, unit)
 
+    def merge_operator_recorded(self, name: str) -> bool:
+        """Whether the manifest is known to name merge operator ``name`` already."""
+        return name in self._recorded_operators
+
+    def record_merge_operator(self, name: str) -> None:
+        """Make sure the manifest names merge operator ``name`` (one manifest commit, the first
+        time a name is merged with), before a merge with it is written."""
+        if name in self._recorded_operators:
+            return
+        with self._operators_lock:
+            if name in self._recorded_operators:
+                return
+
+            def change(m: Manifest) -> Manifest:
+                if name in m.merge_operators:
+                    return m
+                return replace(m, merge_operators=tuple(sorted({*m.merge_operators, name})))
+
+            self.ctx.keeper.commit(change, reason="merge.operator_recorded")
+            self._recorded_operators = self._recorded_operators | {name}
+        log.info("merge.operator_recorded", url=self.url, operator=name)
+
     def _wait_unit(self, batch: WriteGroup, unit: int) -> None:
         timeout = self.ctx.options.put_timeout
         if not batch.wait_unit(unit, timeout):
@@ -521,6 +564,7 @@ class Engine:
             self.ctx.resolver,
             self.ctx.keeper.epoch,
             lambda: self.release_snapshot(parts.snapshot_id),
+            tuple(sorted(self._recorded_operators)),
         )
 
     def stats(self) -> Stats:

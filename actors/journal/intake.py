@@ -56,6 +56,7 @@ class WriteGroup:
         "error",
         "expands",
         "guards",
+        "merges",
         "opened_at",
         "rejected",
         "units",
@@ -75,6 +76,9 @@ class WriteGroup:
         self.guards: dict[int, CommitGuard] = {}
         """The commit guards of transaction units (by unit number), checked with the
         conditions: :mod:`inkpen.actors.journal.guards`."""
+        self.merges = False
+        """Whether any change is a merge (the Inker folds its operand onto the key's value
+        before writing: :mod:`inkpen.actors.read.conditions`)."""
         self.rejected: dict[int, InkpenError] = {}
         """Units the Inker refused (by unit number), with the error their caller gets."""
         self.weight = 0
@@ -196,6 +200,8 @@ class WriteIntake:
                 batch.conditional = True
             if reaches_other_entries(change):
                 batch.expands = True
+            if change.operator is not None:
+                batch.merges = True
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:
@@ -212,6 +218,7 @@ class WriteIntake:
         weight = sum(c.weight for c in changes)
         conditional = guard is not None or any(c.if_sqn is not None for c in changes)
         expands = any(reaches_other_entries(c) for c in changes)
+        merges = any(c.operator is not None for c in changes)
         with self._lock:
             if self._shut is not None:
                 raise self._shut
@@ -230,6 +237,7 @@ class WriteIntake:
             batch.weight += weight
             batch.conditional = batch.conditional or conditional
             batch.expands = batch.expands or expands
+            batch.merges = batch.merges or merges
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:
