@@ -55,9 +55,10 @@ from .errors import (
     UsageError,
 )
 from .operations import CopyReport, backup, destroy, list_databases, restore
-from .options import Options
+from .options import MergeOperator, Options
 from .reader import Reader, open_reader
 from .snapshot import Snapshot
+from .transaction import Transaction, retrying
 
 __all__ = [
     "AlreadyExistsError",
@@ -83,6 +84,7 @@ __all__ = [
     "LeveledMergePolicy",
     "Levels",
     "MergeJob",
+    "MergeOperator",
     "MergePolicy",
     "Metrics",
     "NotFoundError",
@@ -93,6 +95,7 @@ __all__ = [
     "Stats",
     "StoreError",
     "TicTacTree",
+    "Transaction",
     "UsageError",
     "__version__",
     "aio",
@@ -103,5 +106,6 @@ __all__ = [
     "open_compactor",
     "open_reader",
     "restore",
+    "retrying",
     "shards",
 ]

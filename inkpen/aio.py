@@ -25,14 +25,17 @@ read the store or wait for an actor, so it runs in the handle's own small thread
 fetch ``fold_chunk`` items per step; argument errors of a fold surface on its first step.
 Cancelling a put's ``await`` does not withdraw the put: it may still become durable.
 
-The async handles have every method of :class:`~inkpen.Bookie`, :class:`~inkpen.Reader` and
-:class:`~inkpen.Snapshot`, by the same names and with the same arguments: what returns a value
-there is a coroutine here, what returns a fold or an iterator is an :class:`AsyncFold`, and what
-is a context manager there is an async one here (``async with book.snapshot() as snap``; ``await
-book.snapshot()`` answers the snapshot itself). ``backup = await book.hot_backup()`` answers an
-:class:`AsyncHotBackup`, and ``await backup(dest)`` copies. A following Reader's
-``changes(since, wait=...)`` tails in the loop: between the changes it reads in a worker thread,
-it waits for the follower's news as the puts wait for their batch, holding no thread.
+The async handles have every method of :class:`~inkpen.Bookie`, :class:`~inkpen.Reader`,
+:class:`~inkpen.Snapshot` and :class:`~inkpen.Transaction`, by the same names and with the same
+arguments: what returns a value there is a coroutine here, what returns a fold or an iterator is
+an :class:`AsyncFold`, and what is a context manager there is an async one here (``async with
+book.snapshot() as snap``; ``await book.snapshot()`` answers the snapshot itself; ``async with
+book.transaction() as txn`` commits at the block's end, or rolls back on an exception, and
+``await inkpen.aio.retrying(fn)`` reruns a coroutine function on conflict). ``backup = await
+book.hot_backup()`` answers an :class:`AsyncHotBackup`, and ``await backup(dest)`` copies. A
+following Reader's ``changes(since, wait=...)`` tails in the loop: between the changes it reads in
+a worker thread, it waits for the follower's news as the puts wait for their batch, holding no
+thread.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import inspect
 import re
 import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
@@ -68,10 +72,12 @@ from . import bookie as _bookie
 from . import reader as _reader
 from .bookie import Bookie, IndexSpecs, value_bytes
 from .checks import check_count
+from .errors import ConflictError, UsageError
 from .options import Options
 from .read_api import ReadAPI
 from .reader import CaughtUp, Reader
 from .snapshot import Snapshot
+from .transaction import Backoff, Transaction
 
 __all__ = [
     "AsyncBookie",
@@ -79,8 +85,10 @@ __all__ = [
     "AsyncHotBackup",
     "AsyncReader",
     "AsyncSnapshot",
+    "AsyncTransaction",
     "open",
     "open_reader",
+    "retrying",
 ]
 
 T = TypeVar("T")
@@ -424,6 +432,210 @@ class AsyncHotBackup:
         await self.close()
 
 
+class AsyncTransaction:
+    """A transaction for asyncio code (see :class:`inkpen.Transaction`): reads and the commit
+    run in the handle's worker threads; ``async with`` commits, or rolls back on an exception."""
+
+    def __init__(
+        self, sync: Transaction, pool: concurrent.futures.ThreadPoolExecutor, fold_chunk: int
+    ) -> None:
+        self._sync = sync
+        self._pool = pool
+        self._fold_chunk = fold_chunk
+
+    @property
+    def sync(self) -> Transaction:
+        """The synchronous :class:`inkpen.Transaction` underneath."""
+        return self._sync
+
+    @property
+    def isolation(self) -> str:
+        return self._sync.isolation
+
+    @property
+    def snapshot_sqn(self) -> int:
+        return self._sync.snapshot_sqn
+
+    @property
+    def state(self) -> str:
+        return self._sync.state
+
+    async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        except RuntimeError:  # the pool is shut down: the Bookie is closed, so say that
+            self._sync._check_usable()
+            raise
+        return await future
+
+    def _fold(self, start: Callable[[], Iterator[T]]) -> AsyncFold[T]:
+        return AsyncFold(start, self._call, self._fold_chunk)
+
+    async def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
+        """The value as the transaction sees it (see :meth:`inkpen.Transaction.get`)."""
+        return await self._call(self._sync.get, bucket, key)
+
+    async def get_many(
+        self, bucket: str | bytes, keys: Iterable[str | bytes]
+    ) -> list[bytes | None]:
+        """Many values as the transaction sees them (see :meth:`inkpen.Transaction.get_many`)."""
+        return await self._call(self._sync.get_many, bucket, keys)
+
+    async def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
+        """The metadata as the transaction sees it (see :meth:`inkpen.Transaction.head`)."""
+        return await self._call(self._sync.head, bucket, key)
+
+    def keys(
+        self,
+        bucket: str | bytes,
+        start: str | bytes | None = None,
+        end: str | bytes | None = None,
+        *,
+        reverse: bool = False,
+    ) -> AsyncFold[bytes]:
+        """``async for key in txn.keys(bucket, start, end)``: keys as the transaction sees them."""
+        return self._fold(lambda: self._sync.keys(bucket, start, end, reverse=reverse))
+
+    def objects(
+        self,
+        bucket: str | bytes | None = None,
+        start: str | bytes | None = None,
+        end: str | bytes | None = None,
+        *,
+        order: Literal["key", "sqn"] = "key",
+        reverse: bool = False,
+    ) -> AsyncFold[tuple[bytes, bytes, bytes]]:
+        """``async for bucket, key, value in txn.objects(...)`` (see
+        :meth:`inkpen.Transaction.objects`)."""
+        return self._fold(
+            lambda: self._sync.objects(bucket, start, end, order=order, reverse=reverse)
+        )
+
+    def index_query(
+        self,
+        bucket: str | bytes,
+        field: str | bytes,
+        start: str | bytes,
+        end: str | bytes,
+        *,
+        regex: str | bytes | re.Pattern[Any] | None = None,
+        return_terms: bool = False,
+        reverse: bool = False,
+    ) -> AsyncFold[Any]:
+        """``async for key in txn.index_query(...)`` (see
+        :meth:`inkpen.Transaction.index_query`)."""
+        return self._fold(
+            lambda: self._sync.index_query(
+                bucket, field, start, end, regex=regex, return_terms=return_terms, reverse=reverse
+            )
+        )
+
+    async def put(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        value: bytes,
+        *,
+        indexes: IndexSpecs = (),
+        ttl: float | None = None,
+        if_sqn: int | None = None,
+    ) -> None:
+        """Buffer a put (see :meth:`inkpen.Transaction.put`); nothing waits."""
+        self._sync.put(bucket, key, value, indexes=indexes, ttl=ttl, if_sqn=if_sqn)
+
+    async def delete(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        *,
+        indexes: IndexSpecs = (),
+        if_sqn: int | None = None,
+    ) -> None:
+        """Buffer a delete (see :meth:`inkpen.Transaction.delete`); nothing waits."""
+        self._sync.delete(bucket, key, indexes=indexes, if_sqn=if_sqn)
+
+    async def commit(self) -> None:
+        """Write the buffered changes atomically (see :meth:`inkpen.Transaction.commit`)."""
+        await self._call(self._sync.commit)
+
+    async def rollback(self) -> None:
+        """Discard the buffered changes and end the transaction."""
+        await self._call(self._sync.rollback)
+
+    async def close(self) -> None:
+        """Roll back if still open. Idempotent."""
+        await self._call(self._sync.close)
+
+    async def __aenter__(self) -> AsyncTransaction:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if self._sync.state != "open":
+            return
+        if exc_type is not None:
+            await self.close()
+        else:
+            await self.commit()
+
+
+async def retrying(
+    fn: Callable[[], Awaitable[T]],
+    attempts: int = 10,
+    *,
+    base_delay: float = 0.001,
+    max_delay: float = 0.1,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+) -> T:
+    """:func:`inkpen.retrying` for coroutines: ``await retrying(fn)`` awaits ``fn()`` again on
+    :class:`~inkpen.ConflictError`, waiting (without a thread) a jittered, growing delay."""
+    backoff = Backoff(fn, attempts, base_delay, max_delay, sleep)
+    for attempt in range(attempts):
+        pending = fn()
+        if not inspect.isawaitable(pending):
+            raise UsageError(
+                f"retrying awaits what fn() returns; fn returned {pending!r:.80} (pass an async "
+                "function, or use inkpen.retrying for plain ones)"
+            )
+        try:
+            return await pending
+        except ConflictError:
+            if attempt + 1 >= attempts:
+                raise
+        wait = backoff.delay(attempt)
+        if wait > 0:
+            await sleep(wait)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+A = TypeVar("A", bound=AsyncTransaction)
+
+
+class _Begun(Generic[A]):
+    """What ``transaction`` answers: await it for the transaction, or use it with ``async
+    with`` (which commits at the end, or rolls back on an exception)."""
+
+    def __init__(self, make: Callable[[], Awaitable[A]]) -> None:
+        self._make = make
+        self._handle: A | None = None
+
+    def __await__(self) -> Generator[Any, None, A]:
+        return self._make().__await__()
+
+    async def __aenter__(self) -> A:
+        self._handle = await self._make()
+        return self._handle
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._handle is not None:
+            await self._handle.__aexit__(exc_type, exc, tb)
+
+
 class _Waits:
     """The futures of the batches this handle's puts wait on, one per (loop, batch)."""
 
@@ -514,6 +726,29 @@ class AsyncBookie(_AsyncReads[Bookie]):
         await self._write([self._sync._changes.delete(bucket, key, indexes, if_sqn=if_sqn)])
         self._meter.delete.record(perf_counter() - started)
 
+    async def merge(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        operand: bytes,
+        *,
+        operator: str,
+    ) -> None:
+        """Fold ``operand`` onto the key's value with the named merge operator; returns once
+        durable (see :meth:`inkpen.Bookie.merge`)."""
+        started = perf_counter()
+        self._sync._check_open()
+        self._sync._check_not_head_only("merge")
+        change = self._sync._changes.merge(bucket, key, operand, operator)
+        if not self._engine.merge_operator_recorded(operator):
+            try:  # the first merge with this name: one manifest commit, off the loop
+                await self._call(self._engine.record_merge_operator, operator)
+            except BaseException as exc:
+                self._meter.refused(exc)
+                raise
+        await self._write([change])
+        self._meter.put.record(perf_counter() - started, len(change.value or b""))
+
     async def write(self, batch: Batch) -> None:
         """Apply ``batch`` atomically; returns once durable (see :meth:`inkpen.Bookie.write`)."""
         started = perf_counter()
@@ -565,6 +800,17 @@ class AsyncBookie(_AsyncReads[Bookie]):
             except TimeoutError:
                 raise put_timed_out(self.url, timeout) from None
         batch.check_unit(unit)  # a failed if_sqn condition: ConflictError
+
+    def transaction(self, isolation: str = "snapshot") -> _Begun[AsyncTransaction]:
+        """An :class:`AsyncTransaction` (see :meth:`inkpen.Bookie.transaction`): ``async with
+        book.transaction() as txn`` commits at the block's end (rolls back on an exception);
+        ``txn = await book.transaction()`` leaves that to ``await txn.commit()``."""
+
+        async def make() -> AsyncTransaction:
+            txn = await self._call(self._sync.transaction, isolation)
+            return AsyncTransaction(txn, self._pool, self._fold_chunk)
+
+        return _Begun(make)
 
     def snapshot(
         self, *, long_running: bool = False, ledger_only: bool = False

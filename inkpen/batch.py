@@ -1,6 +1,7 @@
-"""Batch: several puts and deletes that :meth:`inkpen.Bookie.write` applies atomically.
+"""Batch: several puts, deletes and merges that :meth:`inkpen.Bookie.write` applies atomically.
 
-A batch is built in the caller's thread (``batch.put``, ``batch.delete``; nothing is written yet)
+A batch is built in the caller's thread (``batch.put``, ``batch.delete``, ``batch.merge``;
+nothing is written yet)
 and handed to ``book.write(batch)`` once. The write is all or nothing: every change is checked
 before anything is submitted (a bad one raises :class:`~inkpen.UsageError` and nothing is
 written), the changes go into one journal segment (the intake never splits a batch across
@@ -42,6 +43,7 @@ class _Op(NamedTuple):
     indexes: tuple[Any, ...]
     ttl: float | None
     if_sqn: int | None
+    operator: str | None = None
 
 
 class Batch:
@@ -83,6 +85,27 @@ class Batch:
         """Add a delete (as :meth:`inkpen.Bookie.delete`); returns the batch."""
         b, k = self._names(bucket, key)
         return self._add(_Op(True, b, k, None, _specs(indexes), None, _condition(if_sqn)))
+
+    def merge(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        operand: bytes,
+        *,
+        operator: str,
+    ) -> Batch:
+        """Add a merge (as :meth:`inkpen.Bookie.merge`): ``operand`` folded onto the key's value
+        (as the batch's earlier changes leave it) by the merge operator named ``operator``;
+        returns the batch."""
+        b, k = self._names(bucket, key)
+        if not isinstance(operand, bytes | bytearray | memoryview):
+            raise UsageError(f"merge operand must be bytes, got {type(operand).__name__}")
+        if not isinstance(operator, str):
+            raise UsageError(
+                f"merge operator must be the name (str) of one of the option merge_operators, "
+                f"got {type(operator).__name__}"
+            )
+        return self._add(_Op(False, b, k, bytes(operand), (), None, None, operator))
 
     def _names(self, bucket: Any, key: Any) -> tuple[bytes, bytes]:
         self._check_unwritten()

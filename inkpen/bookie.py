@@ -15,6 +15,7 @@ at most ``max_value_bytes`` (64 MiB by default); a put carries at most ``max_ind
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from time import perf_counter
 from typing import Any
@@ -44,6 +45,7 @@ from .errors import FencedError, InkpenError, NotFoundError, UsageError
 from .options import Options
 from .read_api import ReadAPI
 from .snapshot import PartsSource, Snapshot
+from .transaction import SnapshotAnchors, Transaction, check_isolation
 
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
@@ -74,6 +76,13 @@ class Bookie(ReadAPI):
         self._live = _LiveSource(engine.board)
         self._meter = engine.meter
         self._closed = False
+        self._transactions: set[Transaction] = set()
+        self._transactions_lock = threading.Lock()
+        self._anchors = SnapshotAnchors(
+            lambda: engine.take_snapshot(long_running=False, ledger_only=False),
+            engine.release_snapshot,
+            engine.board,
+        )
 
     @property
     def url(self) -> str:
@@ -141,6 +150,37 @@ class Bookie(ReadAPI):
             raise
         self._meter.delete.record(perf_counter() - started)
 
+    def merge(
+        self,
+        bucket: str | bytes,
+        key: str | bytes,
+        operand: bytes,
+        *,
+        operator: str,
+    ) -> None:
+        """Fold ``operand`` onto the value of (bucket, key) with the merge operator named
+        ``operator`` (given to ``inkpen.open`` in ``merge_operators``), without reading the key
+        here; returns once durable, as :meth:`put`.
+
+        The writer calls ``fn(key, existing, [operand])`` (``existing`` None for an absent,
+        deleted or expired key) in the same step as the write, so concurrent merges of one key
+        never conflict and each is applied once, in the order they are written. The new value
+        replaces the old one as a put without ``ttl`` or index changes would (index entries are
+        kept). An unknown operator, an operand that is not bytes, or an operator that raises or
+        answers anything but bytes is a :class:`~inkpen.UsageError` and writes nothing.
+        """
+        started = perf_counter()
+        self._check_open()
+        self._check_not_head_only("merge")
+        change = self._changes.merge(bucket, key, operand, operator)
+        try:
+            self._engine.record_merge_operator(operator)
+            self._engine.write(change)
+        except BaseException as exc:
+            self._meter.refused(exc)
+            raise
+        self._meter.put.record(perf_counter() - started, len(change.value or b""))
+
     def write(self, batch: Batch) -> None:
         """Apply every change of ``batch`` atomically and in order; returns once durable.
 
@@ -172,9 +212,13 @@ class Bookie(ReadAPI):
         changes = [
             make.delete(op.bucket, op.key, op.indexes, if_sqn=op.if_sqn)
             if op.delete
+            else make.merge(op.bucket, op.key, op.value, op.operator)
+            if op.operator is not None
             else make.put(op.bucket, op.key, op.value, op.indexes, op.ttl, if_sqn=op.if_sqn)
             for op in batch._pending()
         ]
+        for name in sorted({c.operator for c in changes if c.operator is not None}):
+            self._engine.record_merge_operator(name)
         batch._mark_written()
         return changes
 
@@ -271,6 +315,53 @@ class Bookie(ReadAPI):
             release=self._engine.release_snapshot,
             meter=self._meter,
         )
+
+    def transaction(self, isolation: str = "snapshot") -> Transaction:
+        """A :class:`~inkpen.Transaction`: reads from one snapshot plus its own writes, which
+        commit atomically when the ``with`` block ends (``isolation``: ``"snapshot"`` or
+        ``"serializable"``; see :mod:`inkpen.transaction` for the conflict rules)."""
+        self._check_open()
+        level = check_isolation(isolation)
+        commits = self._engine.commits
+        token = commits.register()  # before the snapshot: see inkpen.actors.read.commits
+        try:
+            parts, let_go = self._anchors.views()
+        except BaseException:
+            commits.release(token)
+            raise
+        snap = Snapshot(
+            parts,
+            head_only=self._head_only,
+            now_ms=self._now_ms,
+            owner_open=lambda: not self._closed,
+            release=lambda _: let_go(),
+            meter=self._meter,
+        )
+        sqn = parts.max_sqn()
+        commits.raise_floor(token, sqn)
+
+        def ended(txn: Transaction) -> None:
+            commits.release(token)
+            with self._transactions_lock:
+                self._transactions.discard(txn)
+
+        txn = Transaction(
+            isolation=level,
+            snapshot=snap,
+            snapshot_sqn=sqn,
+            engine=self._engine,
+            changes=self._changes,
+            options=self._options,
+            check_book=self._check_writable,
+            release=ended,
+        )
+        with self._transactions_lock:
+            self._transactions.add(txn)
+        return txn
+
+    def _check_writable(self, what: str) -> None:
+        self._check_open()
+        self._check_not_head_only(what)
 
     def compact_journal(self) -> CompactionReport:
         """Run one journal compaction (Leveled's ``book_compactjournal``) and return its report.
@@ -391,6 +482,7 @@ class Bookie(ReadAPI):
         if self._closed:
             return
         self._closed = True
+        self._end_transactions()
         self._engine.close()
 
     def abandon(self) -> None:
@@ -403,7 +495,16 @@ class Bookie(ReadAPI):
         if self._closed:
             return
         self._closed = True
+        self._end_transactions()
         self._engine.close(persist=False)
+
+    def _end_transactions(self) -> None:
+        """Closing: every open transaction ends unwritten and releases its snapshot."""
+        with self._transactions_lock:
+            open_ones = list(self._transactions)
+        for txn in open_ones:
+            txn._abandon()
+        self._anchors.close()
 
     def __enter__(self) -> Bookie:
         return self

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from inkpen.manifest.copies import CopyReport, copy_database
@@ -36,6 +36,7 @@ from inkpen.objectstore.url import backend_of, check_distinct_locations, parse_s
 from . import bookie as _bookie
 from .checks import check_flag, check_text
 from .errors import NotFoundError, UsageError
+from .options import MergeOperator
 
 __all__ = ["CopyReport", "backup", "destroy", "list_databases", "restore"]
 
@@ -81,6 +82,20 @@ def backup(
         return copy_database(source, target, checkpoint=checkpoint)
 
 
+def _refuse_merges(key: bytes, existing: bytes | None, operands: Sequence[bytes]) -> bytes:
+    raise UsageError(
+        "this writer stands in for the database's recorded merge operators and merges nothing; "
+        "open the database with inkpen.open(url, merge_operators={...}) to merge"
+    )
+
+
+def stand_in_operators(names: Iterable[str]) -> dict[str, MergeOperator]:
+    """Merge operators for the recorded ``names`` that refuse every merge, for a writer that
+    merges nothing (restore's rebuild, the command line's writers): values in the journal are
+    folded already, so such a writer needs none of the application's operators."""
+    return dict.fromkeys(names, _refuse_merges)
+
+
 def restore(
     backup: str | ObjectStore,
     dest: str | ObjectStore,
@@ -104,6 +119,12 @@ def restore(
         latest = ManifestStore(target).latest()
         if latest is not None and latest.manifest.head_only is not None:
             options.setdefault("head_only", latest.manifest.head_only)  # a copy keeps its mode
+        given = options.get("merge_operators", {})
+        if latest is not None and latest.manifest.merge_operators and isinstance(given, Mapping):
+            # The open only rebuilds the ledger and merges nothing: the recorded operators
+            # need not be given (values in the journal are folded already).
+            standing_in = stand_in_operators(latest.manifest.merge_operators)
+            options["merge_operators"] = {**standing_in, **given}
         with _bookie.open(target, None, **options):
             pass
     return report

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .checks import MAX_SECONDS, check_flag
 from .errors import UsageError
@@ -30,6 +30,26 @@ Compaction = Literal["internal", "external"]
 
 KiB = 1024
 MiB = 1024 * KiB
+
+MAX_OPERATOR_NAME = 200
+"""Longest merge operator name, in characters."""
+
+
+class MergeOperator(Protocol):
+    """A merge operator (``inkpen.open(url, merge_operators={"name": fn})``): folds operands
+    onto a value.
+
+    ``fn(key, existing, operands)`` gets the object key (bytes), the key's current value
+    (``None`` when the key is absent, deleted or expired) and the operands to apply, oldest
+    first (bytes each), and answers the new value (bytes). It must be deterministic and must
+    not call back into the Bookie: it runs in the writer, between the key's earlier and later
+    changes. An exception it raises refuses that write (a ``UsageError`` naming it) and writes
+    nothing.
+    """
+
+    def __call__(
+        self, key: bytes, existing: bytes | None, operands: Sequence[bytes], /
+    ) -> bytes: ...
 
 
 RENAMED_OPTIONS = {
@@ -146,11 +166,28 @@ class Options:
         data; a journal file held open costs about 4 bytes per 32 entries beyond it.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
 
+    Transactions (``Bookie.transaction``)
+        ``transaction_max_keys``: the most keys one transaction may track: the keys it writes,
+        plus under ``serializable`` the keys and the ranges it reads (10,000; a commit also
+        holds at most 10,000 changes, as a batch does). ``transaction_max_bytes``: the most
+        bytes of buckets, keys and values it may buffer (64 MiB, at most 256 MiB: a batch's
+        limit). Past either, the call raises ``UsageError`` and the transaction stays as it was.
+        ``transaction_window_keys``: the most ledger keys the writer's record of recent commits
+        holds while transactions are open (about 100 bytes each); a transaction whose snapshot
+        is older than what the record still holds conflicts at commit, as it can no longer be
+        checked.
+
     Metrics
         ``metrics``: record every put, delete, batch, get and fold (counts, value bytes and a
         latency histogram each) and count the store's requests, for ``metrics()`` (True, the
         default). False makes that recording a no-op; ``metrics()`` still answers the state
         (files per level, the journal, backpressure, caches) and the owners' work.
+
+    Merge operators
+        ``merge_operators``: a mapping of names to :class:`MergeOperator` functions, which
+        ``Bookie.merge(bucket, key, operand, operator=name)`` folds onto a key's value in the
+        writer. The first merge with a name records it in the manifest; a database with a
+        recorded name refuses to open for writing without an operator of that name.
 
     ``clock``: the wall clock in seconds (TTL expiry and last-modified times); tests inject one.
     """
@@ -212,7 +249,15 @@ class Options:
     max_value_bytes: int = 64 * MiB
     max_indexes: int = 1024
 
+    transaction_max_keys: int = 10_000
+    transaction_max_bytes: int = 64 * MiB
+    transaction_window_keys: int = 1_000_000
+
     metrics: bool = True
+
+    merge_operators: Mapping[str, MergeOperator] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     clock: Callable[[], float] = time.time
 
@@ -263,6 +308,9 @@ class Options:
             "max_key_bytes": (1, 64 * KiB),
             "max_value_bytes": (0, 1024 * MiB),
             "max_indexes": (0, 1_000_000),
+            "transaction_max_keys": (1, 1_000_000),
+            "transaction_max_bytes": (1 * KiB, 256 * MiB),
+            "transaction_window_keys": (1, 100_000_000),
             "compute_workers": (0, 64),
             "malloc_mmap_threshold": (0, 1024 * MiB),
         }
@@ -296,6 +344,7 @@ class Options:
             )
         if not callable(self.clock):
             raise UsageError("option clock must be a callable returning seconds since the epoch")
+        object.__setattr__(self, "merge_operators", _check_operators(self.merge_operators))
 
     @classmethod
     def build(cls, options: Options | None = None, **overrides: Any) -> Options:
@@ -326,6 +375,42 @@ class Options:
     def strategy_for(self, tag: str) -> ReloadStrategy:
         """The reload strategy of a tag ('o' objects, 'h' head-only objects)."""
         return self.reload_strategy.get(tag, "retain")
+
+
+def check_operator_name(name: Any, what: str = "merge operator name") -> str:
+    """A merge operator's name: non-empty text of at most ``MAX_OPERATOR_NAME`` characters,
+    without NUL or lone surrogates."""
+    if not isinstance(name, str):
+        raise UsageError(f"{what} must be a str, got {type(name).__name__}")
+    if not name or len(name) > MAX_OPERATOR_NAME:
+        raise UsageError(
+            f"{what} must be 1 to {MAX_OPERATOR_NAME} characters, got {len(name)} characters"
+        )
+    if "\x00" in name:
+        raise UsageError(f"{what} {name!r} contains a NUL; choose a plain name")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} {name!r} is not valid Unicode text") from None
+    return name
+
+
+def _check_operators(operators: Any) -> Mapping[str, MergeOperator]:
+    if not isinstance(operators, Mapping):
+        raise UsageError(
+            "option merge_operators must map names to functions fn(key, existing, operands) "
+            f"-> bytes, got {type(operators).__name__}"
+        )
+    checked: dict[str, MergeOperator] = {}
+    for name, operator in operators.items():
+        check_operator_name(name, "option merge_operators: a name")
+        if not callable(operator):
+            raise UsageError(
+                f"option merge_operators[{name!r}] must be a function fn(key, existing, "
+                f"operands) -> bytes, got {type(operator).__name__}"
+            )
+        checked[name] = operator
+    return MappingProxyType(checked)
 
 
 def _check_range(name: str, value: Any, lo: float, hi: float) -> None:

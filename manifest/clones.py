@@ -149,6 +149,7 @@ def create_clone(
             parent=current.parent,
             initialized=True,
             head_only=pinned.head_only,
+            merge_operators=pinned.merge_operators,
         )
 
     done = clone_ms.update(finish)

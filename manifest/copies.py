@@ -214,12 +214,21 @@ def commit(
     files: tuple[JournalFileDescriptor, ...],
     ledger: LedgerState,
     head_only: str | None = None,
+    merge_operators: tuple[str, ...] = (),
 ) -> VersionedManifest:
     """Write the destination manifest naming the copied files (see the module docstring); a
-    head-only source gives a head-only copy."""
+    head-only source gives a head-only copy, and the copy records the source's merge
+    operators."""
     journal = JournalState(files=tuple(sorted(files, key=lambda f: f.min_sqn)))
     if state is not RootState.DATABASE:
-        return target.create(Manifest(journal=journal, ledger=ledger, head_only=head_only))
+        return target.create(
+            Manifest(
+                journal=journal,
+                ledger=ledger,
+                head_only=head_only,
+                merge_operators=merge_operators,
+            )
+        )
     store = target.store
 
     def change(current: VersionedManifest) -> Manifest:
@@ -233,6 +242,7 @@ def commit(
             ledger=ledger,
             initialized=True,
             head_only=head_only,
+            merge_operators=merge_operators,
         )
 
     return target.update(change)
@@ -279,7 +289,7 @@ def copy_database(
         copied_bytes += tail.size
     levels = tuple(tuple(s.with_root(None) for s in level) for level in manifest.ledger.levels)
     ledger = LedgerState(levels=levels, persisted_sqn=manifest.ledger.persisted_sqn)
-    written = commit(target, state, files, ledger, manifest.head_only)
+    written = commit(target, state, files, ledger, manifest.head_only, manifest.merge_operators)
     collected = collect_as_writer(dest, written.manifest.writer_epoch)
     report = CopyReport(
         source=source.url,

@@ -485,6 +485,10 @@ class Manifest:
     """How the writer of ``writer_epoch`` compacts: ``"internal"`` (it merges and collects
     itself; manifests from before this field read so) or ``"external"`` (a compactor process
     does). A compactor refuses to start beside an internal writer (DESIGN.md section 7)."""
+    merge_operators: tuple[str, ...] = ()
+    """Names of the merge operators the database was written with (sorted; recorded by the first
+    merge with each). A writer must be opened with an operator of each name; manifests from
+    before this field read as none."""
 
     def __post_init__(self) -> None:
         if (
@@ -523,6 +527,10 @@ class Manifest:
                 "manifest writer_compaction must be internal or external, got "
                 f"{self.writer_compaction!r}"
             )
+        operators = tuple(self.merge_operators)
+        if not all(isinstance(name, str) and name for name in operators):
+            raise UsageError(f"manifest merge_operators must be names, got {operators!r}")
+        object.__setattr__(self, "merge_operators", operators)
         cursors = tuple(self.feed_cursors)
         object.__setattr__(self, "feed_cursors", cursors)
         names: set[str] = set()
@@ -594,7 +602,7 @@ class Manifest:
     # -- documents -------------------------------------------------------------------------------
 
     def to_document(self) -> dict[str, Any]:
-        return {
+        document = {
             "format_version": self.format_version,
             "writer_epoch": self.writer_epoch,
             "compactor_epoch": self.compactor_epoch,
@@ -608,6 +616,9 @@ class Manifest:
             "feed_cursors": [c.to_document() for c in self.feed_cursors],
             "writer_compaction": self.writer_compaction,
         }
+        if self.merge_operators:  # absent otherwise: a store without them writes what it did
+            document["merge_operators"] = list(self.merge_operators)
+        return document
 
     @classmethod
     def from_document(cls, doc: Mapping[str, Any]) -> Manifest:
@@ -625,6 +636,7 @@ class Manifest:
             head_only=doc.get("head_only"),
             feed_cursors=tuple(FeedCursor.from_document(c) for c in doc.get("feed_cursors", ())),
             writer_compaction=doc.get("writer_compaction", COMPACTION_INTERNAL),
+            merge_operators=tuple(doc.get("merge_operators", ())),
         )
 
 

@@ -19,7 +19,14 @@ import pytest
 
 import inkpen
 import inkpen.aio
-from inkpen.aio import AsyncBookie, AsyncFold, AsyncHotBackup, AsyncReader, AsyncSnapshot
+from inkpen.aio import (
+    AsyncBookie,
+    AsyncFold,
+    AsyncHotBackup,
+    AsyncReader,
+    AsyncSnapshot,
+    AsyncTransaction,
+)
 from inkpen.read_api import FoldIterator
 
 PAIRS: list[tuple[type, type]] = [
@@ -27,6 +34,7 @@ PAIRS: list[tuple[type, type]] = [
     (inkpen.Reader, AsyncReader),
     (inkpen.Snapshot, AsyncSnapshot),
     (inkpen.HotBackup, AsyncHotBackup),
+    (inkpen.Transaction, AsyncTransaction),
 ]
 TWINS: dict[Any, Any] = dict(PAIRS)
 """A sync handle type a method returns -> the type its async twin returns instead."""

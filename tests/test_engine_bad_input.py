@@ -293,10 +293,26 @@ OPTION_VALUES = {
         st.integers(min_value=2**40), st.integers(max_value=0), st.floats(), st.text(max_size=3)
     ),
     "compute_workers": st.one_of(st.integers(min_value=65), st.floats(), st.booleans()),
+    "transaction_max_keys": st.one_of(
+        st.integers(min_value=1_000_001), st.integers(max_value=0), st.floats(), st.booleans()
+    ),
+    "transaction_max_bytes": st.one_of(
+        st.integers(min_value=2**28 + 1), st.integers(max_value=1023), st.floats(), st.text()
+    ),
+    "transaction_window_keys": st.one_of(
+        st.integers(min_value=100_000_001), st.integers(max_value=0), st.floats(), st.booleans()
+    ),
     "flush_policy": st.one_of(BAD_TEXT, WRONG_TYPE),
     "reload_strategy": st.one_of(
         WRONG_TYPE.filter(lambda v: v is not None and not isinstance(v, list)),
         st.dictionaries(BAD_TEXT, st.just("retain"), min_size=1, max_size=1),
+    ),
+    "merge_operators": st.one_of(
+        WRONG_TYPE.filter(lambda v: not isinstance(v, dict)),
+        st.dictionaries(st.sampled_from(("", "a\x00", 7, b"add")), st.just(len), min_size=1),
+        st.dictionaries(
+            st.sampled_from(("add", "x")), WRONG_TYPE.filter(lambda v: not callable(v)), min_size=1
+        ),
     ),
 }
 

@@ -14,7 +14,7 @@ import inspect
 import math
 import types
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,14 @@ NAMES: list[Any] = [
     b"\xff" * 70_000,
     ["k"],
 ]
+
+
+def _append(key: bytes, existing: bytes | None, operands: Sequence[bytes]) -> bytes:
+    return (existing or b"") + b"".join(operands)
+
+
+OPERATORS = {"append": _append}
+"""The merge operators the fuzzed handles are opened with."""
 
 LOCATIONS = {"url", "dest", "destination", "backup", "parent", "clone", "manifests", "store"}
 """Parameters naming a store: given a valid one, never fuzzed here (see test_engine_bad_input)."""
@@ -170,6 +178,8 @@ class World:
             "AsyncBookie": lambda: self.async_book,
             "AsyncReader": lambda: self._async_closing(inkpen.aio.open_reader(self.url)),
             "AsyncSnapshot": lambda: self._async_closing(self.async_book.snapshot()),
+            "Transaction": lambda: self._closing(self.book.transaction("serializable")),
+            "AsyncTransaction": lambda: self._async_closing(self.async_book.transaction()),
         }
         if owner not in makers:
             pytest.fail(
@@ -215,6 +225,9 @@ class World:
             "shard": 0,
             "index": 0,
             "shards": 2,
+            "fn": lambda: None,
+            "operand": b"1",
+            "operator": "append",
         }
         if name not in values:
             pytest.fail(
@@ -236,7 +249,7 @@ def world() -> Iterator[World]:
     url, async_url, other_url, shards_url = (f"memory://{space}" for space in spaces)
     inkpen.shards.create(shards_url, shards=2)
     with (
-        inkpen.open(url) as book,
+        inkpen.open(url, merge_operators=OPERATORS) as book,
         asyncio.Runner() as runner,
         inkpen.shards.open(shards_url) as sharded,
     ):
@@ -245,7 +258,7 @@ def world() -> Iterator[World]:
         book.create_feed_cursor("cursor", 1)
 
         async def opened() -> inkpen.aio.AsyncBookie:
-            return await inkpen.aio.open(async_url)
+            return await inkpen.aio.open(async_url, merge_operators=OPERATORS)
 
         async_book = runner.run(opened())
         pinned = book.checkpoint(None, name="fuzz")
@@ -279,10 +292,13 @@ def _settle(world: World, result: Any) -> None:
         world.runner.run(_drain(result))
     elif isinstance(result, FoldIterator):
         list(result)
-    if isinstance(result, inkpen.aio.AsyncSnapshot | inkpen.aio.AsyncReader):
+    if isinstance(
+        result, inkpen.aio.AsyncSnapshot | inkpen.aio.AsyncReader | inkpen.aio.AsyncTransaction
+    ):
         world.runner.run(result.close())
     elif result is not world.book and isinstance(
-        result, inkpen.Reader | inkpen.Snapshot | inkpen.Compactor | inkpen.Bookie
+        result,
+        inkpen.Reader | inkpen.Snapshot | inkpen.Compactor | inkpen.Bookie | inkpen.Transaction,
     ):
         result.close()
 
@@ -299,6 +315,11 @@ def test_the_fuzz_finds_the_entry_points() -> None:
         "inkpen.operations.backup",
         "inkpen._shard_layout.shard_of",
         "inkpen._shard_handle.ShardedBookie.put",
+        "inkpen.bookie.Bookie.transaction",
+        "inkpen.transaction.Transaction.put",
+        "inkpen.transaction.Transaction.index_query",
+        "inkpen.transaction.retrying",
+        "inkpen.aio.AsyncTransaction.get_many",
     ):
         assert expected in ENTRY_POINTS, sorted(ENTRY_POINTS)
 

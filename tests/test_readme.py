@@ -103,6 +103,50 @@ def check_increment(tmp: Path, scope: dict[str, Any], out: str) -> None:
         assert book.get("counters", "visits") == b"201"
 
 
+def check_transfer(tmp: Path, scope: dict[str, Any], out: str) -> None:
+    assert out.splitlines() == ["[b'70', b'30']"]
+    # the README's own function, retried, from 8 threads at once: no money appears or vanishes
+    transfer: Callable[[inkpen.Bookie, str, str, int], None] = scope["transfer"]
+    with inkpen.open(str(tmp / "myapp-db")) as book:
+        start = threading.Barrier(8)
+        failures: list[BaseException] = []
+
+        def hammer(n: int) -> None:
+            start.wait()
+            src, dst = ("alice", "bob") if n % 2 else ("bob", "alice")
+            for _ in range(10):
+                try:
+                    inkpen.retrying(lambda: transfer(book, src, dst, 1), attempts=1000)
+                except ValueError:
+                    pass  # not enough money: nothing written
+                except BaseException as exc:
+                    failures.append(exc)
+
+        threads = [threading.Thread(target=hammer, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert sum(int(v or b"0") for v in book.get_many("accounts", ["alice", "bob"])) == 100
+
+
+def check_merge(tmp: Path, scope: dict[str, Any], out: str) -> None:
+    assert out.splitlines() == ["b'3'"]
+    url = str(tmp / "merge-db")
+    assert objects(url) == {
+        (b"counters", b"visits"): b"3",
+        (b"log", b"l1"): b"a",
+        (b"log", b"l2"): b"x",
+    }
+    with pytest.raises(inkpen.UsageError, match="merge_operators"):
+        inkpen.open(url)  # "refuses to open that database for writing without an operator"
+    operators = {"add": scope["add"], "append": scope["append"]}
+    with inkpen.open(url, merge_operators=operators) as book:
+        book.merge("counters", "visits", b"4", operator="add")
+        assert book.get("counters", "visits") == b"7"
+
+
 def check_asyncio(tmp: Path, scope: dict[str, Any], out: str) -> None:
     assert objects(str(tmp / "myapp-db")) == {(b"users", b"alice"): b"..."}
     assert objects(str(tmp / "myapp-backup")) == {(b"users", b"alice"): b"..."}
@@ -143,6 +187,8 @@ CHECKS: dict[str, Callable[[Path, dict[str, Any], str], None]] = {
     'book.put("sessions", "s1"': check_api,
     "batch = inkpen.Batch()": check_batch,
     "def increment(": check_increment,
+    "def transfer(": check_transfer,
+    'merge_operators={"add": add, "append": append}': check_merge,
     "async with inkpen.aio.open(": check_asyncio,
     'spark.read.format("inkpen")': check_spark,
     "inkpen.prometheus.register(book, registry)": check_metrics,

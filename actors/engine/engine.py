@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -39,6 +40,7 @@ from inkpen.actors.engine.snapshot_clones import SnapshotParts
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import PendingChange
+from inkpen.actors.journal.guards import CommitGuard
 from inkpen.actors.journal.inker import Inker
 from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.intake import WriteGroup, WriteIntake
@@ -53,6 +55,7 @@ from inkpen.actors.kernel.views import SegmentTable, SstHandle, ViewBoard
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.ledger.penciller_clerk import PencillerClerk
+from inkpen.actors.read.commits import CommitRecord
 from inkpen.actors.read.conditions import ConditionChecker
 from inkpen.errors import AlreadyExistsError, FencedError, InkpenError, StoreError, UsageError
 from inkpen.logs import get_logger
@@ -76,8 +79,9 @@ AWAIT_SLICE = 0.5
 T = TypeVar("T")
 
 
-def open_in_mode(manifests: ManifestStore, mode: str | None) -> None:
-    """Open (creating if empty) the database for a writer in head-only ``mode`` (None: normal).
+def open_in_mode(manifests: ManifestStore, mode: str | None) -> Manifest:
+    """Open (creating if empty) the database for a writer in head-only ``mode`` (None: normal);
+    answers the manifest found.
 
     The mode is recorded in the first manifest; a database opened in any other mode is refused
     with a :class:`UsageError` before anything is claimed or written.
@@ -86,9 +90,10 @@ def open_in_mode(manifests: ManifestStore, mode: str | None) -> None:
         # A concurrent opener may have created it first: its mode is checked below.
         with contextlib.suppress(AlreadyExistsError):
             manifests.create(Manifest(head_only=mode))
-    found = manifests.open_database(create_if_missing=True).manifest.head_only
+    manifest = manifests.open_database(create_if_missing=True).manifest
+    found = manifest.head_only
     if found == mode:
-        return
+        return manifest
     if found is None:
         raise UsageError(
             f"the database at {manifests.url} is not a head-only store; switching it to "
@@ -99,6 +104,19 @@ def open_in_mode(manifests: ManifestStore, mode: str | None) -> None:
         f"the database at {manifests.url} is a head-only store (head_only={found!r}); open it "
         f"with head_only={found!r} (switching modes is refused)"
     )
+
+
+def check_merge_operators(url: str, manifest: Manifest, options: Options) -> None:
+    """Refuse (:class:`UsageError`, before anything is claimed or written) a writer lacking a
+    merge operator the database records: later merges of its keys would have no operator."""
+    missing = [name for name in manifest.merge_operators if name not in options.merge_operators]
+    if missing:
+        names = ", ".join(repr(name) for name in missing)
+        example = ", ".join(f"{name!r}: fn" for name in missing)
+        raise UsageError(
+            f"the database at {url} was written with merge operator(s) {names}; open it with "
+            f"inkpen.open(url, merge_operators={{{example}}}) giving the same operator(s)"
+        )
 
 
 class Engine:
@@ -121,6 +139,7 @@ class Engine:
         penciller_clerk: pykka.ActorRef[PencillerClerk],
         collector: pykka.ActorRef[GarbageCollector],
         owns_store: bool,
+        commits: CommitRecord | None = None,
     ) -> None:
         self.ctx = ctx
         self.intake = intake
@@ -131,7 +150,11 @@ class Engine:
         self.penciller_clerk = penciller_clerk
         self.collector = collector
         self._owns_store = owns_store
+        self.commits = commits if commits is not None else CommitRecord(1)
+        """Recent commits, which transactions register with (:mod:`inkpen.actors.read.commits`)."""
         self.closed = False
+        self._operators_lock = threading.Lock()
+        self._recorded_operators = frozenset(ctx.keeper.latest.manifest.merge_operators)
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -149,7 +172,8 @@ class Engine:
 
             store = wrap(store)
         manifests = ManifestStore(store)
-        open_in_mode(manifests, options.head_only)
+        found = open_in_mode(manifests, options.head_only)
+        check_merge_operators(manifests.url, found, options)
         claim = claim_writer(
             manifests,
             allow_missing_segments=options.allow_missing_segments,
@@ -178,6 +202,7 @@ class Engine:
         )
         manifest = claim.versioned.manifest
         intake = WriteIntake(options.max_batch_bytes)
+        commits = CommitRecord(options.transaction_window_keys)
         started_refs: list[pykka.ActorRef[Any]] = []
 
         def fenced(error: FencedError) -> None:
@@ -193,7 +218,9 @@ class Engine:
             inker = Inker.start(
                 ctx,
                 intake,
-                ConditionChecker(ctx.board),
+                ConditionChecker(
+                    ctx.board, options.merge_operators, options.max_value_bytes, commits
+                ),
                 epoch=claim.epoch,
                 next_segment=claim.fence_segment + 1,
             )
@@ -250,6 +277,7 @@ class Engine:
             penciller_clerk=penciller_clerk,
             collector=collector,
             owns_store=owns_store,
+            commits=commits,
         )
         if claim.missing:
             try:
@@ -417,24 +445,49 @@ class Engine:
         batch, unit = self.intake.submit(change)
         self._wait_unit(batch, unit)
 
-    def write_unit(self, changes: list[PendingChange]) -> None:
+    def write_unit(self, changes: list[PendingChange], guard: CommitGuard | None = None) -> None:
         """Hand checked changes to the write intake as one unit, written in one journal segment
-        (all or nothing); returns once durable and visible, or raises why none was written."""
+        (all or nothing); returns once durable and visible, or raises why none was written.
+        ``guard``: a transaction's commit conditions (``ConflictError`` when one fails)."""
         self.ctx.throttle.wait()
-        batch, unit = self.intake.submit_unit(changes)
+        batch, unit = self.intake.submit_unit(changes, guard)
         self._wait_unit(batch, unit)
+
+    def merge_operator_recorded(self, name: str) -> bool:
+        """Whether the manifest is known to name merge operator ``name`` already."""
+        return name in self._recorded_operators
+
+    def record_merge_operator(self, name: str) -> None:
+        """Make sure the manifest names merge operator ``name`` (one manifest commit, the first
+        time a name is merged with), before a merge with it is written."""
+        if name in self._recorded_operators:
+            return
+        with self._operators_lock:
+            if name in self._recorded_operators:
+                return
+
+            def change(m: Manifest) -> Manifest:
+                if name in m.merge_operators:
+                    return m
+                return replace(m, merge_operators=tuple(sorted({*m.merge_operators, name})))
+
+            self.ctx.keeper.commit(change, reason="merge.operator_recorded")
+            self._recorded_operators = self._recorded_operators | {name}
+        log.info("merge.operator_recorded", url=self.url, operator=name)
 
     def _wait_unit(self, batch: WriteGroup, unit: int) -> None:
         timeout = self.ctx.options.put_timeout
         if not batch.wait_unit(unit, timeout):
             raise put_timed_out(self.url, timeout)
 
-    def submit(self, changes: list[PendingChange]) -> tuple[WriteGroup, int]:
+    def submit(
+        self, changes: list[PendingChange], guard: CommitGuard | None = None
+    ) -> tuple[WriteGroup, int]:
         """Hand checked changes (one unit) to the write intake without waiting: answers their
         batch and unit number; the batch's settling (:meth:`WriteGroup.add_done_callback`) says when
         it is durable and visible, then :meth:`WriteGroup.check_unit` whether the unit was refused.
         Consults no backpressure: the caller does that first (:attr:`throttle`)."""
-        return self.intake.submit_unit(changes)
+        return self.intake.submit_unit(changes, guard)
 
     @property
     def throttle(self) -> Throttle:
@@ -511,6 +564,7 @@ class Engine:
             self.ctx.resolver,
             self.ctx.keeper.epoch,
             lambda: self.release_snapshot(parts.snapshot_id),
+            tuple(sorted(self._recorded_operators)),
         )
 
     def stats(self) -> Stats:

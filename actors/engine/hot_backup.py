@@ -75,8 +75,11 @@ class HotBackup:
         resolver: StoreResolver,
         writer_epoch: int,
         release: Callable[[], object],
+        merge_operators: tuple[str, ...] = (),
     ) -> None:
         self._journal = journal
+        self._merge_operators = merge_operators
+        """The source's merge operators, which the backup records too."""
         self._resolver = resolver
         self._epoch = writer_epoch
         self._release: Callable[[], object] | None = release
@@ -180,6 +183,7 @@ class HotBackup:
                 journal=JournalState(files=files, last_rolled_segment=last, next_segment=last + 1),
                 ledger=LedgerState(),
                 initialized=True,
+                merge_operators=tuple(sorted({*old.merge_operators, *self._merge_operators})),
             )
 
         return manifests.update(change)

@@ -64,6 +64,10 @@ class PendingChange(NamedTuple):
     """Bytes this change adds to a journal batch (for the batch-size limit)."""
     if_sqn: int | None
     """The condition of a conditional write: the key's current SQN must be this (0: absent)."""
+    operator: str | None = None
+    """A merge: the name of the merge operator that folds ``value`` (the operand) onto the
+    key's current value. The Inker folds it just before the change gets its SQN
+    (:mod:`inkpen.actors.read.conditions`), so the journal entry holds the folded value."""
 
     def entry(self, sqn: int) -> JournalEntry:
         """The journal entry of this change at ``sqn``."""
@@ -193,7 +197,47 @@ class ChangeMaker:
                 content_hash(value),
                 weight,
                 None if if_sqn is None else check_if_sqn(if_sqn),
+                None,
             ),
+        )
+
+    def merge(self, bucket: Any, key: Any, operand: Any, operator: Any) -> PendingChange:
+        """A merge of ``operand`` onto (bucket, key) by the merge operator named ``operator``
+        (one of the option ``merge_operators``; an unknown name is a ``UsageError``)."""
+        options = self._options
+        if not isinstance(operator, str) or operator not in options.merge_operators:
+            known = ", ".join(repr(name) for name in sorted(options.merge_operators))
+            raise UsageError(
+                f"merge operator {operator!r} is not known to this Bookie "
+                f"(known: {known or 'none'}); open the database with "
+                f"inkpen.open(url, merge_operators={{{operator!r}: fn}})"
+            )
+        b = as_bytes("bucket", bucket, options.max_key_bytes)
+        k = as_bytes("key", key, options.max_key_bytes)
+        if isinstance(operand, bytearray | memoryview):
+            operand = bytes(operand)
+        if not isinstance(operand, bytes):
+            raise UsageError(f"merge operand must be bytes, got {type(operand).__name__}")
+        if len(operand) > options.max_value_bytes:
+            raise UsageError(
+                f"merge operand is {len(operand)} bytes; the limit is {options.max_value_bytes} "
+                "bytes (option max_value_bytes)"
+            )
+        lk = object_key(b, k)
+        now_ms = int(self._clock() * 1000)
+        return PendingChange(
+            Kind.OBJECT,
+            b,
+            k,
+            lk,
+            operand,
+            (),
+            None,
+            now_ms,
+            0,
+            len(lk) + len(operand) + 64,
+            None,
+            operator,
         )
 
     def delete(

@@ -385,9 +385,9 @@ class Inker(FileOwner):
             return
         started = self.last_write_started = time.monotonic()
         first = self.sqn + 1
-        if batch.conditional or batch.expands:
-            # The check (conditions, the index entries a delete or ttl put reaches) and the
-            # append are one step: nothing else assigns SQNs meanwhile.
+        if batch.conditional or batch.expands or batch.merges:
+            # The check (conditions, the index entries a delete or ttl put reaches, the values
+            # merges fold onto) and the append are one step: nothing else assigns SQNs meanwhile.
             now_ms = int(self.ctx.options.clock() * 1000)
             batch.changes = self.conditions.check(batch, first, now_ms)
             if not batch.changes:

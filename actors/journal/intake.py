@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 
 from inkpen.actors.journal.changes import PendingChange, reaches_other_entries
+from inkpen.actors.journal.guards import CommitGuard
 from inkpen.errors import InkpenError
 from inkpen.logs import get_logger
 
@@ -54,6 +55,8 @@ class WriteGroup:
         "conditional",
         "error",
         "expands",
+        "guards",
+        "merges",
         "opened_at",
         "rejected",
         "units",
@@ -70,6 +73,12 @@ class WriteGroup:
         """Whether any change reaches index entries it does not name (a delete, a put with a
         ttl: :func:`~inkpen.actors.journal.changes.reaches_other_entries`); the Inker adds their
         specs before writing."""
+        self.guards: dict[int, CommitGuard] = {}
+        """The commit guards of transaction units (by unit number), checked with the
+        conditions: :mod:`inkpen.actors.journal.guards`."""
+        self.merges = False
+        """Whether any change is a merge (the Inker folds its operand onto the key's value
+        before writing: :mod:`inkpen.actors.read.conditions`)."""
         self.rejected: dict[int, InkpenError] = {}
         """Units the Inker refused (by unit number), with the error their caller gets."""
         self.weight = 0
@@ -191,6 +200,8 @@ class WriteIntake:
                 batch.conditional = True
             if reaches_other_entries(change):
                 batch.expands = True
+            if change.operator is not None:
+                batch.merges = True
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:
@@ -198,12 +209,16 @@ class WriteIntake:
                 self._on_full(batch)
         return batch, len(batch.units) - 1
 
-    def submit_unit(self, changes: list[PendingChange]) -> tuple[WriteGroup, int]:
+    def submit_unit(
+        self, changes: list[PendingChange], guard: CommitGuard | None = None
+    ) -> tuple[WriteGroup, int]:
         """Add ``changes`` as one unit, all in one batch and so in one segment (see the module
-        docstring): a unit that does not fit the open batch closes it and starts the next."""
+        docstring): a unit that does not fit the open batch closes it and starts the next.
+        ``guard``: a transaction's commit conditions, checked by the Inker with the unit's."""
         weight = sum(c.weight for c in changes)
-        conditional = any(c.if_sqn is not None for c in changes)
+        conditional = guard is not None or any(c.if_sqn is not None for c in changes)
         expands = any(reaches_other_entries(c) for c in changes)
+        merges = any(c.operator is not None for c in changes)
         with self._lock:
             if self._shut is not None:
                 raise self._shut
@@ -217,9 +232,12 @@ class WriteIntake:
                 batch = self._open = WriteGroup()
             batch.changes.extend(changes)
             batch.units.append(len(batch.changes))
+            if guard is not None:
+                batch.guards[len(batch.units) - 1] = guard
             batch.weight += weight
             batch.conditional = batch.conditional or conditional
             batch.expands = batch.expands or expands
+            batch.merges = batch.merges or merges
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:

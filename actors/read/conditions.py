@@ -30,6 +30,16 @@ The state looked at is, per key, the newest of:
 Index entries are merged from those sources by SQN (the highest wins, as in the ledger), so a
 segment already in the views and still listed as unapplied counts once.
 
+**Merges.** A merge (``Bookie.merge``) carries an operand and the name of a merge operator; in
+the same step the Inker reads the key's value as the changes before it leave it (the same three
+sources, newest first: an earlier change of the segment, a written segment not yet cached, the
+views) and calls the operator, ``fn(key, existing, [operand])``, with ``existing`` None for an
+absent, deleted or expired key. The change becomes a put of the folded value, and that is what
+the journal entry holds: every reader, merge, compaction, backup and Spark read sees folded
+values and needs no operator. Several merges of one key in one segment fold in order, each onto
+the one before. An operator that raises, or answers something other than bytes or more than
+``max_value_bytes``, rejects its unit with a :class:`~inkpen.errors.UsageError`.
+
 A unit whose condition fails is rejected whole with :class:`~inkpen.errors.ConflictError` (or,
 when the state could not be read, a definite :class:`~inkpen.errors.StoreError`, or the
 :class:`~inkpen.errors.CorruptionError` naming a damaged ledger file); the rest of the segment is
@@ -41,7 +51,8 @@ attempt landed reports success, never a conflict with itself.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from inkpen.actors.journal.changes import (
     INDEX_ADD,
@@ -50,12 +61,15 @@ from inkpen.actors.journal.changes import (
     PendingChange,
     reaches_other_entries,
 )
+from inkpen.actors.journal.guards import CommitGuard
 from inkpen.actors.journal.intake import WriteGroup
 from inkpen.actors.kernel.views import ViewBoard
-from inkpen.actors.read.path import Views, object_index_entries, read_head
-from inkpen.errors import ConflictError, CorruptionError, InkpenError, StoreError
+from inkpen.actors.read.commits import TRIMMED, CommitRecord, changed_keys
+from inkpen.actors.read.path import Views, object_index_entries, read_head, read_value
+from inkpen.errors import ConflictError, CorruptionError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, Kind
-from inkpen.formats.keys import ACTIVE, object_parts
+from inkpen.formats.keys import ACTIVE, Tag, content_hash, decode_key, object_parts
+from inkpen.options import MergeOperator
 
 State = tuple[int, int | None]
 """A key's state as a written change leaves it: (SQN, expiry ms); SQN 0 means absent."""
@@ -80,6 +94,63 @@ def _state_of(change_or_entry: PendingChange | JournalEntry, sqn: int) -> State:
     if change_or_entry.kind == Kind.OBJECT:
         return sqn, change_or_entry.expiry_ms
     return 0, None
+
+
+def _value_of(change_or_entry: PendingChange | JournalEntry, now_ms: int) -> bytes | None:
+    """The value a written change leaves its key with, as a merge sees it at ``now_ms``."""
+    if change_or_entry.kind != Kind.OBJECT:
+        return None
+    expiry = change_or_entry.expiry_ms
+    if expiry is not None and expiry <= now_ms:
+        return None
+    value = change_or_entry.value
+    return b"" if value is None else value
+
+
+def fold(
+    change: PendingChange,
+    existing: bytes | None,
+    operators: Mapping[str, MergeOperator],
+    max_value_bytes: int,
+) -> PendingChange:
+    """The merge ``change`` as the put of its operand folded onto ``existing``.
+
+    Raises :class:`UsageError` (naming the operator and the key) when the operator is unknown,
+    raises, or answers anything but bytes of at most ``max_value_bytes``."""
+    name = change.operator
+    assert name is not None
+    where = f"bucket {change.bucket!r} key {change.key!r}"
+    operator = operators.get(name)
+    if operator is None:
+        raise UsageError(
+            f"merge operator {name!r} is not known to this Bookie; nothing of this write was "
+            f"applied: open the database with inkpen.open(url, merge_operators={{{name!r}: fn}})"
+        )
+    operand = change.value
+    assert operand is not None
+    try:
+        result = operator(change.key, existing, (operand,))
+    except Exception as exc:
+        raise UsageError(
+            f"merge operator {name!r} failed on {where} with operand {operand[:64]!r}: "
+            f"{exc!r}; nothing of this write was applied: fix the operand or the operator"
+        ) from exc
+    if isinstance(result, bytearray | memoryview):
+        result = bytes(result)
+    if not isinstance(result, bytes):
+        raise UsageError(
+            f"merge operator {name!r} answered {type(result).__name__} for {where}, not bytes; "
+            "nothing of this write was applied: an operator must return the new value as bytes"
+        )
+    if len(result) > max_value_bytes:
+        raise UsageError(
+            f"merge operator {name!r} answered {len(result)} bytes for {where}; the limit is "
+            f"{max_value_bytes} bytes (option max_value_bytes); nothing of this write was applied"
+        )
+    weight = change.weight - len(operand) + len(result)
+    return change._replace(
+        value=result, content_hash=content_hash(result), weight=weight, operator=None
+    )
 
 
 def _current(state: State, now_ms: int) -> int:
@@ -172,26 +243,42 @@ class ConditionChecker:
     """Owned by the Inker: remembers written segments until the views show them, checks the
     conditions of a batch and adds the index specs its deletes and ttl puts imply."""
 
-    def __init__(self, board: ViewBoard) -> None:
+    def __init__(
+        self,
+        board: ViewBoard,
+        operators: Mapping[str, MergeOperator] = MappingProxyType({}),
+        max_value_bytes: int = 64 * 1024 * 1024,
+        commits: CommitRecord | None = None,
+    ) -> None:
         self._source = _BoardSource(board)
+        self._operators = operators
+        self._max_value_bytes = max_value_bytes
+        self.commits = commits if commits is not None else CommitRecord(1)
+        """Recent commits, for the guards of transactions (:mod:`.commits`)."""
         self._unapplied: deque[tuple[WriteGroup, tuple[JournalEntry, ...]]] = deque()
         self._uncached: dict[bytes, State] = {}
         """Keys of segments the Bookie could not cache (the views never show them)."""
         self._uncached_entries: list[JournalEntry] = []
         """Entries with index specs of those segments."""
+        self._uncached_values: dict[bytes, JournalEntry] = {}
+        """The last entry of each key of those segments (the value a merge folds onto)."""
 
     def written(self, batch: WriteGroup, entries: tuple[JournalEntry, ...]) -> None:
         """A segment was written for ``batch``; its entries count until the views show them."""
         self._prune()
         self._unapplied.append((batch, entries))
+        self.commits.add(entries)
 
     def _prune(self) -> None:
         unapplied = self._unapplied
         while unapplied and unapplied[0][0].done:
             batch, entries = unapplied.popleft()
+            if entries:
+                self.commits.mark_applied(entries[-1].sqn)
             if batch.error is not None:
                 for entry in entries:
                     self._uncached[entry.ledger_key] = _state_of(entry, entry.sqn)
+                    self._uncached_values[entry.ledger_key] = entry
                     if entry.index_specs:
                         self._uncached_entries.append(entry)
 
@@ -212,16 +299,40 @@ class ConditionChecker:
         if batch.expands:
             written = [e for _, entries in self._unapplied for e in entries]
             book = _TermBook(self._source, batch, [*self._uncached_entries, *written])
+        values: dict[bytes, bytes | None] | None = None
+        if batch.merges:
+            values = {k: _value_of(e, now_ms) for k, e in self._uncached_values.items()}
+            for _, entries in self._unapplied:
+                for entry in entries:
+                    values[entry.ledger_key] = _value_of(entry, now_ms)
         accepted: list[PendingChange] = []
         changes = batch.changes
+        guards = batch.guards
+        pending: dict[bytes, int] | None = {} if guards else None
+        """Keys the units accepted so far change, with their SQNs (for the guards)."""
         for unit, (start, end) in enumerate(batch.unit_bounds()):
             part: Sequence[PendingChange] = changes[start:end]
-            if book is None and not any(c.if_sqn is not None for c in part):
+            guard = guards.get(unit) if guards else None
+            if guard is not None:
+                assert pending is not None
+                refused = self._guarded(guard, pending)
+                if refused is not None:
+                    batch.rejected[unit] = refused
+                    continue
+            if book is None and not any(
+                c.if_sqn is not None or c.operator is not None for c in part
+            ):
                 for change in part:
-                    recent[change.ledger_key] = _state_of(change, first_sqn + len(accepted))
+                    sqn = first_sqn + len(accepted)
+                    recent[change.ledger_key] = _state_of(change, sqn)
+                    if values is not None:
+                        values[change.ledger_key] = _value_of(change, now_ms)
+                    if pending is not None:
+                        _note(pending, change, sqn)
                     accepted.append(change)
                 continue
             local: dict[bytes, State] = {}
+            local_values: dict[bytes, bytes | None] = {}
             local_terms: dict[bytes, Terms] = {}
             out: list[PendingChange] = []
             failed: InkpenError | None = None
@@ -241,8 +352,19 @@ class ConditionChecker:
                             terms = local_terms[key] = book.terms(key)
                         change = expand(change, terms, now_ms)
                         _apply(terms, change.index_specs, sqn, change.expiry_ms)
+                    if change.operator is not None:
+                        if key in local_values:
+                            existing = local_values[key]
+                        elif values is not None and key in values:
+                            existing = values[key]
+                        else:
+                            existing = read_value(self._source, key, now_ms)
+                        change = fold(change, existing, self._operators, self._max_value_bytes)
                 except CorruptionError as exc:
                     failed = exc  # names the damaged object, as any read would
+                    break
+                except UsageError as exc:
+                    failed = exc  # a merge operator refused the operand
                     break
                 except InkpenError as exc:
                     failed = StoreError(
@@ -252,15 +374,30 @@ class ConditionChecker:
                     )
                     break
                 local[key] = _state_of(change, sqn)
+                if values is not None:
+                    local_values[key] = _value_of(change, now_ms)
                 out.append(change)
             if failed is not None:
                 batch.rejected[unit] = failed
                 continue
             recent.update(local)
+            if values is not None:
+                values.update(local_values)
             if book is not None:
                 book.known.update(local_terms)
+            if pending is not None:
+                base = first_sqn + len(accepted)
+                for i, change in enumerate(out):
+                    _note(pending, change, base + i)
             accepted.extend(out)
         return accepted
+
+    def _guarded(self, guard: CommitGuard, pending: dict[bytes, int]) -> ConflictError | None:
+        """The error that rejects a transaction's unit, or None if its guard holds."""
+        found = self.commits.conflict(guard, pending)
+        if found is None:
+            return None
+        return transaction_conflict(guard, *found)
 
     def _stored(self, key: bytes, now_ms: int) -> State:
         head = read_head(self._source, key, now_ms)
@@ -268,6 +405,55 @@ class ConditionChecker:
             return 0, None
         expiry = None if head.expires_at is None else round(head.expires_at * 1000)
         return head.sqn, expiry
+
+
+def _note(pending: dict[bytes, int], change: PendingChange, sqn: int) -> None:
+    for key in changed_keys(change.entry(sqn)):
+        pending[key] = sqn
+
+
+def transaction_conflict(guard: CommitGuard, key: bytes, sqn: int) -> ConflictError:
+    """The :class:`ConflictError` of a transaction whose guard found ``key`` changed at ``sqn``
+    (``key`` is :data:`~inkpen.actors.read.commits.TRIMMED` when the record of commits no
+    longer reaches back to the transaction's snapshot)."""
+    since = guard.snapshot_sqn
+    retry = "nothing of the transaction was written: run it again (inkpen.retrying does that)"
+    if key == TRIMMED:
+        named = min(guard.written, default=b"")
+        bucket, object_key = object_parts(named) if named else (b"", b"")
+        return ConflictError(
+            f"the transaction's snapshot (SQN {since}) is older than the writer's record of "
+            f"recent commits, which reaches back to SQN {sqn} only (option "
+            f"transaction_window_keys), so a conflict cannot be ruled out; {retry}",
+            bucket=bucket,
+            key=object_key,
+            expected=since,
+            actual=sqn,
+        )
+    decoded = decode_key(key)
+    if decoded.tag is Tag.INDEX:
+        bucket, object_key = decoded.bucket, decoded.object_key
+        what = (
+            f"the index entry {decoded.key!r} = {decoded.subkey!r} of bucket {bucket!r} key "
+            f"{object_key!r}, inside an index range the transaction queried,"
+        )
+    else:
+        bucket, object_key = decoded.bucket, decoded.key
+        if key in guard.written:
+            role = "it writes"
+        elif key in guard.read:
+            role = "it read"
+        else:
+            role = "inside a key range it read"
+        what = f"bucket {bucket!r} key {object_key!r} ({role})"
+    return ConflictError(
+        f"transaction conflict ({guard.isolation}): {what} was changed at SQN {sqn} by another "
+        f"commit after the transaction's snapshot (SQN {since}); {retry}",
+        bucket=bucket,
+        key=object_key,
+        expected=since,
+        actual=sqn,
+    )
 
 
 def _conflict(change: PendingChange, actual: int) -> ConflictError:

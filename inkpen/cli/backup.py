@@ -26,6 +26,7 @@ from inkpen.manifest.copies import CopyReport, Pinned, copy_database, planned_by
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import CountingStore, open_store
 from inkpen.objectstore.url import check_distinct_locations
+from inkpen.operations import stand_in_operators
 
 from . import render
 from .data_sets import shard_urls
@@ -251,9 +252,10 @@ def _restore_one(
     with existing_store(dest) as store:  # a head-only copy opens in its mode
         latest = ManifestStore(store).latest()
         mode = None if latest is None else latest.manifest.head_only
+        names = () if latest is None else latest.manifest.merge_operators
     with progress("restore", "rebuilding the ledger: replaying the journal", total=2) as bar:
         rebuild_started = time.monotonic()
-        with inkpen.open(dest, head_only=mode) as book:
+        with inkpen.open(dest, head_only=mode, merge_operators=stand_in_operators(names)) as book:
             bar.advance()
             bar.phase("rebuilding the ledger: writing it to SSTs")
             stats = book.stats()

@@ -24,6 +24,7 @@ from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.backends import backend, schemes
 from inkpen.objectstore.url import backend_of, parse_store_url
+from inkpen.operations import stand_in_operators
 
 
 def checked_url(url: str, *, must_exist: bool) -> str:
@@ -122,5 +123,11 @@ def writer(url: str, *, create: bool = False, hint: str = "") -> Iterator[inkpen
             raise NotFoundError(f"no inkpen database at {url}; {hint}")
         with database(url):
             pass  # refuses a missing, destroyed or foreign database with its own message
-    with inkpen.open(url) as book:
+    names: tuple[str, ...] = ()
+    if not _holds_nothing(url):
+        with existing_store(url) as store:
+            latest = ManifestStore(store).latest()
+        names = () if latest is None else latest.manifest.merge_operators
+    # The command line merges nothing, so the recorded merge operators are stood in for.
+    with inkpen.open(url, merge_operators=stand_in_operators(names)) as book:
         yield book
