@@ -441,6 +441,51 @@ class FeedCursor:
         )
 
 
+MAX_LOAD_RECORDS = 256
+"""A manifest remembers the ids of this many of its most recent bulk loads (the oldest go)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRecord:
+    """A committed bulk load that carried a ``load_id``: recorded by the load's own manifest
+    update, so a retried job with the same id finds it and commits nothing twice."""
+
+    load_id: str
+    commit_time: float
+    rows: int
+    first_sqn: int
+    last_sqn: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.load_id, str) or not self.load_id:
+            raise UsageError(
+                f"a load record's load_id must be a non-empty str, got {self.load_id!r}"
+            )
+        _check_time(self.commit_time, f"load {self.load_id} commit_time", optional=False)
+        _check_int(self.rows, f"load {self.load_id} rows")
+        _check_int(self.first_sqn, f"load {self.load_id} first_sqn")
+        _check_int(self.last_sqn, f"load {self.load_id} last_sqn")
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "load_id": self.load_id,
+            "commit_time": self.commit_time,
+            "rows": self.rows,
+            "first_sqn": self.first_sqn,
+            "last_sqn": self.last_sqn,
+        }
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any]) -> LoadRecord:
+        return cls(
+            load_id=doc["load_id"],
+            commit_time=doc["commit_time"],
+            rows=doc["rows"],
+            first_sqn=doc["first_sqn"],
+            last_sqn=doc["last_sqn"],
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class CloneParent:
     """Where a clone came from: the parent's store URL and the checkpoint pinning it there."""
@@ -485,6 +530,9 @@ class Manifest:
     """How the writer of ``writer_epoch`` compacts: ``"internal"`` (it merges and collects
     itself; manifests from before this field read so) or ``"external"`` (a compactor process
     does). A compactor refuses to start beside an internal writer (DESIGN.md section 7)."""
+    loads: tuple[LoadRecord, ...] = ()
+    """The most recent bulk loads that carried a ``load_id`` (at most :data:`MAX_LOAD_RECORDS`,
+    oldest first): a retried load with one of these ids commits nothing."""
 
     def __post_init__(self) -> None:
         if (
@@ -532,6 +580,10 @@ class Manifest:
             if cursor.name in names:
                 raise UsageError(f"feed cursor {cursor.name} appears twice in one manifest")
             names.add(cursor.name)
+        loads = tuple(self.loads)
+        object.__setattr__(self, "loads", loads)
+        if not all(isinstance(record, LoadRecord) for record in loads):
+            raise UsageError("manifest loads must be LoadRecord values")
 
     # -- questions -------------------------------------------------------------------------------
 
@@ -560,6 +612,18 @@ class Manifest:
     def feed_floor(self, now: float) -> int | None:
         """The lowest SQN a live feed cursor has reached (entries above it are kept), or None."""
         return min((c.sqn for c in self.feed_cursors if c.is_live(now)), default=None)
+
+    def load(self, load_id: str) -> LoadRecord | None:
+        """The record of the committed bulk load with this ``load_id``, or None."""
+        for record in self.loads:
+            if record.load_id == load_id:
+                return record
+        return None
+
+    def with_load(self, record: LoadRecord) -> Manifest:
+        """Record a committed bulk load, forgetting the oldest beyond :data:`MAX_LOAD_RECORDS`."""
+        kept = tuple(r for r in self.loads if r.load_id != record.load_id)
+        return replace(self, loads=(*kept, record)[-MAX_LOAD_RECORDS:])
 
     def referenced_objects(self) -> frozenset[tuple[str | None, str]]:
         """``(root, name)`` of every SST and compacted journal file this manifest references."""
@@ -607,6 +671,7 @@ class Manifest:
             "head_only": self.head_only,
             "feed_cursors": [c.to_document() for c in self.feed_cursors],
             "writer_compaction": self.writer_compaction,
+            "loads": [record.to_document() for record in self.loads],
         }
 
     @classmethod
@@ -625,6 +690,7 @@ class Manifest:
             head_only=doc.get("head_only"),
             feed_cursors=tuple(FeedCursor.from_document(c) for c in doc.get("feed_cursors", ())),
             writer_compaction=doc.get("writer_compaction", COMPACTION_INTERNAL),
+            loads=tuple(LoadRecord.from_document(r) for r in doc.get("loads", ())),
         )
 
 
