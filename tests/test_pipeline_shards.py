@@ -21,10 +21,10 @@ import inkpen.shards
 from inkpen.errors import InkpenError
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
+from inkpen.pipeline.options import LoadOptions
 from inkpen.pipeline.schema import LoadColumns
 from inkpen.pipeline.sharded import data_set_of
 from inkpen.pipeline.sharded_load import commit_shards, prepare_sharded_load, write_shards
-from inkpen.pipeline.options import LoadOptions
 from inkpen.shards import shard_of, shard_url
 
 if TYPE_CHECKING:
@@ -345,7 +345,9 @@ def test_bad_options_over_a_data_set_are_refused_saying_what_to_do(
     with pytest.raises(Exception, match="per-shard startingOffsets is for a sharded data set"):
         plain_stream.option("startingOffsets", '{"0": 3}').load()
     frame = spark.range(3).select(
-        F.lit("b").alias("bucket"), F.col("id").cast("string").alias("key"), F.lit(b"v").alias("value")
+        F.lit("b").alias("bucket"),
+        F.col("id").cast("string").alias("key"),
+        F.lit(b"v").alias("value"),
     )
     with pytest.raises(Exception, match="option load_id must be 1 to 200 printable"):
         load(frame, url, load_id=" ")
