@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import inkpen
+import inkpen.pipeline
 import inkpen.shards
 from inkpen.errors import InkpenError
 from inkpen.manifest.store import ManifestStore
@@ -26,6 +27,7 @@ from inkpen.pipeline.schema import LoadColumns
 from inkpen.pipeline.sharded import data_set_of
 from inkpen.pipeline.sharded_load import commit_shards, prepare_sharded_load, write_shards
 from inkpen.shards import shard_of, shard_url
+from support.engine import TINY
 
 if TYPE_CHECKING:
     from support.spark import JobWatch
@@ -352,3 +354,38 @@ def test_bad_options_over_a_data_set_are_refused_saying_what_to_do(
     with pytest.raises(Exception, match="option load_id must be 1 to 200 printable"):
         load(frame, url, load_id=" ")
     assert latest_ids(url) == ids  # nothing changed
+
+
+def l0_files(url: str) -> int:
+    store = open_store(url)
+    try:
+        latest = ManifestStore(store).latest()
+        assert latest is not None
+        levels = latest.manifest.ledger.levels
+        return len(levels[0]) if levels else 0
+    finally:
+        store.close()
+
+
+def test_compact_runs_each_shards_compactor_as_one_spark_task(
+    spark: SparkSession, tmp_path: Path, spark_jobs: Jobs
+) -> None:
+    url = str(tmp_path / "set")
+    inkpen.shards.create(url, shards=2)
+    external = {**TINY, "compaction": "external", "max_l0_files": 64}
+    model: Contents = {}
+    for shard in range(2):
+        with inkpen.open(shard_url(url, shard), **external) as book:
+            for i in range(60):
+                book.put("b", f"k{i % 45:03d}", b"v%d" % i)
+                model[(shard, b"b", b"k%03d" % (i % 45))] = b"v%d" % i
+    assert all(l0_files(shard_url(url, shard)) > 1 for shard in range(2))
+    with spark_jobs("compact") as jobs:
+        done = inkpen.pipeline.compact(spark, url)
+    assert jobs.tasks_per_job() == [2]
+    assert [c.shard for c in done] == [0, 1]
+    assert all(c.merges > 0 and c.l0_files == 0 for c in done), [c.summary for c in done]
+    assert all(l0_files(shard_url(url, shard)) == 0 for shard in range(2))
+    assert shard_contents(url, 2) == model
+    with pytest.raises(inkpen.UsageError, match="not a sharded data set"):
+        inkpen.pipeline.compact(spark, shard_url(url, 0))
