@@ -441,6 +441,51 @@ class FeedCursor:
         )
 
 
+MAX_LOAD_RECORDS = 256
+"""A manifest remembers the ids of this many of its most recent bulk loads (the oldest go)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRecord:
+    """A committed bulk load that carried a ``load_id``: recorded by the load's own manifest
+    update, so a retried job with the same id finds it and commits nothing twice."""
+
+    load_id: str
+    commit_time: float
+    rows: int
+    first_sqn: int
+    last_sqn: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.load_id, str) or not self.load_id:
+            raise UsageError(
+                f"a load record's load_id must be a non-empty str, got {self.load_id!r}"
+            )
+        _check_time(self.commit_time, f"load {self.load_id} commit_time", optional=False)
+        _check_int(self.rows, f"load {self.load_id} rows")
+        _check_int(self.first_sqn, f"load {self.load_id} first_sqn")
+        _check_int(self.last_sqn, f"load {self.load_id} last_sqn")
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "load_id": self.load_id,
+            "commit_time": self.commit_time,
+            "rows": self.rows,
+            "first_sqn": self.first_sqn,
+            "last_sqn": self.last_sqn,
+        }
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any]) -> LoadRecord:
+        return cls(
+            load_id=doc["load_id"],
+            commit_time=doc["commit_time"],
+            rows=doc["rows"],
+            first_sqn=doc["first_sqn"],
+            last_sqn=doc["last_sqn"],
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class CloneParent:
     """Where a clone came from: the parent's store URL and the checkpoint pinning it there."""
@@ -489,6 +534,9 @@ class Manifest:
     """Names of the merge operators the database was written with (sorted; recorded by the first
     merge with each). A writer must be opened with an operator of each name; manifests from
     before this field read as none."""
+    loads: tuple[LoadRecord, ...] = ()
+    """The most recent bulk loads that carried a ``load_id`` (at most :data:`MAX_LOAD_RECORDS`,
+    oldest first): a retried load with one of these ids commits nothing."""
 
     def __post_init__(self) -> None:
         if (
@@ -540,6 +588,10 @@ class Manifest:
             if cursor.name in names:
                 raise UsageError(f"feed cursor {cursor.name} appears twice in one manifest")
             names.add(cursor.name)
+        loads = tuple(self.loads)
+        object.__setattr__(self, "loads", loads)
+        if not all(isinstance(record, LoadRecord) for record in loads):
+            raise UsageError("manifest loads must be LoadRecord values")
 
     # -- questions -------------------------------------------------------------------------------
 
@@ -568,6 +620,18 @@ class Manifest:
     def feed_floor(self, now: float) -> int | None:
         """The lowest SQN a live feed cursor has reached (entries above it are kept), or None."""
         return min((c.sqn for c in self.feed_cursors if c.is_live(now)), default=None)
+
+    def load(self, load_id: str) -> LoadRecord | None:
+        """The record of the committed bulk load with this ``load_id``, or None."""
+        for record in self.loads:
+            if record.load_id == load_id:
+                return record
+        return None
+
+    def with_load(self, record: LoadRecord) -> Manifest:
+        """Record a committed bulk load, forgetting the oldest beyond :data:`MAX_LOAD_RECORDS`."""
+        kept = tuple(r for r in self.loads if r.load_id != record.load_id)
+        return replace(self, loads=(*kept, record)[-MAX_LOAD_RECORDS:])
 
     def referenced_objects(self) -> frozenset[tuple[str | None, str]]:
         """``(root, name)`` of every SST and compacted journal file this manifest references."""
@@ -615,6 +679,7 @@ class Manifest:
             "head_only": self.head_only,
             "feed_cursors": [c.to_document() for c in self.feed_cursors],
             "writer_compaction": self.writer_compaction,
+            "loads": [record.to_document() for record in self.loads],
         }
         if self.merge_operators:  # absent otherwise: a store without them writes what it did
             document["merge_operators"] = list(self.merge_operators)
@@ -637,6 +702,7 @@ class Manifest:
             feed_cursors=tuple(FeedCursor.from_document(c) for c in doc.get("feed_cursors", ())),
             writer_compaction=doc.get("writer_compaction", COMPACTION_INTERNAL),
             merge_operators=tuple(doc.get("merge_operators", ())),
+            loads=tuple(LoadRecord.from_document(r) for r in doc.get("loads", ())),
         )
 
 

@@ -15,9 +15,12 @@ split it into partitions balanced by size (:mod:`.plan`, :mod:`.splits`) and str
 partition as Arrow batches (:mod:`.scan`). Bulk loads write
 sorted journal files and SSTs per task (:mod:`.load_task`) and commit them all in one manifest
 CAS, fencing any live writer and keeping its acknowledged writes (:mod:`.commit`, :mod:`.tail`).
-Options are listed in :mod:`.options`, the schemas in :mod:`.schema`; :mod:`.interpreter` picks
-the Python that :func:`register` gives the source's workers. README.md's Spark section
-and DESIGN.md section 9 describe the protocols.
+Over a sharded data set (:mod:`inkpen.shards`) reads, loads and streams work per shard
+(:mod:`.sharded`, :mod:`.sharded_load`, :mod:`.sharded_stream`), and :func:`compact` runs every
+shard's compactor as one Spark task (:mod:`.compaction`). Options are listed in
+:mod:`.options`, the schemas in :mod:`.schema`; :mod:`.interpreter` picks the Python that
+:func:`register` gives the source's workers. README.md's Spark section and DESIGN.md section 9
+describe the protocols.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 from . import _requires  # noqa: F401  (first: says which extra to install)
 from .commit import LoadReport, commit_load
+from .compaction import ShardCompaction, compact
 from .interpreter import worker_python
 from .load_task import LoadedPartition, write_partition
 from .pinning import pinned_checkpoint
@@ -71,7 +75,9 @@ __all__ = [
     "InkpenWriter",
     "LoadReport",
     "LoadedPartition",
+    "ShardCompaction",
     "commit_load",
+    "compact",
     "pinned_checkpoint",
     "register",
     "write_partition",

@@ -37,7 +37,13 @@ Protocol (all or nothing; one manifest update makes the load visible):
 
    The change is recomputed if another process updates the manifest first, and refused if the
    ledger or the journal files changed since the claim (only a writer changes them).
-6. If the claim is lost to a newer writer before the CAS lands, the load claims again, which
+6. With a ``load_id`` (the load option of that name), the CAS also records the load
+   (:class:`~inkpen.manifest.model.LoadRecord`: id, time, rows, SQNs) in the manifest's
+   ``loads``, atomically with the files. Before it claims, and again inside the CAS change, the
+   commit looks the id up: a load already recorded commits nothing (no claim, no fence) and
+   returns None, so a retried job, or a data set's commit retried after only some shards
+   committed, never adds the same rows twice.
+7. If the claim is lost to a newer writer before the CAS lands, the load claims again, which
    fences that writer too, and repeats steps 2-5, up to :data:`CLAIM_ATTEMPTS` times.
 
 A commit that fails leaves the loaded files (and the tail's files) unreferenced: orphans, which
@@ -62,6 +68,7 @@ from inkpen.manifest.levels import from_manifest
 from inkpen.manifest.model import (
     JournalFileDescriptor,
     LedgerState,
+    LoadRecord,
     Manifest,
     SstDescriptor,
     VersionedManifest,
@@ -206,14 +213,24 @@ def _number(
     return _Additions(tuple(ssts), tuple(journals), top + 1, base)
 
 
+class AlreadyLoaded(InkpenError):
+    """The load's ``load_id`` is recorded in the manifest: it committed before."""
+
+
 def _manifest_change(
-    claim: WriterClaim, added: _Additions, writer_checkpoint: str | None, url: str
+    claim: WriterClaim,
+    added: _Additions,
+    writer_checkpoint: str | None,
+    url: str,
+    load_id: str | None = None,
 ) -> Callable[[VersionedManifest], Manifest]:
     """Step 5: the CAS change (a pure function of the manifest it is given)."""
     basis = claim.versioned.manifest
 
     def change(versioned: VersionedManifest) -> Manifest:
         current = versioned.manifest
+        if load_id is not None and current.load(load_id) is not None:
+            raise AlreadyLoaded(f"load {load_id} is already committed to {url}")
         if (
             current.ledger != basis.ledger
             or current.journal.files != basis.journal.files
@@ -240,13 +257,25 @@ def _manifest_change(
         )
         if writer_checkpoint is not None:
             updated = updated.without_checkpoint(writer_checkpoint)
+        if load_id is not None:
+            record = LoadRecord(
+                load_id,
+                round(time.time(), 3),
+                added.top_sqn - added.first_sqn + 1,
+                added.first_sqn,
+                added.top_sqn,
+            )
+            updated = updated.with_load(record)
         return updated
 
     return change
 
 
 def _commit_once(
-    manifests: ManifestStore, resolver: StoreResolver, parts: Sequence[LoadedPartition]
+    manifests: ManifestStore,
+    resolver: StoreResolver,
+    parts: Sequence[LoadedPartition],
+    load_id: str | None,
 ) -> LoadReport:
     """Steps 2-5 against one claim."""
     claim = claim_writer(manifests)
@@ -255,7 +284,7 @@ def _commit_once(
         tail = read_journal_tail(resolver, claim)
         tail_ssts, rolled = _write_tail(manifests.store, tail, claim.epoch)
         added = _number(parts, tail.top_sqn, tail_ssts, rolled)
-        change = _manifest_change(claim, added, writer_checkpoint, manifests.url)
+        change = _manifest_change(claim, added, writer_checkpoint, manifests.url, load_id)
         committed = manifests.update(change, writer_epoch=claim.epoch)
     except FencedError:
         raise  # the newer writer's claim has dropped this claim's writer checkpoint already
@@ -275,8 +304,29 @@ def _commit_once(
     )
 
 
-def commit_load(url: str, parts: Sequence[LoadedPartition | None]) -> LoadReport | None:
-    """Commit a bulk load (module docstring); None when it holds no rows (nothing changes)."""
+def _recorded(manifests: ManifestStore, load_id: str | None) -> LoadRecord | None:
+    if load_id is None:
+        return None
+    latest = manifests.latest()
+    return None if latest is None else latest.manifest.load(load_id)
+
+
+def _skipped(url: str, load_id: str | None, record: LoadRecord | None) -> None:
+    log.info(
+        "pipeline.load_already_committed",
+        url=url,
+        load_id=load_id,
+        rows=None if record is None else record.rows,
+        first_sqn=None if record is None else record.first_sqn,
+        last_sqn=None if record is None else record.last_sqn,
+    )
+
+
+def commit_load(
+    url: str, parts: Sequence[LoadedPartition | None], *, load_id: str | None = None
+) -> LoadReport | None:
+    """Commit a bulk load (module docstring); None when it holds no rows or when ``load_id`` is
+    already recorded as committed (nothing changes either way)."""
     started = time.monotonic()
     ordered = [p for p in check_partitions(parts) if p.rows]
     if not ordered:
@@ -285,12 +335,19 @@ def commit_load(url: str, parts: Sequence[LoadedPartition | None]) -> LoadReport
     store = open_store(url)
     resolver = StoreResolver(store)
     try:
-        _check_files_exist(store, [name for part in ordered for name in part.files])
         manifests = ManifestStore(store)
+        done = _recorded(manifests, load_id)
+        if done is not None:
+            _skipped(url, load_id, done)
+            return None
+        _check_files_exist(store, [name for part in ordered for name in part.files])
         for attempt in range(1, CLAIM_ATTEMPTS + 1):
             try:
-                report = _commit_once(manifests, resolver, ordered)
+                report = _commit_once(manifests, resolver, ordered, load_id)
                 break
+            except AlreadyLoaded:
+                _skipped(url, load_id, _recorded(manifests, load_id))
+                return None
             except FencedError as exc:
                 if attempt == CLAIM_ATTEMPTS:
                     raise FencedError(
@@ -305,6 +362,7 @@ def commit_load(url: str, parts: Sequence[LoadedPartition | None]) -> LoadReport
     log.info(
         "pipeline.load_committed",
         url=url,
+        load_id=load_id,
         manifest_id=report.manifest_id,
         rows=report.rows,
         first_sqn=report.first_sqn,

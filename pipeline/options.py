@@ -21,6 +21,8 @@ Reading (``spark.read.format("inkpen")``):
 - ``partitions``: how many partitions (Spark tasks) to split the read into; else by size,
   ``partition_bytes`` (32 MiB) each;
 - ``batch_rows`` (8192): rows per Arrow batch a task hands to Spark;
+- ``shard``: for a sharded data set (``path`` names one, :mod:`inkpen.shards`), read only these
+  shards: a shard number or a comma-separated list of them (refused for a plain database);
 - ``feed``: accepted and must be false (or left out); ``feed=true`` names the change feed, which
   is read with ``spark.readStream`` (:mod:`.stream`, whose own options, :data:`FEED_OPTIONS`, a
   read refuses the same way).
@@ -36,13 +38,20 @@ Streaming (``spark.readStream.format("inkpen")``, :mod:`.stream`), besides ``pat
 - ``cursor_lifetime`` (259200, 3 days): seconds the cursor lives after its last renewal;
 - ``max_rows_per_batch``: at most this many SQNs per micro-batch;
 - ``rows_per_partition`` (250000): SQNs per Spark task;
-- ``refresh_interval`` (1): seconds between the following Reader's refreshes.
+- ``refresh_interval`` (1): seconds between the following Reader's refreshes;
+- ``shard``: as for a read, over a data set only.
+
+Over a data set, ``startingOffsets`` also takes a JSON object of shard number to ``earliest``,
+``latest`` or an SQN (shards it leaves out start at the earliest), and ``max_rows_per_batch``
+bounds each shard's SQNs per micro-batch.
 
 Bulk loading (``df.write.format("inkpen").mode("append")``):
 
 - ``path`` (required): the database's store URL; an empty root gets a new database;
 - ``sst_bytes`` (32 MiB): a task starts a new SST when one reaches about this size;
-- ``journal_bytes`` (64 MiB): a task starts a new journal file at about this size.
+- ``journal_bytes`` (64 MiB): a task starts a new journal file at about this size;
+- ``load_id``: the load's name, recorded by its commit (per shard, for a data set): a retried job
+  with the same ``load_id`` commits nothing that already committed.
 """
 
 from __future__ import annotations
@@ -79,6 +88,7 @@ READ_OPTIONS = frozenset(
         "partition_bytes",
         "batch_rows",
         "feed",
+        "shard",
     }
 )
 FEED_OPTIONS = frozenset(
@@ -93,7 +103,8 @@ FEED_OPTIONS = frozenset(
     }
 )
 """The options only a stream (:mod:`.stream`) takes: given any, ``spark.read`` refuses the read."""
-LOAD_OPTIONS = frozenset({"path", "sst_bytes", "journal_bytes"})
+LOAD_OPTIONS = frozenset({"path", "sst_bytes", "journal_bytes", "load_id"})
+MAX_LOAD_ID_CHARS = 200
 
 _TRUE = frozenset({"true", "yes", "1"})
 _FALSE = frozenset({"false", "no", "0"})
@@ -116,6 +127,8 @@ class ReadOptions:
     partitions: int | None = None
     partition_bytes: int = DEFAULT_PARTITION_BYTES
     batch_rows: int = DEFAULT_BATCH_ROWS
+    shards: tuple[int, ...] | None = None
+    """The ``shard`` option: only these shards of a data set (None: every shard)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +138,7 @@ class LoadOptions:
     url: str
     sst_bytes: int = DEFAULT_SST_BYTES
     journal_bytes: int = DEFAULT_JOURNAL_BYTES
+    load_id: str | None = None
 
 
 def _lowered(options: Mapping[str, str]) -> dict[str, str]:
@@ -198,6 +212,27 @@ def _name(given: Mapping[str, str], name: str) -> bytes | None:
     return encoded
 
 
+def parse_shards(given: Mapping[str, str]) -> tuple[int, ...] | None:
+    """The ``shard`` option: shard numbers, sorted and distinct (checked against the data set's
+    shard count when it is known: :func:`inkpen.pipeline.sharded.chosen_shards`)."""
+    raw = given.get("shard")
+    if raw is None:
+        return None
+    numbers: set[int] = set()
+    for part in str(raw).split(","):
+        try:
+            number = int(part.strip())
+        except ValueError:
+            raise UsageError(
+                f"option shard takes a shard number or a comma-separated list of them "
+                f"(e.g. 0,3), got {raw!r}"
+            ) from None
+        if number < 0:
+            raise UsageError(f"option shard: shard numbers are 0 or more, got {number}")
+        numbers.add(number)
+    return tuple(sorted(numbers))
+
+
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     """Check a read's options; raise :class:`UsageError` naming the first one that is wrong."""
     given = _lowered(options)
@@ -240,6 +275,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         partitions=partitions,
         partition_bytes=partition_bytes,
         batch_rows=batch_rows,
+        shards=parse_shards(given),
     )
 
 
@@ -250,6 +286,17 @@ def parse_load_options(options: Mapping[str, str]) -> LoadOptions:
     sst_bytes = _int(given, "sst_bytes", DEFAULT_SST_BYTES, 64 * 1024, 4096 * MiB)
     journal_bytes = _int(given, "journal_bytes", DEFAULT_JOURNAL_BYTES, 64 * 1024, 16384 * MiB)
     assert sst_bytes is not None and journal_bytes is not None
+    load_id = given.get("load_id")
+    if load_id is not None:
+        load_id = str(load_id).strip()
+        if not load_id or len(load_id) > MAX_LOAD_ID_CHARS or not load_id.isprintable():
+            raise UsageError(
+                f"option load_id must be 1 to {MAX_LOAD_ID_CHARS} printable characters (e.g. "
+                f"the job's name and date), got {given.get('load_id')!r}"
+            )
     return LoadOptions(
-        url=_url(given, "bulk load"), sst_bytes=sst_bytes, journal_bytes=journal_bytes
+        url=_url(given, "bulk load"),
+        sst_bytes=sst_bytes,
+        journal_bytes=journal_bytes,
+        load_id=load_id,
     )

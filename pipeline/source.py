@@ -39,7 +39,7 @@ evaluates every filter itself. Narrow a read with the options ``bucket``, ``star
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -48,6 +48,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
@@ -69,15 +70,21 @@ from .options import (
     _url,
     parse_load_options,
     parse_read_options,
+    parse_shards,
 )
 from .pinning import PinnedRead, pin_for_read, pinned_manifest
 from .plan import plan_slices
 from .ranges import Scope
 from .scan import ScanSpec, scan_slice
 from .schema import load_columns, read_schema
+from .sharded import DataSet, ShardedReader, ShardPin, data_set_of, pin_shards, with_shard_column
+from .sharded_load import ShardedTarget, commit_shards, prepare_sharded_load, write_shards
+from .sharded_stream import ShardedStreamReader, per_shard_starting, refuse_shard_starting
 from .stream import (
     STREAM_OPTIONS,
     InkpenStreamReader,
+    Starting,
+    StreamOptions,
     feed_schema,
     names_stream,
     parse_stream_options,
@@ -103,48 +110,87 @@ class InkpenDataSource(DataSource):
         # stream (streamReader)
         _refuse_unknown(_lowered(self.options), READ_OPTIONS | STREAM_OPTIONS, "read or stream")
         if names_stream(self.options):  # only a stream: nothing to pin
-            return feed_schema(parse_stream_options(self.options))
+            stream, data_set, _ = _stream_setup(self.options)
+            return _tagged(feed_schema(stream), data_set)
         options = parse_read_options(self.options)
-        self.pinned = pin_for_read(options)
-        return read_schema(options)
+        data_set = data_set_of(options.url, options.shards)
+        if data_set is None:
+            self.pinned = pin_for_read(options)
+        else:
+            self.shard_pins = pin_shards(options, data_set)
+        return _tagged(read_schema(options), data_set)
 
-    def reader(self, schema: StructType) -> InkpenReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         if _bool(_lowered(self.options), "feed", False):
             raise UsageError(
                 "option feed=true is the change feed, a stream: read it with spark.readStream "
                 "(with trigger(availableNow=True) for one pass over what is there)"
             )
         options = parse_read_options(self.options)
-        expected = read_schema(options)
+        data_set = data_set_of(options.url, options.shards)
+        expected = _tagged(read_schema(options), data_set)
         if schema != expected:
             raise UsageError(
                 "an inkpen read has a fixed schema and takes none from .schema(...); with these "
                 f"options it is {expected.simpleString()}"
             )
+        if data_set is not None:
+            pins: tuple[ShardPin, ...] | None = getattr(self, "shard_pins", None)
+            return ShardedReader(
+                options, pins if pins is not None else pin_shards(options, data_set)
+            )
         pinned: PinnedRead | None = getattr(self, "pinned", None)
         return InkpenReader(options, pinned if pinned is not None else pin_for_read(options))
 
-    def streamReader(self, schema: StructType) -> InkpenStreamReader:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         pinned: PinnedRead | None = getattr(self, "pinned", None)
         if pinned is not None:  # schema() could not tell this stream from a read
             release_read_pin(_url(_lowered(self.options), "stream"), pinned)
-        options = parse_stream_options(self.options)
-        expected = feed_schema(options)
+        for pin in getattr(self, "shard_pins", None) or ():
+            release_read_pin(pin.options.url, pin.pinned)
+        options, data_set, starting = _stream_setup(self.options)
+        expected = _tagged(feed_schema(options), data_set)
         if schema != expected:
             raise UsageError(
                 "the inkpen change feed has a fixed schema and takes none from .schema(...); "
                 f"with these options it is {expected.simpleString()}"
             )
+        if data_set is not None:
+            return ShardedStreamReader(options, data_set, starting)
         return InkpenStreamReader(options)
 
-    def writer(self, schema: StructType, overwrite: bool) -> InkpenWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
             raise UsageError(
                 "an inkpen bulk load only adds to a database: use .mode('append'); to replace "
                 "objects, load the new values (the load's values win over older ones)"
             )
         options = parse_load_options(self.options)
-        return InkpenWriter(prepare_load(options, load_columns(schema)))
+        columns = load_columns(schema)
+        data_set = data_set_of(options.url, None)
+        if data_set is not None:
+            return ShardedWriter(prepare_sharded_load(options, columns, data_set))
+        return InkpenWriter(prepare_load(options, columns), options.load_id)
+
+
+def _tagged(schema: StructType, data_set: DataSet | None) -> StructType:
+    """A data set's rows carry their ``shard``; one database's do not."""
+    return schema if data_set is None else with_shard_column(schema)
+
+
+def _stream_setup(
+    given_options: Mapping[str, str],
+) -> tuple[StreamOptions, DataSet | None, dict[int, Starting]]:
+    """A stream's options, the data set it follows (None: one database), and where each of the
+    data set's shards starts."""
+    given = _lowered(given_options)
+    raw_starting = given.get("startingoffsets")
+    data_set = data_set_of(_url(given, "stream"), parse_shards(given))
+    if data_set is None:
+        refuse_shard_starting(raw_starting)
+        return parse_stream_options(given_options), None, {}
+    options = parse_stream_options(given_options, data_set=True)
+    return options, data_set, per_shard_starting(raw_starting, data_set)
 
 
 class InkpenReader(DataSourceReader):
@@ -193,8 +239,9 @@ class LoadMessage(WriterCommitMessage):
 class InkpenWriter(DataSourceArrowWriter):
     """A bulk load: tasks write files, the driver commits them in one manifest update."""
 
-    def __init__(self, target: LoadTarget) -> None:
+    def __init__(self, target: LoadTarget, load_id: str | None = None) -> None:
         self.target = target
+        self.load_id = load_id
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LoadMessage:
         context = TaskContext.get()
@@ -232,10 +279,74 @@ class InkpenWriter(DataSourceArrowWriter):
                 f"the bulk load into {self.target.url} was not committed: {rejected[0]}{also}; "
                 "nothing was loaded. Fix or filter those rows and run the load again"
             )
-        commit_load(self.target.url, [_loaded(m) for m in messages])
+        commit_load(self.target.url, [_loaded(m) for m in messages], load_id=self.load_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         log_abort(self.target.url, [_loaded(m) for m in messages])
+
+
+@dataclass(frozen=True)
+class ShardedLoadMessage(WriterCommitMessage):
+    """What one task attempt of a data set load tells the driver: each shard's files, or why
+    its rows were refused."""
+
+    loaded: dict[int, LoadedPartition] | None
+    rejected: str | None = None
+
+
+class ShardedWriter(DataSourceArrowWriter):
+    """A bulk load into a data set: tasks route rows to shards, the driver commits each shard
+    (:mod:`.sharded_load`)."""
+
+    def __init__(self, target: ShardedTarget) -> None:
+        self.target = target
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ShardedLoadMessage:
+        context = TaskContext.get()
+        if context is None:
+            raise UsageError(
+                "ShardedWriter.write runs inside Spark tasks; outside Spark, call "
+                "inkpen.pipeline.sharded_load.write_shards"
+            )
+        try:
+            loaded = write_shards(
+                self.target,
+                iterator,
+                partition_id=context.partitionId(),
+                attempt=context.attemptNumber(),
+            )
+        except UsageError as exc:  # as InkpenWriter.write: report once, no retries
+            log.warning(
+                "pipeline.load_task_rejected",
+                url=self.target.url,
+                partition=context.partitionId(),
+                error=str(exc),
+            )
+            return ShardedLoadMessage(None, rejected=str(exc))
+        return ShardedLoadMessage(loaded)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rejected = [
+            m.rejected for m in messages if isinstance(m, ShardedLoadMessage) and m.rejected
+        ]
+        if rejected:
+            more = len(rejected) - 1
+            also = f" (and {more} more partitions had bad rows)" if more else ""
+            raise UsageError(
+                f"the bulk load into the data set {self.target.url} was not committed: "
+                f"{rejected[0]}{also}; nothing was loaded. Fix or filter those rows and run the "
+                "load again"
+            )
+        commit_shards(self.target, [_shard_parts(m) for m in messages])
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        for shard, target in enumerate(self.target.targets):
+            parts = [_shard_parts(m) for m in messages]
+            log_abort(target.url, [p.get(shard) if p is not None else None for p in parts])
+
+
+def _shard_parts(message: WriterCommitMessage | None) -> dict[int, LoadedPartition] | None:
+    return message.loaded if isinstance(message, ShardedLoadMessage) else None
 
 
 def _loaded(message: WriterCommitMessage | None) -> LoadedPartition | None:

@@ -122,13 +122,22 @@ from .options import (
     _refuse_unknown,
     _seconds,
     _url,
+    parse_shards,
 )
 from .pinning import PinnedRead
 from .schema import row_schema
 
 log = get_logger("inkpen.pipeline.stream")
 
-STREAM_OPTIONS = FEED_OPTIONS | {"path", "feed", "batch_rows", "key_type", "values", "indexes"}
+STREAM_OPTIONS = FEED_OPTIONS | {
+    "path",
+    "feed",
+    "batch_rows",
+    "key_type",
+    "values",
+    "indexes",
+    "shard",
+}
 CURSOR_PREFIX = "spark-stream-"
 """A new query's own cursor is this and 12 hex digits (see the module docstring)."""
 LEGACY_CURSOR = "spark-stream"
@@ -155,6 +164,8 @@ class StreamOptions:
     key_type: KeyType = "binary"
     refresh_interval: float = 1.0
     values: bool = True
+    shards: tuple[int, ...] | None = None
+    """The ``shard`` option: only these shards of a data set (None: every shard)."""
 
 
 def names_stream(options: Mapping[str, str]) -> bool:
@@ -197,7 +208,9 @@ def parse_starting(given: Mapping[str, str]) -> Starting:
     raise UsageError(f"{STARTING_HELP}; got {raw!r}")
 
 
-def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
+def parse_stream_options(options: Mapping[str, str], *, data_set: bool = False) -> StreamOptions:
+    """Check a stream's options; with ``data_set`` the stream reads a sharded data set, whose
+    ``startingOffsets`` :mod:`.sharded_stream` reads (``starting`` is then left earliest)."""
     given = _lowered(options)
     for_reads = sorted(set(given) & (READ_OPTIONS - STREAM_OPTIONS))
     if for_reads:
@@ -221,6 +234,13 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
             check_name(str(cursor))
         except UsageError as exc:
             raise UsageError(f"option cursor: {exc}") from None
+    if data_set:
+        given.pop("startingoffsets", None)
+        if "starting_sqn" in given:
+            raise UsageError(
+                "option starting_sqn is one database's; over a data set give startingOffsets "
+                'a JSON object of shard number to SQN (e.g. {"0": 1500})'
+            )
     starting = parse_starting(given)
     per_batch = _int(given, "max_rows_per_batch", None, 1, 1 << 40)
     per_partition = _int(given, "rows_per_partition", 250_000, 1, 1 << 40)
@@ -237,6 +257,7 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
         key_type="string" if key_type == "string" else "binary",
         refresh_interval=_seconds(given, "refresh_interval", 1.0),
         values=_bool(given, "values", True),
+        shards=parse_shards(given),
     )
 
 

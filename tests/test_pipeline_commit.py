@@ -307,3 +307,37 @@ def test_a_restored_backup_rebuilds_the_loaded_ledger_from_the_journal(
     assert everything(destination) == everything(store_url)
     with inkpen.open(destination) as restored:
         assert list(restored.index_query("b", "f_bin", "t3", "t3")) == expected_index
+
+
+def test_a_load_id_already_committed_commits_nothing_again(store_url: str) -> None:
+    aim = target(store_url)
+
+    def attempt(value: bytes) -> list[LoadedPartition | None]:
+        rows: list[Row] = [("b", f"k{i}", value) for i in range(20)]
+        return [write_partition(aim, [batch(rows)], partition_id=0, attempt=0)]
+
+    first = commit_load(store_url, attempt(b"first"), load_id="daily-1")
+    assert first is not None and first.rows == 20
+    record = latest(store_url).load("daily-1")
+    assert record is not None and (record.rows, record.first_sqn, record.last_sqn) == (20, 1, 20)
+    before = latest(store_url)
+    assert commit_load(store_url, attempt(b"again"), load_id="daily-1") is None
+    assert latest(store_url) == before  # no claim, no fence, no change
+    assert set(everything(store_url).values()) == {b"first"}
+    assert commit_load(store_url, attempt(b"second"), load_id="daily-2") is not None
+    assert set(everything(store_url).values()) == {b"second"}
+    assert [r.load_id for r in latest(store_url).loads] == ["daily-1", "daily-2"]
+
+
+def test_a_manifest_keeps_the_most_recent_load_ids() -> None:
+    from inkpen.manifest.model import MAX_LOAD_RECORDS, LoadRecord, decode, encode
+
+    manifest = Manifest()
+    for i in range(MAX_LOAD_RECORDS + 5):
+        manifest = manifest.with_load(LoadRecord(f"load-{i}", 1.0 + i, 1, i + 1, i + 1))
+    kept = [r.load_id for r in manifest.loads]
+    assert kept == [f"load-{i}" for i in range(5, MAX_LOAD_RECORDS + 5)]
+    assert manifest.load("load-4") is None and manifest.load("load-5") is not None
+    assert decode(encode(manifest), "m").loads == manifest.loads
+    with pytest.raises(inkpen.UsageError, match="load_id must be a non-empty str"):
+        LoadRecord("", 1.0, 1, 1, 1)

@@ -162,6 +162,17 @@ def check_spark(tmp: Path, scope: dict[str, Any], out: str) -> None:
     picked = scope["df"].filter("bucket = X'7573657273' AND key >= X'6d'").collect()
     assert [bytes(r.key) for r in picked] == [b"mallory"]
     assert [(r.key, bytes(r.value)) for r in scope["users"].collect()] == [("alice", b"...")]
+    from inkpen.shards import shard_of, shard_url
+
+    sharded = str(tmp / "spark-set")
+    found = sorted((r.shard, bytes(r.bucket), bytes(r.key)) for r in scope["per_shard"].collect())
+    wanted = {(b"users", b"alice"), (b"users", b"mallory"), (b"logs", b"l1")}
+    assert found == sorted((shard_of(b, k, 4), b, k) for b, k in wanted)
+    for shard in range(4):
+        mine = {(b, k) for b, k in wanted if shard_of(b, k, 4) == shard}
+        assert set(objects(shard_url(sharded, shard))) == mine
+        with inkpen.open_reader(shard_url(sharded, shard)) as reader:
+            assert reader.last_sqn == len(mine)  # the second save added nothing: its load_id
     shown = out.split("\n\n")  # what the two show() calls print: mallory (binary), alice
     assert "|[6D 61 6C 6C" in shown[0] and "|alice|" in shown[1]
 
