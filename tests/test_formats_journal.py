@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from inkpen.errors import CorruptionError
 from inkpen.formats.journal import (
     EMPTY_JOURNAL_SIZE,
+    FORMAT_VERSION,
     HEADER_SIZE,
+    INDEX_BLOCK,
     JournalEntry,
     JournalHeader,
     JournalReader,
@@ -70,17 +72,18 @@ def open_reader(data: bytes, **kw: Any) -> JournalReader:
 
 
 @settings(max_examples=150)
-@given(st.integers(0, 2**63), raw_entries, U64, st.integers(1, 5000))
+@given(st.integers(0, 2**63), raw_entries, U64, st.integers(1, 5000), st.sampled_from([1, 2]))
 def test_round_trip_on_every_read_path(
-    first_sqn: int, raws: list[tuple[Any, ...]], epoch: int, chunk_size: int
+    first_sqn: int, raws: list[tuple[Any, ...]], epoch: int, chunk_size: int, version: int
 ) -> None:
     entries = to_entries(first_sqn, raws)
-    data = build_journal(entries, writer_epoch=epoch)
+    data = build_journal(entries, writer_epoch=epoch, version=version)
     header, decoded = decode_journal(data, NAME)
     assert decoded == entries
     assert list(iter_journal(data, NAME)) == entries
     assert header == read_header(data[:HEADER_SIZE], NAME)
     assert header.writer_epoch == epoch
+    assert header.version == version
     assert header.entry_count == len(entries)
     assert header.size == len(data)
     if entries:
@@ -135,7 +138,7 @@ def test_an_empty_journal_is_a_fixed_size_fence(epoch: int) -> None:
     data = build_journal([], writer_epoch=epoch)
     assert len(data) == EMPTY_JOURNAL_SIZE == HEADER_SIZE
     header = read_header(data, NAME)
-    assert header == JournalHeader(1, epoch, 0, 0, 0, HEADER_SIZE, 0)
+    assert header == JournalHeader(FORMAT_VERSION, epoch, 0, 0, 0, HEADER_SIZE, 0)
     assert header.is_empty
     assert decode_journal(data, NAME) == (header, [])
     fetch = CountingFetch(data)
@@ -276,6 +279,9 @@ DAMAGE_ENTRIES = [
     for i, kind in enumerate([Kind.OBJECT, Kind.TOMBSTONE, Kind.KEY_CHANGES] * 4)
 ]
 DAMAGE_JOURNAL = build_journal(DAMAGE_ENTRIES, writer_epoch=3)
+DAMAGE_JOURNALS = {
+    version: build_journal(DAMAGE_ENTRIES, writer_epoch=3, version=version) for version in (1, 2)
+}
 
 
 def flip(data: bytes, offset: int, mask: int) -> bytes:
@@ -324,8 +330,8 @@ def read_everything(data: bytes) -> list[CorruptionError]:
     return seen
 
 
-def assert_detected(offset: int, mask: int) -> None:
-    errors = read_everything(flip(DAMAGE_JOURNAL, offset, mask))
+def assert_detected(offset: int, mask: int, version: int = FORMAT_VERSION) -> None:
+    errors = read_everything(flip(DAMAGE_JOURNALS[version], offset, mask))
     assert errors, f"flipping byte {offset} with {mask:#x} went unnoticed"
     for exc in errors:
         assert exc.object_name == NAME
@@ -333,19 +339,24 @@ def assert_detected(offset: int, mask: int) -> None:
         assert NAME in str(exc)
 
 
-def test_the_damage_fixture_reads_cleanly() -> None:
-    assert read_everything(DAMAGE_JOURNAL) == []
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_damage_fixture_reads_cleanly(version: int) -> None:
+    assert read_everything(DAMAGE_JOURNALS[version]) == []
 
 
 @settings(max_examples=400)
-@given(st.integers(0, len(DAMAGE_JOURNAL) - 1), st.integers(1, 255))
-def test_any_flipped_byte_is_detected_on_some_read_path(offset: int, mask: int) -> None:
-    assert_detected(offset, mask)
+@given(st.data(), st.sampled_from([1, 2]), st.integers(1, 255))
+def test_any_flipped_byte_is_detected_on_some_read_path(
+    data: st.DataObject, version: int, mask: int
+) -> None:
+    offset = data.draw(st.integers(0, len(DAMAGE_JOURNALS[version]) - 1))
+    assert_detected(offset, mask, version)
 
 
-def test_every_byte_is_covered_by_a_check() -> None:
-    for offset in range(len(DAMAGE_JOURNAL)):
-        assert_detected(offset, 0x80)
+@pytest.mark.parametrize("version", [1, 2])
+def test_every_byte_is_covered_by_a_check(version: int) -> None:
+    for offset in range(len(DAMAGE_JOURNALS[version])):
+        assert_detected(offset, 0x80, version)
 
 
 def test_truncation_and_wrong_size_are_corruption() -> None:
@@ -374,7 +385,7 @@ def test_other_kinds_of_file_are_refused_clearly() -> None:
 
 def test_a_newer_format_version_asks_for_an_upgrade() -> None:
     data = bytearray(DAMAGE_JOURNAL)
-    struct.pack_into(">H", data, 6, 2)
+    struct.pack_into(">H", data, 6, FORMAT_VERSION + 1)
     struct.pack_into(">I", data, HEADER_SIZE - 4, zlib.crc32(data[: HEADER_SIZE - 4]))
     for attempt in (lambda: read_header(bytes(data), NAME), lambda: open_reader(bytes(data))):
         with pytest.raises(CorruptionError, match="upgrade inkpen") as info:

@@ -542,6 +542,7 @@ class WindowReads:
         reader = self.journal.files[file_index].reader
         starts, kept = self.runs.setdefault(file_index, ([], []))
         records_end = reader.header.hash_offset
+        blocks = reader.header.version >= 2  # a read of a block holds records wanted later
         batch: list[tuple[int, int, int, int, bool]] = []  # reads: (i, j, start, end, keep)
         batch_bytes = 0
         i = 0
@@ -559,6 +560,9 @@ class WindowReads:
             j = i + 1
             while j < count:
                 at, size = wanted[j][0], wanted[j][1]
+                if at + size <= end:
+                    j += 1  # another row of a journal block this read already holds
+                    continue
                 gap = at - end
                 if gap < 0 or at + size > limit or at + size - offset > SCAN_RUN:
                     break
@@ -566,7 +570,7 @@ class WindowReads:
                     break
                 end = at + size
                 j += 1
-            keep = may_keep and end - offset > sum(w[1] for w in wanted[i:j])
+            keep = may_keep and (blocks or end - offset > sum(w[1] for w in wanted[i:j]))
             if keep:
                 self.kept += end - offset  # counted now: the next runs' plans depend on it
             batch.append((i, j, offset, end, keep))
