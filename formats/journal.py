@@ -694,13 +694,16 @@ class _BlockIndex:
             cache.put(self.token, found, self.weight)  # type: ignore[union-attr]
         return found  # type: ignore[return-value]
 
-    def block_of(self, stored_sqn: int) -> tuple[int, int, int] | None:
+    def block_of(
+        self, stored_sqn: int, arrays: tuple[array[int], array[int]] | None = None
+    ) -> tuple[int, int, int] | None:
         """``(first SQN, start, end)`` of the block that would hold ``stored_sqn``, or None
-        when the file's SQN range does not cover it."""
+        when the file's SQN range does not cover it (``arrays``: :meth:`arrays`, when the
+        caller has them)."""
         header = self.header
         if not header.min_sqn <= stored_sqn <= header.max_sqn:
             return None
-        firsts, offsets = self.arrays()
+        firsts, offsets = self.arrays() if arrays is None else arrays
         k = bisect.bisect_right(firsts, stored_sqn) - 1
         end = offsets[k + 1] if k + 1 < len(offsets) else header.hash_offset
         return firsts[k], offsets[k], end
@@ -1240,7 +1243,13 @@ class JournalReader:
         if index is None:
             return [None] * len(wanted)
         if type(index) is _BlockIndex:
-            return [self.locate(sqn, kind, ledger_key) for sqn, kind, ledger_key in wanted]
+            arrays = index.arrays()  # once: an index evicted at once is read once, not per key
+            out_blocks: list[tuple[bytes, int, int] | None] = []
+            for sqn, kind, ledger_key in wanted:
+                key = self._record_key(sqn, kind, ledger_key)
+                found = None if key is None else index.block_of(sqn - self.sqn_base, arrays)
+                out_blocks.append(None if found is None else (key, found[1], found[2] - found[1]))  # type: ignore[arg-type]
+            return out_blocks
         keys = [self._record_key(sqn, kind, ledger_key) for sqn, kind, ledger_key in wanted]
         hashes = [None if key is None else zlib.crc32(key) for key in keys]
         assert type(index) is _HashIndex
