@@ -35,9 +35,7 @@ FILES = 24
 PER_FILE = 400
 
 
-def make_files(
-    rng: random.Random, version: int = 1
-) -> list[tuple[str, bytes, list[JournalEntry]]]:
+def make_files(rng: random.Random, version: int = 1) -> list[tuple[str, bytes, list[JournalEntry]]]:
     files = []
     sqn = 1
     for number in range(FILES):
