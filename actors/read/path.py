@@ -472,11 +472,12 @@ def place_records(
     journal: JournalView, rows: Sequence[tuple[bytes, int]], bodies: list[bytes | None]
 ) -> dict[int, list[tuple[int, int, int, bytes]]]:
     """Where each row's (``(key, sqn)``) object body lives in ``journal``, reading no record:
-    a body held by an unrolled segment goes into ``bodies`` at the row's index; a record in a
-    journal file, located through its hash region (each file asked once for all its rows, so
-    that a paged region is read in as few reads as the rows allow), is answered per file (its
-    index in the view) as ``(offset, length, row index, record key)``, unsorted. Rows the view
-    does not hold stay None."""
+    a body held by an unrolled segment goes into ``bodies`` at the row's index; a row in a
+    journal file, located through its index (each file asked once for all its rows: a block
+    index reads nothing, a paged version 1 hash region is read in as few reads as the rows
+    allow), is answered per file (its index in the view) as ``(offset, length, row index,
+    record key)`` of the block that holds it (version 1: of the record), unsorted; rows of one
+    block share its range. Rows the view does not hold stay None."""
     kind = Kind.OBJECT
     files = journal.files
     in_files: dict[int, list[int]] = {}
@@ -506,8 +507,9 @@ def place_records(
 class WindowReads:
     """The value reads of one scan over one journal view, window by window.
 
-    A window's rows are located file by file (:meth:`JournalReader.locate_many`: the slot pages
-    their probes start on are read in joined runs, past the index cache). A window's records
+    A window's rows are located file by file (:meth:`JournalReader.locate_many`: a block index
+    reads nothing; a version 1 file reads the slot pages its probes start on in joined runs,
+    past the index cache). A window's blocks (version 1: records)
     of one file are read in offset order, asked of the store together in batches of up to
     :data:`SCAN_BATCH` bytes (``get_ranges``); records that touch are read together, and while the
     scan keeps fewer than :data:`SCAN_KEEP_BYTES`, so are records up to :data:`SCAN_GAP` apart,
