@@ -951,7 +951,10 @@ class _SequenceCheck:
         self.name = name
         self.count = 0
         self.previous = -1
-        self.firsts, self.offsets = blocks if blocks is not None else (None, None)
+        self.firsts: array[int] | None = None
+        self.offsets: array[int] | None = None
+        if blocks is not None:
+            self.firsts, self.offsets = blocks
         self.block = 0
 
     def step(self, sqn: int, offset: int) -> None:
@@ -964,15 +967,15 @@ class _SequenceCheck:
             raise CorruptionError(
                 self.name, f"journal record SQN {sqn} is out of order or range", offset=offset
             )
-        offsets = self.offsets
-        if offsets is not None and self.block < len(offsets):
+        offsets, firsts = self.offsets, self.firsts
+        if offsets is not None and firsts is not None and self.block < len(offsets):
             block = self.block
             start = offsets[block]
             if start == offset:
-                if self.firsts[block] != sqn:  # type: ignore[index]
+                if firsts[block] != sqn:
                     raise CorruptionError(
                         self.name,
-                        f"journal block index names SQN {self.firsts[block]} (block {block}) "  # type: ignore[index]
+                        f"journal block index names SQN {firsts[block]} (block {block}) "
                         f"where the record is SQN {sqn}",
                         offset=header.hash_offset + block * _BLOCK_ENTRY.size,
                     )
@@ -1260,8 +1263,8 @@ class JournalReader:
         candidates = index.candidates
         out: list[tuple[bytes, int, int] | None] = []
         for key, key_hash in zip(keys, hashes, strict=True):
-            found = None if key_hash is None else next(candidates(key_hash, pages), None)
-            out.append(None if found is None else (key, found[0], found[1]))  # type: ignore[arg-type]
+            slot = None if key_hash is None else next(candidates(key_hash, pages), None)
+            out.append(None if slot is None else (key, slot[0], slot[1]))  # type: ignore[arg-type]
         return out
 
     def _record_key(self, sqn: int, kind: Kind, ledger_key: bytes) -> bytes | None:

@@ -416,7 +416,7 @@ def layout_entries(layout: str) -> list[JournalEntry]:
         "large": [INDEX_BLOCK + 1, 3 * INDEX_BLOCK, 4 << 20, INDEX_BLOCK * 2],
         "mixed": [rng.choice([0, 10, 900, 3000, 5000, 70_000]) for _ in range(120)],
     }[layout]
-    entries = []
+    entries: list[JournalEntry] = []
     for i, size in enumerate(sizes):
         sqn = 1000 + 3 * i // 2 * 2  # gaps between some SQNs
         if entries and sqn <= entries[-1].sqn:
@@ -540,9 +540,9 @@ def test_lookups_of_both_versions_equal_a_model(
     if version == 1:  # one slot per record: a located key the model lacks may hash alike
         placed = [p for p in placed if asks[p[2]] in model]
     bodies = reader.values_at([(key, offset, length) for offset, length, _, key in placed])
-    for (_, _, at, _), body in zip(placed, bodies, strict=True):
+    for (_, _, at, _), got in zip(placed, bodies, strict=True):
         found = model.get(asks[at])
-        assert body == (None if found is None else (found.value or b""))
+        assert got == (None if found is None else (found.value or b""))
     assert [reader.read_at(o, n) for o, n in reader.locations()] == [
         e._replace(sqn=e.sqn + sqn_base) for e in entries
     ]
