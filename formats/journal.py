@@ -1414,9 +1414,10 @@ class JournalReader:
         return out
 
     def sample(self, rng: random.Random, count: int) -> list[JournalEntry]:
-        """About ``count`` entries drawn at random (for scoring a file's worth): version 1
-        draws among every record; version 2 draws blocks (weighted by their size) and one
-        record of each, so that it reads only the blocks it draws."""
+        """About ``count`` entries drawn at random, in file order (for scoring a file's worth):
+        version 1 draws among every record; version 2 draws ``count`` blocks with replacement,
+        weighted by their size, and from a block drawn ``m`` times ``m`` of its records (all of
+        them when it holds fewer), so that it reads only the blocks it draws, each once."""
         index = self._index
         if index is None or count <= 0:
             return []
@@ -1426,16 +1427,19 @@ class JournalReader:
             return [self.read_at(offset, length) for offset, length in chosen]
         blocks = index.blocks()  # type: ignore[union-attr]
         weights = [end - start for _, start, end in blocks]
-        picked = sorted(set(rng.choices(range(len(blocks)), weights=weights, k=count)))
-        out: list[JournalEntry] = []
+        draws: dict[int, int] = {}
+        for number in rng.choices(range(len(blocks)), weights=weights, k=count):
+            draws[number] = draws.get(number, 0) + 1
         fetch = getattr(self._fetch, "direct", self._fetch)
-        for number in picked:
+        out: list[JournalEntry] = []
+        for number in sorted(draws):
             first, start, end = blocks[number]
             data = fetch_exact(fetch, start, end, self.name)
             records = _block_records(data, first, self.name, start)
-            at, length, _ = records[rng.randrange(len(records))]
-            rel = at - start
-            out.append(_parse_record(data, rel, rel + length, self.name, start, self.sqn_base)[1])
+            for at, length, _ in sorted(rng.sample(records, min(draws[number], len(records)))):
+                rel = at - start
+                entry = _parse_record(data, rel, rel + length, self.name, start, self.sqn_base)[1]
+                out.append(entry)
         return out
 
     def read_at(self, offset: int, length: int) -> JournalEntry:

@@ -546,3 +546,23 @@ def test_lookups_of_both_versions_equal_a_model(
     assert [reader.read_at(o, n) for o, n in reader.locations()] == [
         e._replace(sqn=e.sqn + sqn_base) for e in entries
     ]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_sample_draws_distinct_entries_in_file_order(version: int) -> None:
+    entries = layout_entries("mixed")
+    data = build_journal(entries, writer_epoch=1, version=version)
+    fetch = CountingFetch(data)
+    reader = JournalReader.open(NAME, len(data), fetch, sqn_base=10)
+    shifted = [e._replace(sqn=e.sqn + 10) for e in entries]
+    for count in (1, 30, 500):
+        fetch.calls.clear()
+        drawn = reader.sample(random.Random(count), count)
+        assert drawn == [e for e in shifted if e in drawn]  # distinct, in file order
+        if version == 1:
+            assert len(drawn) == min(count, len(entries))
+        else:  # blocks are drawn by size: a large record drawn twice counts once
+            assert 0 < len(drawn) <= min(count, len(entries))
+            blocks = {(start, end) for _, start, end in blocks_of(data)}
+            assert set(fetch.calls) <= blocks and len(set(fetch.calls)) == len(fetch.calls)
+    assert reader.sample(random.Random(1), 0) == []
