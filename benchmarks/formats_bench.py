@@ -1,7 +1,8 @@
 """Measures inkpen's codecs on the hot path, in memory (no store I/O), and prints the figures.
 
 Figures: SST build throughput, point lookups in an SST whose blocks are cached, a full SST scan,
-point lookups in a journal file with its hash region loaded, journal build throughput, and the
+point lookups in a journal file with its index loaded (format version 2's SQN block index, and
+version 1's hash region beside it), journal build throughput, and the
 bloom filter's false-positive rate at the default bits per key. Output is one JSON object.
 
 Run: ``python benchmarks/formats_bench.py [--entries N] [--seed S]``.
@@ -91,6 +92,11 @@ def bench_journal(entries: int, rng: random.Random) -> dict[str, float]:
     lookup_seconds = _best_of(
         3, lambda: [reader.get(row.sqn, row.kind, row.ledger_key) for row in probes]
     )
+    old = build_journal(rows, writer_epoch=1, version=1)
+    old_reader = JournalReader.open("journal/bench-v1.jnl", len(old), lambda s, e: old[s:e])
+    old_seconds = _best_of(
+        3, lambda: [old_reader.get(row.sqn, row.kind, row.ledger_key) for row in probes]
+    )
     scan_seconds = _best_of(3, lambda: sum(1 for _ in reader.iter_entries()))
     return {
         "journal_entries": entries,
@@ -98,6 +104,9 @@ def bench_journal(entries: int, rng: random.Random) -> dict[str, float]:
         "journal_build_mb_per_s": round(len(data) / build_seconds / 1e6, 2),
         "journal_build_entries_per_s": round(entries / build_seconds),
         "journal_get_us": round(lookup_seconds / len(probes) * 1e6, 2),
+        "journal_get_us_v1": round(old_seconds / len(probes) * 1e6, 2),
+        "journal_index_bytes": len(data) - reader.header.hash_offset,
+        "journal_index_bytes_v1": len(old) - old_reader.header.hash_offset,
         "journal_scan_rows_per_s": round(entries / scan_seconds),
     }
 

@@ -1,4 +1,4 @@
-"""Journal files: immutable CDB-style files of journal entries, found by key with ranged reads.
+"""Journal files: immutable files of journal entries in SQN order, found by SQN with ranged reads.
 
 A journal file holds the entries of one group commit (a segment) or of a compaction run, in
 strictly increasing SQN order. Every entry carries what is needed to rebuild its ledger entry and
@@ -8,16 +8,16 @@ Layout (all integers big-endian; offsets are from the start of the object)::
 
     header, 60 bytes at offset 0
       0   6  magic b"INKJNL"
-      6   2  format version (u16), currently 1
+      6   2  format version (u16): 2 (1 is still read)
       8   8  writer epoch (u64) of the writer that built the file
       16  8  entry count (u64)
       24  8  lowest SQN (u64; 0 when empty)
       32  8  highest SQN (u64; 0 when empty)
-      40  8  hash region offset (u64) = end of the records region
-      48  8  hash region length (u64; 0 when empty)
+      40  8  index region offset (u64) = end of the records region
+      48  8  index region length (u64; 0 when empty)
       56  4  CRC-32 of header bytes [0, 56)
 
-    records, from offset 60 to the hash region, in SQN order; one record is
+    records, from offset 60 to the index region, in SQN order; one record is
       0       4  key length K (u32)
       4       4  value length V (u32)
       8       K  key: SQN (u64), kind (u8), encoded ledger key
@@ -25,7 +25,11 @@ Layout (all integers big-endian; offsets are from the start of the object)::
                  S (u32), S bytes of msgpack [[op, field, term], ...], then the object body
       8+K+V   4  CRC-32 of record bytes [0, 8+K+V)
 
-    hash region (absent when the file has no entries)
+    index region, version 2 (absent when the file has no entries): the SQN block index
+      0     16*B  B blocks: first SQN (u64), offset of the block's first record (u64)
+      16*B  4     CRC-32 of region bytes [0, 16*B)
+
+    index region, version 1: the CDB hash region
       0          2048  256 table descriptors: first slot (u32), slot count (u32)
       2048       16*N  N = 2 * entry count slots: hash (u32), record offset (u64), record length
                        (u32); a record length of 0 marks an empty slot
@@ -35,16 +39,24 @@ Value flags: bit 0 the entry has an object body, bit 1 the body is snappy-compre
 expiry field is set. A body of 256 bytes or more is stored compressed when that saves at least an
 eighth of it.
 
-Lookup is CDB's: the hash ``h`` is the CRC-32 of the record key; table ``h & 255`` is probed
-linearly from slot ``(h >> 8) % slot_count`` until the key is found or an empty slot is met.
-Each table has twice as many slots as entries, so probes stay short. A slot names a record's
-offset and length, so one ranged read fetches it whole.
+Version 2 lookup: a block is a run of consecutive records of about :data:`INDEX_BLOCK` bytes (a
+record that large or larger is a block alone); block ``k`` spans ``[offset_k, offset_k+1)`` (the
+last one ends where the index region starts). A lookup of ``(sqn, kind, ledger_key)`` takes the
+last block whose first SQN is at most ``sqn``, reads that block in one ranged read and walks its
+records to the one with that key: one read, of about 4 KiB (a large record: exactly the record).
+The index is 16 bytes per block (about 0.4% of the records); a reader reads it whole at open and
+checks its CRC, then holds it or keeps it in a byte-weighted cache (re-read when evicted).
 
-Every byte is covered by a checksum: the header's, each record's, and the hash region's (checked
-when a reader opens the file). A reader either holds the region or pages it: at open it computes
-a CRC-32 of every 1 KiB page of slots and later checks each page it reads against it. A damaged
-file raises :class:`CorruptionError` naming the object and the offset of the damaged part;
-damaged bytes are never returned as data.
+Version 1 lookup is CDB's: the hash ``h`` is the CRC-32 of the record key; table ``h & 255`` is
+probed linearly from slot ``(h >> 8) % slot_count`` until the key is found or an empty slot is
+met. Each table has twice as many slots as entries, so probes stay short. A slot names a record's
+offset and length, so one ranged read fetches it whole. Writers write version 2 only.
+
+Every byte is covered by a checksum: the header's, each record's, and the index region's (checked
+when a reader opens the file). A version 1 reader either holds the hash region or pages it: at
+open it computes a CRC-32 of every 1 KiB page of slots and later checks each page it reads
+against it. A damaged file raises :class:`CorruptionError` naming the object and the offset of
+the damaged part; damaged bytes are never returned as data.
 
 A file with no entries is only a header (:data:`EMPTY_JOURNAL_SIZE` bytes): a writer writes one
 into the next segment slot to fence older writers, and a listing can recognise it by its size.
@@ -52,8 +64,11 @@ into the next segment slot to fence older writers, and a listing can recognise i
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import random
 import struct
+import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -70,7 +85,10 @@ from .cache import BlockCache
 from .fetching import Fetch, fetch_exact, short_read
 
 MAGIC = b"INKJNL"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The version writers write; version 1 files (a CDB hash region) are still read."""
+INDEX_BLOCK = 4 * 1024
+"""A version 2 block holds consecutive records up to this many bytes (or one larger record)."""
 
 _HEADER = struct.Struct(">6sHQQQQQQ")
 _CRC = struct.Struct(">I")
@@ -85,6 +103,7 @@ _RECORD_HEAD = struct.Struct(">IIQB")
 """A record's lengths and the fixed start of its key (SQN, kind), read or written in one go."""
 _VALUE_HEAD = struct.Struct(">BQQI")
 _SLOT = struct.Struct(">IQI")
+_BLOCK_ENTRY = struct.Struct(">QQ")
 _TABLE = struct.Struct(">II")
 _TABLE_COUNT = 256
 _DIRECTORY_SIZE = _TABLE_COUNT * _TABLE.size
@@ -161,6 +180,13 @@ def _hash_region_length(entry_count: int) -> int:
     if entry_count == 0:
         return 0
     return _DIRECTORY_SIZE + 2 * entry_count * _SLOT.size + _CRC.size
+
+
+def _index_region_fits(header_count: int, length: int) -> bool:
+    """True when a version 2 index region of ``length`` bytes may serve ``header_count``
+    entries: at least one block, at most one per entry."""
+    blocks, rest = divmod(length - _CRC.size, _BLOCK_ENTRY.size)
+    return rest == 0 and 1 <= blocks <= header_count
 
 
 def _check_uint(value: object, bits: int, what: str) -> int:
@@ -250,15 +276,30 @@ def _encode_hash_region(slots: list[tuple[int, int, int]]) -> bytes:
     return region + _CRC.pack(zlib.crc32(region))
 
 
-def build_journal(entries: Iterable[JournalEntry], *, writer_epoch: int) -> bytes:
+def _encode_block_index(firsts: list[int], offsets: list[int]) -> bytes:
+    """The version 2 index region: ``(first SQN, offset)`` of every block, then its CRC."""
+    region = b"".join(map(_BLOCK_ENTRY.pack, firsts, offsets))
+    return region + _CRC.pack(zlib.crc32(region))
+
+
+def build_journal(
+    entries: Iterable[JournalEntry], *, writer_epoch: int, version: int = FORMAT_VERSION
+) -> bytes:
     """Build a whole journal file from entries given in strictly increasing SQN order.
 
     Zero entries is valid and gives a header-only file of :data:`EMPTY_JOURNAL_SIZE` bytes.
-    Raises ``ValueError`` / ``TypeError`` for entries out of order or malformed.
+    Raises ``ValueError`` / ``TypeError`` for entries out of order or malformed. ``version`` 1
+    builds the earlier layout (a CDB hash region), which only tests of old files want.
     """
     epoch = _check_uint(writer_epoch, 64, "writer_epoch")
+    if version not in (1, FORMAT_VERSION):
+        raise ValueError(f"journal format version must be 1 or {FORMAT_VERSION}, got {version!r}")
     parts: list[bytes] = []
     slots: list[tuple[int, int, int]] = []
+    firsts: list[int] = []
+    offsets: list[int] = []
+    block_fill = 0
+    count = 0
     offset = HEADER_SIZE
     min_sqn = max_sqn = 0
     previous = -1
@@ -279,12 +320,23 @@ def build_journal(entries: Iterable[JournalEntry], *, writer_epoch: int) -> byte
         parts.append(record)
         parts.append(crc)
         length = len(record) + _CRC.size
-        slots.append((key_hash, offset, length))
+        if version == 1:
+            slots.append((key_hash, offset, length))
+        elif not block_fill or block_fill + length > INDEX_BLOCK:
+            firsts.append(sqn)
+            offsets.append(offset)
+            block_fill = length
+        else:
+            block_fill += length
+        count += 1
         offset += length
-    region = _encode_hash_region(slots) if slots else b""
-    head = _HEADER.pack(
-        MAGIC, FORMAT_VERSION, epoch, len(slots), min_sqn, max_sqn, offset, len(region)
-    )
+    if not count:
+        region = b""
+    elif version == 1:
+        region = _encode_hash_region(slots)
+    else:
+        region = _encode_block_index(firsts, offsets)
+    head = _HEADER.pack(MAGIC, version, epoch, count, min_sqn, max_sqn, offset, len(region))
     header = head + _CRC.pack(zlib.crc32(head))
     return b"".join([header, *parts, region])
 
@@ -334,7 +386,11 @@ def read_header(data: bytes, name: str) -> JournalHeader:
         consistent = (
             min_sqn <= max_sqn
             and max_sqn - min_sqn >= count - 1
-            and hash_length == _hash_region_length(count)
+            and (
+                hash_length == _hash_region_length(count)
+                if version == 1
+                else _index_region_fits(count, hash_length)
+            )
             and hash_offset >= HEADER_SIZE + count * _MIN_RECORD
         )
     if not consistent:
@@ -577,6 +633,206 @@ class _HashIndex:
         return sorted((offset, length) for _, offset, length in _SLOT.iter_unpack(body) if length)
 
 
+_BLOCK_OVERHEAD = 400
+"""What a cached block index weighs beyond its 16 bytes per block (two arrays, the entry)."""
+
+
+class _BlockIndex:
+    """The SQN block index of one version 2 journal file: the first SQN and the offset of
+    every block, as two arrays.
+
+    Held for the reader's life (no cache: tools and tests) or kept in ``cache`` (a byte-weighted
+    LRU the database's journal files share), weighing 16 bytes per block: a lookup that finds
+    it evicted reads the region again (past the journal cache) and checks its CRC.
+    """
+
+    __slots__ = ("cache", "count", "fetch", "header", "held", "name", "token")
+
+    def __init__(
+        self,
+        arrays: tuple[array[int], array[int]],
+        header: JournalHeader,
+        name: str,
+        fetch: Fetch,
+        cache: BlockCache | None,
+    ) -> None:
+        self.header = header
+        self.name = name
+        self.fetch = fetch
+        self.cache = cache
+        self.count = len(arrays[0])
+        self.token = next(_tokens)
+        self.held = arrays if cache is None else None
+        if cache is not None:
+            cache.put(self.token, arrays, self.weight)
+
+    @property
+    def weight(self) -> int:
+        """What the index weighs in a cache."""
+        return self.count * _BLOCK_ENTRY.size + _BLOCK_OVERHEAD
+
+    @classmethod
+    def load(
+        cls, fetch: Fetch, header: JournalHeader, name: str, cache: BlockCache | None
+    ) -> _BlockIndex:
+        """Read the index region of the file behind ``fetch`` (past the journal cache), check
+        it and keep it (held, or in ``cache``)."""
+        fetch = getattr(fetch, "direct", fetch)
+        region = fetch_exact(fetch, header.hash_offset, header.size, name)
+        return cls(_decode_block_index(region, header, name), header, name, fetch, cache)
+
+    def arrays(self) -> tuple[array[int], array[int]]:
+        """The first SQNs and the offsets of the blocks: held, cached, or read again."""
+        held = self.held
+        if held is not None:
+            return held
+        cache = self.cache
+        found = cache.get(self.token)  # type: ignore[union-attr]
+        if found is None:
+            region = fetch_exact(self.fetch, self.header.hash_offset, self.header.size, self.name)
+            found = _decode_block_index(region, self.header, self.name)
+            cache.put(self.token, found, self.weight)  # type: ignore[union-attr]
+        return found  # type: ignore[return-value]
+
+    def block_of(
+        self, stored_sqn: int, arrays: tuple[array[int], array[int]] | None = None
+    ) -> tuple[int, int, int] | None:
+        """``(first SQN, start, end)`` of the block that would hold ``stored_sqn``, or None
+        when the file's SQN range does not cover it (``arrays``: :meth:`arrays`, when the
+        caller has them)."""
+        header = self.header
+        if not header.min_sqn <= stored_sqn <= header.max_sqn:
+            return None
+        firsts, offsets = self.arrays() if arrays is None else arrays
+        k = bisect.bisect_right(firsts, stored_sqn) - 1
+        end = offsets[k + 1] if k + 1 < len(offsets) else header.hash_offset
+        return firsts[k], offsets[k], end
+
+    def block_at(self, offset: int) -> tuple[int, int] | None:
+        """``(first SQN, end)`` of the block that starts at ``offset``, or None if none does."""
+        firsts, offsets = self.arrays()
+        k = bisect.bisect_left(offsets, offset)
+        if k == len(offsets) or offsets[k] != offset:
+            return None
+        end = offsets[k + 1] if k + 1 < len(offsets) else self.header.hash_offset
+        return firsts[k], end
+
+    def blocks(self) -> list[tuple[int, int, int]]:
+        """``(first SQN, start, end)`` of every block, in file order."""
+        firsts, offsets = self.arrays()
+        ends = [*offsets[1:], self.header.hash_offset]
+        return list(zip(firsts, offsets, ends, strict=True))
+
+
+def _decode_block_index(
+    region: bytes, header: JournalHeader, name: str
+) -> tuple[array[int], array[int]]:
+    """Check a version 2 index region (its CRC and that its blocks cover the records region in
+    order) and decode it into the blocks' first SQNs and offsets."""
+    at = header.hash_offset
+    body_length = len(region) - _CRC.size
+    if body_length < _BLOCK_ENTRY.size or body_length % _BLOCK_ENTRY.size:
+        raise CorruptionError(name, "journal block index is truncated", offset=at)
+    view = memoryview(region)
+    if zlib.crc32(view[:body_length]) != _CRC.unpack_from(region, body_length)[0]:
+        raise CorruptionError(name, "journal block index checksum mismatch", offset=at)
+    pairs = array("Q")
+    pairs.frombytes(view[:body_length])
+    if sys.byteorder == "little":
+        pairs.byteswap()
+    firsts, offsets = pairs[0::2], pairs[1::2]
+    ordered = all(a < b for a, b in itertools.pairwise(firsts)) and all(
+        b - a >= _MIN_RECORD for a, b in itertools.pairwise(offsets)
+    )
+    if (
+        not ordered
+        or firsts[0] != header.min_sqn
+        or firsts[-1] > header.max_sqn
+        or offsets[0] != HEADER_SIZE
+        or header.hash_offset - offsets[-1] < _MIN_RECORD
+    ):
+        raise CorruptionError(name, "journal block index is inconsistent", offset=at)
+    return firsts, offsets
+
+
+def _find_in_block(
+    block: bytes, key: bytes, first_sqn: int | None, name: str, base: int
+) -> tuple[int, int] | None:
+    """``(start, end)`` within ``block`` (the bytes of one block, read from offset ``base``) of
+    the record whose key is ``key``, or None when the block does not hold it.
+
+    Every record walked past is checked (lengths, CRC, SQN order; the first one's SQN against
+    the index's ``first_sqn`` when given); the one found is left for the caller to check, so
+    that a large record's bytes are checksummed once."""
+    sqn = _KEY_HEAD.unpack_from(key)[0]
+    limit = len(block)
+    pos = 0
+    previous = -1
+    while pos < limit:
+        if limit - pos < _MIN_RECORD:
+            raise CorruptionError(name, "journal record is truncated", offset=base + pos)
+        key_length, value_length, record_sqn, _ = _RECORD_HEAD.unpack_from(block, pos)
+        crc_at = pos + _LENGTHS.size + key_length + value_length
+        end = crc_at + _CRC.size
+        if key_length < _KEY_HEAD.size or value_length < _VALUE_HEAD.size or end > limit:
+            raise CorruptionError(name, "journal record lengths are damaged", offset=base + pos)
+        if (pos == 0 and first_sqn is not None and record_sqn != first_sqn) or (
+            record_sqn <= previous
+        ):
+            raise CorruptionError(
+                name, f"journal record SQN {record_sqn} is out of order or range", offset=base + pos
+            )
+        if (
+            record_sqn >= sqn
+            and block[pos + _LENGTHS.size : pos + _LENGTHS.size + key_length] == key
+        ):
+            return pos, end
+        checked = (
+            block[pos:crc_at] if crc_at - pos <= _COPY_TO_CHECK else memoryview(block)[pos:crc_at]
+        )
+        if zlib.crc32(checked) != _CRC.unpack_from(block, crc_at)[0]:
+            raise CorruptionError(name, "journal record checksum mismatch", offset=base + pos)
+        if record_sqn > sqn:
+            return None  # past it (the record checked first: its SQN is no answer unchecked)
+        previous = record_sqn
+        pos = end
+    return None
+
+
+def _block_records(
+    block: bytes, first_sqn: int, name: str, base: int
+) -> list[tuple[int, int, bytes]]:
+    """``(offset, length, record key)`` of every record of ``block`` (read from ``base``), each
+    checked as :func:`_find_in_block` checks the records it walks past."""
+    out: list[tuple[int, int, bytes]] = []
+    limit = len(block)
+    pos = 0
+    previous = -1
+    while pos < limit:
+        if limit - pos < _MIN_RECORD:
+            raise CorruptionError(name, "journal record is truncated", offset=base + pos)
+        key_length, value_length, record_sqn, _ = _RECORD_HEAD.unpack_from(block, pos)
+        crc_at = pos + _LENGTHS.size + key_length + value_length
+        end = crc_at + _CRC.size
+        if key_length < _KEY_HEAD.size or value_length < _VALUE_HEAD.size or end > limit:
+            raise CorruptionError(name, "journal record lengths are damaged", offset=base + pos)
+        if (pos == 0 and record_sqn != first_sqn) or record_sqn <= previous:
+            raise CorruptionError(
+                name, f"journal record SQN {record_sqn} is out of order or range", offset=base + pos
+            )
+        checked = (
+            block[pos:crc_at] if crc_at - pos <= _COPY_TO_CHECK else memoryview(block)[pos:crc_at]
+        )
+        if zlib.crc32(checked) != _CRC.unpack_from(block, crc_at)[0]:
+            raise CorruptionError(name, "journal record checksum mismatch", offset=base + pos)
+        out.append(
+            (base + pos, end - pos, bytes(block[pos + _LENGTHS.size : crc_at - value_length]))
+        )
+        previous = record_sqn
+        pos = end
+    return out
+
+
 def _parse_record(
     buf: bytes, pos: int, limit: int, name: str, base: int, sqn_base: int
 ) -> tuple[bytes, JournalEntry, int]:
@@ -679,15 +935,27 @@ def _record_body(data: bytes, key: bytes, name: str, offset: int) -> bytes | Non
 
 
 class _SequenceCheck:
-    """Checks that a scan finds exactly the entries the header promises, in SQN order."""
+    """Checks that a scan finds exactly the entries the header promises, in SQN order, and (for
+    a version 2 file, given its index's arrays) that every block starts on a record with the
+    block's first SQN."""
 
-    __slots__ = ("count", "header", "name", "previous")
+    __slots__ = ("block", "count", "firsts", "header", "name", "offsets", "previous")
 
-    def __init__(self, header: JournalHeader, name: str) -> None:
+    def __init__(
+        self,
+        header: JournalHeader,
+        name: str,
+        blocks: tuple[array[int], array[int]] | None = None,
+    ) -> None:
         self.header = header
         self.name = name
         self.count = 0
         self.previous = -1
+        self.firsts: array[int] | None = None
+        self.offsets: array[int] | None = None
+        if blocks is not None:
+            self.firsts, self.offsets = blocks
+        self.block = 0
 
     def step(self, sqn: int, offset: int) -> None:
         header = self.header
@@ -699,6 +967,25 @@ class _SequenceCheck:
             raise CorruptionError(
                 self.name, f"journal record SQN {sqn} is out of order or range", offset=offset
             )
+        offsets, firsts = self.offsets, self.firsts
+        if offsets is not None and firsts is not None and self.block < len(offsets):
+            block = self.block
+            start = offsets[block]
+            if start == offset:
+                if firsts[block] != sqn:
+                    raise CorruptionError(
+                        self.name,
+                        f"journal block index names SQN {firsts[block]} (block {block}) "
+                        f"where the record is SQN {sqn}",
+                        offset=header.hash_offset + block * _BLOCK_ENTRY.size,
+                    )
+                self.block = block + 1
+            elif start < offset:
+                raise CorruptionError(
+                    self.name,
+                    f"journal block index puts block {block} at {start}, inside a record",
+                    offset=header.hash_offset + block * _BLOCK_ENTRY.size,
+                )
         self.previous = sqn
         self.count += 1
 
@@ -710,27 +997,49 @@ class _SequenceCheck:
                 f"journal holds {self.count} records, its header says {header.entry_count}",
                 offset=header.hash_offset,
             )
+        offsets = self.offsets
+        if offsets is not None and self.block != len(offsets):
+            raise CorruptionError(
+                self.name,
+                f"journal block index puts block {self.block} where no record starts",
+                offset=header.hash_offset + self.block * _BLOCK_ENTRY.size,
+            )
 
 
-def _check_whole(data: bytes, name: str) -> JournalHeader:
-    """Check a whole file's header, size and hash region; return the header."""
+def _check_whole(
+    data: bytes, name: str
+) -> tuple[JournalHeader, tuple[array[int], array[int]] | None]:
+    """Check a whole file's header, size and index region; return the header and (version 2)
+    the block index's arrays."""
     header = read_header(data, name)
     if len(data) != header.size:
         raise CorruptionError(
             name, f"object is {len(data)} bytes but its header says {header.size}", offset=0
         )
+    blocks = None
     if header.entry_count:
-        _HashIndex.whole(bytes(data[header.hash_offset :]), header, name)
-    return header
+        region = bytes(data[header.hash_offset :])
+        if header.version == 1:
+            _HashIndex.whole(region, header, name)
+        else:
+            blocks = _decode_block_index(region, header, name)
+    return header, blocks
 
 
 def iter_journal(data: bytes, name: str) -> Iterator[JournalEntry]:
-    """Check a whole journal file's header and hash region, then yield its entries lazily."""
-    return _iter_buffer(data, _check_whole(data, name), name)
+    """Check a whole journal file's header and index region, then yield its entries lazily
+    (checking that the index's blocks start where the records say)."""
+    header, blocks = _check_whole(data, name)
+    return _iter_buffer(data, header, name, blocks)
 
 
-def _iter_buffer(data: bytes, header: JournalHeader, name: str) -> Iterator[JournalEntry]:
-    check = _SequenceCheck(header, name)
+def _iter_buffer(
+    data: bytes,
+    header: JournalHeader,
+    name: str,
+    blocks: tuple[array[int], array[int]] | None = None,
+) -> Iterator[JournalEntry]:
+    check = _SequenceCheck(header, name, blocks)
     pos = HEADER_SIZE
     end = header.hash_offset
     while pos < end:
@@ -743,17 +1052,18 @@ def _iter_buffer(data: bytes, header: JournalHeader, name: str) -> Iterator[Jour
 
 def decode_journal(data: bytes, name: str) -> tuple[JournalHeader, list[JournalEntry]]:
     """Check and decode a whole journal file (used to replay small segments)."""
-    header = _check_whole(data, name)
-    return header, list(_iter_buffer(data, header, name))
+    header, blocks = _check_whole(data, name)
+    return header, list(_iter_buffer(data, header, name, blocks))
 
 
 class JournalReader:
     """Reads one journal object by ranged reads: entries by key, by location, or all in order.
 
-    Open loads the header and the hash region (two ranged reads); each :meth:`get` then costs one
-    more ranged read. ``sqn_base`` is added to every SQN returned and subtracted from every SQN
-    asked for (files written by a bulk load number their entries from 0). Immutable after open, so
-    one reader may serve many threads.
+    Open loads the header and the index region (two ranged reads); each :meth:`get` then costs
+    one more ranged read: of the record's block (version 2) or of the record (version 1).
+    ``sqn_base`` is added to every SQN returned and subtracted from every SQN asked for (files
+    written by a bulk load number their entries from 0). Immutable after open, so one reader may
+    serve many threads.
     """
 
     __slots__ = ("_fetch", "_index", "header", "name", "size", "sqn_base")
@@ -764,7 +1074,7 @@ class JournalReader:
         size: int,
         fetch: Fetch,
         header: JournalHeader,
-        index: _HashIndex | None,
+        index: _HashIndex | _BlockIndex | None,
         sqn_base: int,
     ) -> None:
         self.name = name
@@ -786,16 +1096,20 @@ class JournalReader:
     ) -> JournalReader:
         """Open journal object ``name`` of ``size`` bytes, read through ``fetch(start, end)``.
 
-        Without ``index_cache`` the hash region is held for the reader's life; with one it is
-        paged: the reader keeps about 4 bytes per 32 entries and lookups take the slot pages
-        they need from ``index_cache`` (one more ranged read of a page when it misses)."""
+        Without ``index_cache`` the index region is held for the reader's life. With one, a
+        version 2 block index is kept in ``index_cache`` (16 bytes per block of about 4 KiB;
+        read again, whole, when evicted) and a version 1 hash region is paged: the reader keeps
+        about 4 bytes per 32 entries and lookups take the slot pages they need from
+        ``index_cache`` (one more ranged read of a page when it misses)."""
         header = read_header(fetch_exact(fetch, 0, min(size, HEADER_SIZE), name), name)
         if header.size != size:
             raise CorruptionError(
                 name, f"object is {size} bytes but its header says {header.size}", offset=0
             )
-        index = None
-        if header.entry_count:
+        index: _HashIndex | _BlockIndex | None = None
+        if header.entry_count and header.version >= 2:
+            index = _BlockIndex.load(fetch, header, name, index_cache)
+        elif header.entry_count:
             if index_cache is None:
                 region = fetch_exact(fetch, header.hash_offset, size, name)
                 index = _HashIndex.whole(region, header, name)
@@ -819,16 +1133,23 @@ class JournalReader:
         return self.header.max_sqn + self.sqn_base
 
     def get(self, sqn: int, kind: Kind, ledger_key: bytes) -> JournalEntry | None:
-        """The entry with this key, or None; costs one ranged read when the key is present.
+        """The entry with this key, or None; costs one ranged read when the SQN is in the file.
 
-        A paged index may cost one more ranged read, of the slot page the probe needs.
+        A version 2 index evicted from the index cache costs one more read (of the index); a
+        paged version 1 index may cost one more ranged read, of the slot page the probe needs.
         """
         index = self._index
         stored_sqn = sqn - self.sqn_base
         if index is None or not 0 <= stored_sqn < _U64:
             return None
+        if type(index) is _BlockIndex:
+            found = self._find(index, stored_sqn, kind, ledger_key)
+            if found is None:
+                return None
+            data, start, end, base = found
+            return _parse_record(data, start, end, self.name, base, self.sqn_base)[1]
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
-        for offset, length in index.candidates(zlib.crc32(key)):
+        for offset, length in index.candidates(zlib.crc32(key)):  # type: ignore[union-attr]
             data = self._fetch(offset, offset + length)
             if len(data) != length:
                 raise short_read(self.name, offset, offset + length, len(data))
@@ -857,7 +1178,14 @@ class JournalReader:
         if index is None or not 0 <= stored_sqn < _U64:
             return None
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
-        for offset, length in index.candidates(zlib.crc32(key)):
+        if type(index) is _BlockIndex:
+            found = self._find(index, stored_sqn, kind, ledger_key)
+            if found is None:
+                return None
+            data, start, end, base = found
+            record = data if start == 0 and end == len(data) else data[start:end]
+            return _record_body(record, key, self.name, base + start)
+        for offset, length in index.candidates(zlib.crc32(key)):  # type: ignore[union-attr]
             data = self._fetch(offset, offset + length)
             if len(data) != length:
                 raise short_read(self.name, offset, offset + length, len(data))
@@ -866,18 +1194,40 @@ class JournalReader:
                 return body
         return None
 
+    def _find(
+        self, index: _BlockIndex, stored_sqn: int, kind: Kind, ledger_key: bytes
+    ) -> tuple[bytes, int, int, int] | None:
+        """Read the block that would hold the key (one ranged read, through the journal cache)
+        and find its record: ``(block bytes, record start, record end, block offset)``, the
+        record not yet checked; None when the file does not hold the key."""
+        found = index.block_of(stored_sqn)
+        if found is None:
+            return None
+        first, start, end = found
+        data = self._fetch(start, end)
+        if len(data) != end - start:
+            raise short_read(self.name, start, end, len(data))
+        key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
+        at = _find_in_block(data, key, first, self.name, start)
+        return None if at is None else (data, at[0], at[1], start)
+
     def locate(self, sqn: int, kind: Kind, ledger_key: bytes) -> tuple[bytes, int, int] | None:
-        """Where the entry with this key would be, from the hash region alone (no record read;
-        a paged index may read a slot page):
-        ``(record key, offset, length)`` of the first slot whose hash matches, or None when no
-        slot does (the file does not hold the key). A scan sorts these by offset and reads them
-        with :meth:`values_at`; a slot whose record turns out to hold another key (two keys
-        that hash alike) is answered by :meth:`value`."""
+        """Where the entry with this key would be, from the index alone (no record read; a
+        paged version 1 index may read a slot page, an evicted version 2 index is read again):
+        ``(record key, offset, length)`` of the bytes to read for it, or None when the file
+        cannot hold it. Version 2 names the block whose SQN range holds the key (several keys
+        may share one); version 1 the first record whose hash slot matches. A scan sorts these
+        by offset, reads them (:meth:`values_at`, :meth:`read_records`) and answers each with
+        :meth:`body_of`; one that turns out not to hold the key (two keys that hash alike, or
+        an SQN the block does not hold) is answered by :meth:`value`."""
         index = self._index
         key = self._record_key(sqn, kind, ledger_key)
         if index is None or key is None:
             return None
-        for offset, length in index.candidates(zlib.crc32(key)):
+        if type(index) is _BlockIndex:
+            found = index.block_of(sqn - self.sqn_base)
+            return None if found is None else (key, found[1], found[2] - found[1])
+        for offset, length in index.candidates(zlib.crc32(key)):  # type: ignore[union-attr]
             return key, offset, length
         return None
 
@@ -889,12 +1239,23 @@ class JournalReader:
         A paged index first reads the slot pages the probes start on, in as few reads as they
         allow (:meth:`_HashIndex.load_pages`): a scan's window wants hundreds of records of one
         file, whose pages lie all over its hash region, and one read per page was most of what
-        a scanned row cost once the regions outgrew the index cache."""
+        a scanned row cost once the regions outgrew the index cache. A version 2 index answers
+        every one from its blocks' SQNs, reading nothing; keys of one block share its range, and
+        a caller reads each block once (neighbours joined into one read)."""
         index = self._index
         if index is None:
             return [None] * len(wanted)
+        if type(index) is _BlockIndex:
+            arrays = index.arrays()  # once: an index evicted at once is read once, not per key
+            out_blocks: list[tuple[bytes, int, int] | None] = []
+            for sqn, kind, ledger_key in wanted:
+                key = self._record_key(sqn, kind, ledger_key)
+                found = None if key is None else index.block_of(sqn - self.sqn_base, arrays)
+                out_blocks.append(None if found is None else (key, found[1], found[2] - found[1]))  # type: ignore[arg-type]
+            return out_blocks
         keys = [self._record_key(sqn, kind, ledger_key) for sqn, kind, ledger_key in wanted]
         hashes = [None if key is None else zlib.crc32(key) for key in keys]
+        assert type(index) is _HashIndex
         first_page = index.first_page
         pages = index.load_pages(
             page for h in hashes if h is not None and (page := first_page(h)) is not None
@@ -902,8 +1263,8 @@ class JournalReader:
         candidates = index.candidates
         out: list[tuple[bytes, int, int] | None] = []
         for key, key_hash in zip(keys, hashes, strict=True):
-            found = None if key_hash is None else next(candidates(key_hash, pages), None)
-            out.append(None if found is None else (key, found[0], found[1]))  # type: ignore[arg-type]
+            slot = None if key_hash is None else next(candidates(key_hash, pages), None)
+            out.append(None if slot is None else (key, slot[0], slot[1]))  # type: ignore[arg-type]
         return out
 
     def _record_key(self, sqn: int, kind: Kind, ledger_key: bytes) -> bytes | None:
@@ -917,11 +1278,12 @@ class JournalReader:
         self, wanted: list[tuple[bytes, int, int]], max_run: int = DEFAULT_CHUNK_SIZE
     ) -> list[bytes | None]:
         """The bodies of the records ``wanted`` names (``(record key, offset, length)`` as
-        :meth:`locate` answers, sorted by offset, no two alike), each checked as :meth:`value`
-        checks it; None for a record that holds another key.
+        :meth:`locate` answers, sorted by offset; several keys may name one version 2 block),
+        each checked as :meth:`value` checks it; None for a record or block that does not hold
+        its key.
 
-        Records that touch one another are read together, up to ``max_run`` bytes a read; no
-        byte is read twice and none outside the records asked for, and the reads go past the
+        Ranges that touch one another are read together, up to ``max_run`` bytes a read; no
+        byte is read twice and none outside the ranges asked for, and the reads go past the
         journal cache (a scan must not evict what point reads use)."""
         name = self.name
         fetch = getattr(self._fetch, "direct", self._fetch)
@@ -933,9 +1295,15 @@ class JournalReader:
             _, start, length = wanted[i]
             end = start + length
             j = i + 1
-            while j < count and wanted[j][1] == end and end - start < max_run:
-                end += wanted[j][2]
-                j += 1
+            while j < count:
+                at, size = wanted[j][1], wanted[j][2]
+                if at + size <= end and at >= start:
+                    j += 1  # another key of a block already in this read
+                elif at == end and end - start < max_run:
+                    end += size
+                    j += 1
+                else:
+                    break
             if start < HEADER_SIZE or end > records_end:
                 raise CorruptionError(
                     name, "journal hash slot points outside the records", offset=start
@@ -946,7 +1314,7 @@ class JournalReader:
             for key, offset, length in wanted[i:j]:
                 at = offset - start
                 record = data if at == 0 and length == len(data) else data[at : at + length]
-                out.append(_record_body(record, key, name, offset))
+                out.append(self.body_of(record, key, offset))
             i = j
         return out
 
@@ -996,13 +1364,83 @@ class JournalReader:
             keep(offset, offset + len(record), record)
 
     def body_of(self, record: bytes, key: bytes, offset: int) -> bytes | None:
-        """The body of ``record`` (a whole record read from ``offset``, as :meth:`locate`
-        placed it), checked as :meth:`value` checks it; None if it holds another key."""
-        return _record_body(record, key, self.name, offset)
+        """The body of the record with record key ``key`` in ``record`` (the bytes read from
+        ``offset`` that :meth:`locate` named: a whole record, or a version 2 block), checked as
+        :meth:`value` checks it; None if they do not hold that key."""
+        index = self._index
+        if type(index) is not _BlockIndex:
+            return _record_body(record, key, self.name, offset)
+        block = index.block_at(offset)
+        first = None if block is None else block[0]
+        at = _find_in_block(record, key, first, self.name, offset)
+        if at is None:
+            return None
+        start, end = at
+        found = record if start == 0 and end == len(record) else record[start:end]
+        return _record_body(found, key, self.name, offset + start)
 
     def locations(self) -> list[tuple[int, int]]:
-        """``(offset, length)`` of every record, in file order (for sampling)."""
-        return [] if self._index is None else self._index.locations()
+        """``(offset, length)`` of every record, in file order; a version 2 file reads its
+        blocks for it (past the journal cache, in reads of up to 4 MiB) and checks every
+        record's lengths, CRC and SQN order, and every block's start."""
+        index = self._index
+        if index is None:
+            return []
+        if type(index) is _HashIndex:
+            return index.locations()
+        return [(at, length) for at, length, _ in self._block_records(index.blocks())]  # type: ignore[union-attr]
+
+    def _block_records(
+        self, blocks: Sequence[tuple[int, int, int]]
+    ) -> list[tuple[int, int, bytes]]:
+        """``(offset, length, record key)`` of every record of ``blocks`` (``(first SQN, start,
+        end)`` of consecutive blocks, as the index gives them), read in runs of whole blocks."""
+        fetch = getattr(self._fetch, "direct", self._fetch)
+        out: list[tuple[int, int, bytes]] = []
+        i = 0
+        while i < len(blocks):
+            start = blocks[i][1]
+            j = i + 1
+            while (
+                j < len(blocks)
+                and blocks[j][1] == blocks[j - 1][2]
+                and (blocks[j][2] - start <= DEFAULT_CHUNK_SIZE)
+            ):
+                j += 1
+            data = fetch_exact(fetch, start, blocks[j - 1][2], self.name)
+            for first, at, end in blocks[i:j]:
+                out.extend(_block_records(data[at - start : end - start], first, self.name, at))
+            i = j
+        return out
+
+    def sample(self, rng: random.Random, count: int) -> list[JournalEntry]:
+        """About ``count`` entries drawn at random, in file order (for scoring a file's worth):
+        version 1 draws among every record; version 2 draws ``count`` blocks with replacement,
+        weighted by their size, and from a block drawn ``m`` times ``m`` of its records (all of
+        them when it holds fewer), so that it reads only the blocks it draws, each once."""
+        index = self._index
+        if index is None or count <= 0:
+            return []
+        if type(index) is _HashIndex:
+            locations = index.locations()
+            chosen = sorted(rng.sample(locations, min(count, len(locations))))
+            return [self.read_at(offset, length) for offset, length in chosen]
+        blocks = index.blocks()  # type: ignore[union-attr]
+        weights = [end - start for _, start, end in blocks]
+        draws: dict[int, int] = {}
+        for number in rng.choices(range(len(blocks)), weights=weights, k=count):
+            draws[number] = draws.get(number, 0) + 1
+        fetch = getattr(self._fetch, "direct", self._fetch)
+        out: list[JournalEntry] = []
+        for number in sorted(draws):
+            first, start, end = blocks[number]
+            data = fetch_exact(fetch, start, end, self.name)
+            records = _block_records(data, first, self.name, start)
+            for at, length, _ in sorted(rng.sample(records, min(draws[number], len(records)))):
+                rel = at - start
+                entry = _parse_record(data, rel, rel + length, self.name, start, self.sqn_base)[1]
+                out.append(entry)
+        return out
 
     def read_at(self, offset: int, length: int) -> JournalEntry:
         """The entry of the record at ``offset`` of ``length`` bytes, as :meth:`locations` gives."""
@@ -1029,7 +1467,9 @@ class JournalReader:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}")
         name = self.name
         sqn_base = self.sqn_base
-        check = _SequenceCheck(self.header, name)
+        index = self._index
+        blocks = index.arrays() if type(index) is _BlockIndex else None
+        check = _SequenceCheck(self.header, name, blocks)
         end = self.header.hash_offset
         pos = HEADER_SIZE
         buf = b""

@@ -160,10 +160,13 @@ class Options:
 
     Caches and limits
         ``block_cache_bytes``: SST blocks (as stored, or decoded by scans);
-        ``journal_cache_bytes``: journal file chunks; ``journal_index_cache_bytes``: pages of the
-        journal files' hash tables (32 bytes per entry on the store; a lookup whose page is not
-        cached reads that 1 KiB page). Each bounds the memory it names whatever the amount of
-        data; a journal file held open costs about 4 bytes per 32 entries beyond it.
+        ``journal_cache_bytes``: journal file chunks and blocks; ``journal_index_cache_bytes``:
+        the journal files' SQN block indexes (16 bytes per ~4 KiB block of records, read whole
+        when a file is opened; a lookup whose file's index was evicted reads it again, then its
+        block), and pages of the hash tables of journal files written before format version 2
+        (a lookup whose page is not cached reads that 1 KiB page; such a file held open costs
+        about 4 bytes per 32 entries beyond it). Each bounds the memory it names whatever the
+        amount of data.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
 
     Transactions (``Bookie.transaction``)

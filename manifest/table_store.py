@@ -142,8 +142,8 @@ class TableStore:
     without one only this database's own files can be opened. ``block_cache`` keeps SST blocks
     (as stored, or decoded by scans), ``journal_cache`` journal chunks of ``journal_chunk_bytes``
     (default: the option's default); without a cache a reader reads the store directly.
-    ``journal_index_cache`` keeps pages of the journal files' hash tables; without one each
-    journal reader holds its whole hash region.
+    ``journal_index_cache`` keeps the journal files' SQN block indexes (and pages of version 1
+    files' hash tables); without one each journal reader holds its whole index region.
     ``on_write`` is told each new file's name just before it is stored.
     """
 

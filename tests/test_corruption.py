@@ -28,6 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import inkpen
+from inkpen.formats.journal import HEADER_SIZE, read_header
 from inkpen.manifest.paths import parse_segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
@@ -280,4 +281,28 @@ def test_random_damage_is_reported_never_read(
     offset = data.draw(st.integers(0, size - 1), label="offset")
     mask = data.draw(st.integers(1, 255), label="mask")
     root = damaged_copy(built, tmp_path_factory.mktemp("damaged"), key, offset, mask)
+    check_damage(built, root, kind, key)
+
+
+@pytest.mark.parametrize("where", ["index entry", "index checksum", "second block"])
+@pytest.mark.parametrize("kind", ["journal file", "segment"])
+def test_a_damaged_byte_in_a_journal_block_index_or_block(
+    built: Built, tmp_path: Path, kind: str, where: str
+) -> None:
+    key = max(built.files[kind], key=lambda name: (built.root / name).stat().st_size)
+    data = (built.root / key).read_bytes()
+    header = read_header(data, key)
+    assert header.version == 2
+    index = header.hash_offset
+    second_block = (
+        int.from_bytes(data[index + 24 : index + 32], "big")
+        if header.hash_length > 20
+        else HEADER_SIZE
+    )
+    offset = {
+        "index entry": index + 15,  # the low byte of the first block's offset
+        "index checksum": len(data) - 1,
+        "second block": second_block + 20,  # inside the key of the second block's first record
+    }[where]
+    root = damaged_copy(built, tmp_path, key, offset, 0x04)
     check_damage(built, root, kind, key)

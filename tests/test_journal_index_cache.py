@@ -1,9 +1,11 @@
-"""Journal hash regions paged through a byte-bounded cache (``journal_index_cache_bytes``).
+"""Journal indexes kept in a byte-bounded cache (``journal_index_cache_bytes``).
 
-A paged reader keeps only the table directory and a CRC per slot page; lookups take pages from
-a shared :class:`LruCache`. These tests check that answers equal a model dict and the whole-region
-reader's, that the cache never weighs more than its budget however many files are open, and that
-damaged slot bytes are caught by the page CRCs, at open and after it.
+A version 2 reader keeps its SQN block index in a shared :class:`LruCache` and reads it again
+when evicted; a version 1 reader pages its hash region (it keeps the table directory and a CRC
+per slot page, and lookups take pages from the cache). These tests check that answers equal a
+model dict and the held reader's, that the cache never weighs more than its budget however many
+files are open, that each lookup reads what the format promises, and that damaged index bytes are
+caught, at open and after it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ FILES = 24
 PER_FILE = 400
 
 
-def make_files(rng: random.Random) -> list[tuple[str, bytes, list[JournalEntry]]]:
+def make_files(rng: random.Random, version: int = 1) -> list[tuple[str, bytes, list[JournalEntry]]]:
     files = []
     sqn = 1
     for number in range(FILES):
@@ -43,7 +45,7 @@ def make_files(rng: random.Random) -> list[tuple[str, bytes, list[JournalEntry]]
             entries.append(JournalEntry(sqn, Kind.OBJECT, key, rng.randbytes(20), (), None, sqn))
             sqn += 1
         name = f"journal/{number:020d}.jnl"
-        files.append((name, build_journal(entries, writer_epoch=1), entries))
+        files.append((name, build_journal(entries, writer_epoch=1, version=version), entries))
     return files
 
 
@@ -191,7 +193,7 @@ def test_a_database_reads_right_through_a_tiny_index_cache(
 ) -> None:
     url = make_store_url("local")
     rng = random.Random(14)
-    options = {"roll_segments": 4, "journal_index_cache_bytes": 2 * PAGE_WEIGHT}
+    options = {"roll_segments": 4, "journal_index_cache_bytes": 160}  # no index fits
     model = {b"key%06d" % i: rng.randbytes(60) for i in range(3000)}
     with inkpen.open(url, **options) as book:
         for key, value in model.items():
@@ -206,3 +208,115 @@ def test_a_database_reads_right_through_a_tiny_index_cache(
                 assert {key: value for _, key, value in rows} == model
     finally:
         store.close()
+
+
+# --- version 2: the SQN block index ------------------------------------------------------------
+
+
+def block_ranges(data: bytes) -> list[tuple[int, int]]:
+    """``(start, end)`` of every block of a version 2 file, decoded here from its index region."""
+    header = read_header(data, "x")
+    region = data[header.hash_offset : len(data) - 4]
+    offsets = [int.from_bytes(region[at + 8 : at + 16], "big") for at in range(0, len(region), 16)]
+    return list(zip(offsets, [*offsets[1:], header.hash_offset], strict=True))
+
+
+def test_block_indexes_under_a_tiny_cache_answer_as_a_model_within_the_budget() -> None:
+    rng = random.Random(21)
+    files = make_files(rng, version=2)
+    one_index = len(block_ranges(files[0][1])) * 16
+    budget = 3 * (one_index + 400)  # about three of the 24 files' indexes
+    cache = LruCache(budget)
+    readers: list[tuple[JournalReader, CountingFetch, set[tuple[int, int]]]] = []
+    model: dict[tuple[int, bytes], tuple[int, bytes]] = {}
+    for number, (name, data, entries) in enumerate(files):
+        fetch = CountingFetch(data)
+        readers.append(
+            (JournalReader.open(name, len(data), fetch, index_cache=cache), fetch, set())
+        )
+        readers[-1][2].update(block_ranges(data))
+        for entry in entries:
+            model[(entry.sqn, entry.ledger_key)] = (number, entry.value or b"")
+    assert cache.weight <= budget
+    asks = rng.sample(list(model), 1500)
+    asks += [(sqn, key + b"x") for sqn, key in rng.sample(list(model), 200)]  # absent
+    rng.shuffle(asks)
+    weights = []
+    index_reads = 0
+    for sqn, key in asks:
+        expected = model.get((sqn, key))
+        for number, (reader, fetch, blocks) in enumerate(readers):
+            fetch.calls.clear()
+            got = reader.value(sqn, Kind.OBJECT, key)
+            want = expected[1] if expected is not None and expected[0] == number else None
+            assert got == want
+            header = reader.header
+            if not header.min_sqn <= sqn <= header.max_sqn:
+                assert fetch.calls == []  # outside the file's SQN range: nothing is read
+                continue
+            index = [call for call in fetch.calls if call == (header.hash_offset, header.size)]
+            others = [call for call in fetch.calls if call not in index]
+            assert len(index) <= 1 and len(others) == 1
+            assert others[0] in blocks  # exactly one block, read whole
+            index_reads += len(index)
+            weights.append(cache.weight)
+    assert max(weights) <= budget
+    assert index_reads > 0  # evicted indexes were read again
+    assert cache.stats().hits > 0
+
+
+def test_a_block_index_that_fits_makes_every_get_one_read() -> None:
+    name, data, entries = make_files(random.Random(22), version=2)[0]
+    fetch = CountingFetch(data)
+    reader = JournalReader.open(name, len(data), fetch, index_cache=LruCache(1 << 20))
+    assert len(fetch.calls) == 2  # the header, the index
+    blocks = set(block_ranges(data))
+    assert len(blocks) > 1
+    for entry in entries:
+        fetch.calls.clear()
+        assert reader.get(entry.sqn, entry.kind, entry.ledger_key) == entry
+        assert len(fetch.calls) == 1 and fetch.calls[0] in blocks
+
+
+def test_locate_many_of_a_block_index_reads_nothing_and_names_blocks() -> None:
+    rng = random.Random(23)
+    name, data, entries = make_files(rng, version=2)[0]
+    fetch = CountingFetch(data)
+    reader = JournalReader.open(name, len(data), fetch, index_cache=LruCache(1 << 20))
+    blocks = set(block_ranges(data))
+    chosen = rng.sample(entries, 250)
+    wanted = [(e.sqn, e.kind, e.ledger_key) for e in chosen]
+    fetch.calls.clear()
+    located = reader.locate_many(wanted)
+    assert fetch.calls == []
+    assert located == [reader.locate(*ask) for ask in wanted]
+    assert all(where is not None and (where[1], where[1] + where[2]) in blocks for where in located)
+    assert len({where[1] for where in located if where is not None}) < len(located)  # shared
+    order = sorted(range(len(located)), key=lambda at: located[at][1])  # type: ignore[index]
+    bodies = reader.values_at([located[at] for at in order])  # type: ignore[misc]
+    assert bodies == [chosen[at].value for at in order]
+    assert len(fetch.calls) == 1  # the blocks touch: one read of all of them
+    for where, entry in zip(located, chosen, strict=True):
+        assert where is not None
+        block = data[where[1] : where[1] + where[2]]
+        assert reader.body_of(block, where[0], where[1]) == entry.value
+
+
+def test_every_damaged_block_index_byte_is_caught_at_open_and_after_it() -> None:
+    name, data, entries = make_files(random.Random(24), version=2)[0]
+    header = read_header(data, name)
+    for offset in range(header.hash_offset, len(data), 3):
+        damaged = flip(data, offset)
+        with pytest.raises(CorruptionError) as info:
+            JournalReader.open(
+                name, len(data), CountingFetch(damaged), index_cache=LruCache(1 << 20)
+            )
+        assert info.value.object_name == name
+        assert info.value.offset == header.hash_offset
+
+        fetch = CountingFetch(data)
+        reader = JournalReader.open(name, len(data), fetch, index_cache=LruCache(0))
+        fetch.data = damaged  # the index, evicted at once, is read again damaged
+        for entry in entries[::50]:
+            with pytest.raises(CorruptionError):
+                reader.get(entry.sqn, entry.kind, entry.ledger_key)

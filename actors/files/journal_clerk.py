@@ -12,8 +12,8 @@ Life cycle (the shared end of life is in :mod:`inkpen.actors.files.file_clerk`):
   rolled into a file like this one. A segment of at least ``roll_link_bytes`` (large values)
   is not rewritten: the clerk is asked :func:`link` and stores the segment object itself
   as its file (a hard link or a server-side copy), so a large value is written once.
-- ``reading``: the clerk's :class:`~inkpen.formats.journal.JournalReader` (header and table
-  directory loaded once, hash slots paged through the table store's journal index cache) is
+- ``reading``: the clerk's :class:`~inkpen.formats.journal.JournalReader` (header and SQN block
+  index loaded once, the index kept in the table store's journal index cache) is
   published in the Inker's views; value reads go through it and a chunk cache shared by the
   Bookie's journal files, without a message to the clerk.
 - A clerk for an existing file starts with :class:`_OpenJournal` and goes straight to ``reading``.

@@ -196,13 +196,8 @@ class Judgement:
 
     def score(self, reader: JournalReader, rng: random.Random) -> float:
         """The percentage of a sample of ``reader``'s entries (by weight) worth keeping."""
-        locations = reader.locations()
-        sample = sorted(
-            rng.sample(locations, min(self.options.compaction_sample_size, len(locations)))
-        )
         kept = total = 0
-        for offset, length in sample:
-            entry = reader.read_at(offset, length)
+        for entry in reader.sample(rng, self.options.compaction_sample_size):
             k, t = retained_weight(
                 entry,
                 self.lookup,

@@ -451,7 +451,7 @@ class Metrics:
     # -- caches ----------------------------------------------------------------------------------
     cache_hits: Mapping[str, int]
     """Lookups found in each cache: ``block`` (SST blocks), ``journal`` (journal file chunks),
-    ``journal_index`` (pages of journal files' hash tables). May undercount slightly while
+    ``journal_index`` (journal files' SQN block indexes). May undercount slightly while
     threads race (the caches count without a lock)."""
     cache_misses: Mapping[str, int]
     """Lookups each cache did not hold (then read from the store), keyed as ``cache_hits``."""

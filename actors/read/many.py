@@ -11,9 +11,10 @@ consistent state would answer, in the order asked, in three steps:
    A live key whose small value the ledger keeps (option ``inline_value_bytes``) is answered
    here and goes no further.
 2. Placement. Each other live key's SQN is placed in the journal view: an unrolled segment answers
-   from memory; in a journal file the record is located from the hash region (no read), and a
-   record the journal cache holds is answered from there.
-3. Reads. The other records of each journal file, in offset order, are joined into ranged reads
+   from memory; in a journal file the block holding the SQN is located from the block index
+   (the record, from a version 1 file's hash region; no read), and a block the journal cache
+   holds is answered from there.
+3. Reads. The other blocks of each journal file, in offset order, are joined into ranged reads
    (records at most :data:`MANY_GAP` apart, at most :data:`MANY_RUN` bytes a read; a record
    above :data:`MANY_LARGE` is read alone, as a GET reads it), and the reads run concurrently.
    Each record is checked (lengths, CRC, key, kind) as a GET checks it and offered to the

@@ -472,11 +472,12 @@ def place_records(
     journal: JournalView, rows: Sequence[tuple[bytes, int]], bodies: list[bytes | None]
 ) -> dict[int, list[tuple[int, int, int, bytes]]]:
     """Where each row's (``(key, sqn)``) object body lives in ``journal``, reading no record:
-    a body held by an unrolled segment goes into ``bodies`` at the row's index; a record in a
-    journal file, located through its hash region (each file asked once for all its rows, so
-    that a paged region is read in as few reads as the rows allow), is answered per file (its
-    index in the view) as ``(offset, length, row index, record key)``, unsorted. Rows the view
-    does not hold stay None."""
+    a body held by an unrolled segment goes into ``bodies`` at the row's index; a row in a
+    journal file, located through its index (each file asked once for all its rows: a block
+    index reads nothing, a paged version 1 hash region is read in as few reads as the rows
+    allow), is answered per file (its index in the view) as ``(offset, length, row index,
+    record key)`` of the block that holds it (version 1: of the record), unsorted; rows of one
+    block share its range. Rows the view does not hold stay None."""
     kind = Kind.OBJECT
     files = journal.files
     in_files: dict[int, list[int]] = {}
@@ -506,8 +507,9 @@ def place_records(
 class WindowReads:
     """The value reads of one scan over one journal view, window by window.
 
-    A window's rows are located file by file (:meth:`JournalReader.locate_many`: the slot pages
-    their probes start on are read in joined runs, past the index cache). A window's records
+    A window's rows are located file by file (:meth:`JournalReader.locate_many`: a block index
+    reads nothing; a version 1 file reads the slot pages its probes start on in joined runs,
+    past the index cache). A window's blocks (version 1: records)
     of one file are read in offset order, asked of the store together in batches of up to
     :data:`SCAN_BATCH` bytes (``get_ranges``); records that touch are read together, and while the
     scan keeps fewer than :data:`SCAN_KEEP_BYTES`, so are records up to :data:`SCAN_GAP` apart,
@@ -542,6 +544,7 @@ class WindowReads:
         reader = self.journal.files[file_index].reader
         starts, kept = self.runs.setdefault(file_index, ([], []))
         records_end = reader.header.hash_offset
+        blocks = reader.header.version >= 2  # a read of a block holds records wanted later
         batch: list[tuple[int, int, int, int, bool]] = []  # reads: (i, j, start, end, keep)
         batch_bytes = 0
         i = 0
@@ -559,6 +562,9 @@ class WindowReads:
             j = i + 1
             while j < count:
                 at, size = wanted[j][0], wanted[j][1]
+                if at + size <= end:
+                    j += 1  # another row of a journal block this read already holds
+                    continue
                 gap = at - end
                 if gap < 0 or at + size > limit or at + size - offset > SCAN_RUN:
                     break
@@ -566,7 +572,7 @@ class WindowReads:
                     break
                 end = at + size
                 j += 1
-            keep = may_keep and end - offset > sum(w[1] for w in wanted[i:j])
+            keep = may_keep and (blocks or end - offset > sum(w[1] for w in wanted[i:j]))
             if keep:
                 self.kept += end - offset  # counted now: the next runs' plans depend on it
             batch.append((i, j, offset, end, keep))

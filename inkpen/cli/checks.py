@@ -134,7 +134,7 @@ def check_journal(data: bytes, target: Target) -> int:
     if len(locations) != count:
         raise CorruptionError(
             name,
-            f"journal hash table lists {len(locations)} records but the file holds {count}",
+            f"journal index lists {len(locations)} records but the file holds {count}",
             offset=reader.header.hash_offset,
         )
     for offset, length in locations:
