@@ -10,8 +10,8 @@ the load in a child process, kills it with SIGKILL after a fraction F of N was a
 times the open that follows.
 
 ``large``: raw fsync'd file bandwidth of the same directory (write + fsync a file of the value
-size, read it back) against ``Bookie.put`` and ``Bookie.get`` of values of that size, printed as
-MB/s and ratios.
+size, read it back) against ``Bookie.put`` and ``Bookie.get`` of values of that size, each from
+``--threads`` threads (16 by default), printed as MB/s and ratios.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import inkpen
@@ -183,11 +184,18 @@ def sigkill_open(args: argparse.Namespace, root: str) -> dict[str, Any]:
 def large(args: argparse.Namespace, root: str) -> dict[str, Any]:
     size = args.value_size
     count = max(1, args.total_mb * 2**20 // size)
+    threads = args.threads
     value = random.Random(4).randbytes(size)
     raw_dir = os.path.join(root, "raw")
     os.makedirs(raw_dir)
-    began = time.perf_counter()
-    for i in range(count):
+
+    def each(work: Any) -> None:
+        """Run ``work(i)`` for every value, from ``threads`` threads."""
+        with ThreadPoolExecutor(threads) as pool:
+            for _ in pool.map(work, range(count)):
+                pass
+
+    def raw_write(i: int) -> None:
         path = os.path.join(raw_dir, f"{i}")
         with open(path, "wb") as f:
             f.write(value)
@@ -196,11 +204,17 @@ def large(args: argparse.Namespace, root: str) -> dict[str, Any]:
         dfd = os.open(raw_dir, os.O_RDONLY)
         os.fsync(dfd)
         os.close(dfd)
+
+    def raw_read(i: int) -> None:
+        with open(os.path.join(raw_dir, f"{i}"), "rb") as f:
+            if len(f.read()) != size:
+                raise SystemExit("raw read returned a short file")
+
+    began = time.perf_counter()
+    each(raw_write)
     raw_put = count * size / (time.perf_counter() - began)
     began = time.perf_counter()
-    for i in range(count):
-        with open(os.path.join(raw_dir, f"{i}"), "rb") as f:
-            f.read()
+    each(raw_read)
     raw_get = count * size / (time.perf_counter() - began)
     db = os.path.join(root, "db")
     options: dict[str, Any] = {"flush_policy": "idle"}
@@ -214,18 +228,23 @@ def large(args: argparse.Namespace, root: str) -> dict[str, Any]:
 
     threading.Thread(target=sampler, daemon=True).start()
     book = inkpen.open(db, **options)
-    began = time.perf_counter()
-    for i in range(count):
+
+    def put(i: int) -> None:
         book.put(BUCKET, b"big%08d" % i, value)
-    put = count * size / (time.perf_counter() - began)
+
+    def get(i: int) -> None:
+        if book.get(BUCKET, b"big%08d" % i) != value:
+            raise SystemExit("large get returned other bytes")
+
+    began = time.perf_counter()
+    each(put)
+    put_rate = count * size / (time.perf_counter() - began)
     after_put_rss = _rss_mb(os.getpid())
     book.close()
     book = inkpen.open(db, **options)
     began = time.perf_counter()
-    for i in range(count):
-        if book.get(BUCKET, b"big%08d" % i) != value:
-            raise SystemExit("large get returned other bytes")
-    get = count * size / (time.perf_counter() - began)
+    each(get)
+    get_rate = count * size / (time.perf_counter() - began)
     book.close()
     stop.set()
     size_db, objects = _store_size(db)
@@ -234,16 +253,18 @@ def large(args: argparse.Namespace, root: str) -> dict[str, Any]:
         "workload": "large",
         "value_size": size,
         "values": count,
+        "threads": threads,
         "raw_put_mb_s": round(raw_put / mb, 1),
-        "put_mb_s": round(put / mb, 1),
-        "put_ratio": round(put / raw_put, 2),
+        "put_mb_s": round(put_rate / mb, 1),
+        "put_ratio": round(put_rate / raw_put, 2),
         "raw_get_mb_s": round(raw_get / mb, 1),
-        "get_mb_s": round(get / mb, 1),
-        "get_ratio": round(get / raw_get, 2),
+        "get_mb_s": round(get_rate / mb, 1),
+        "get_ratio": round(get_rate / raw_get, 2),
         "rss_after_puts_mb": round(after_put_rss, 1),
         "peak_rss_mb": round(peak[0], 1),
         "store_bytes": size_db,
         "store_objects": objects,
+        "store_ratio": round(size_db / (count * size), 3),
     }
 
 
@@ -255,6 +276,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--flush-ms", type=int, default=10)
     parser.add_argument("--total-mb", type=int, default=256)
+    parser.add_argument(
+        "--threads", type=int, default=16, help="large: client threads (raw and inkpen alike)"
+    )
     parser.add_argument("--sigkill-at", type=float, default=0.8)
     parser.add_argument("--options", default="{}", help="JSON of extra inkpen options")
     parser.add_argument("--root", default=None)

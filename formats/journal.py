@@ -37,7 +37,8 @@ Layout (all integers big-endian; offsets are from the start of the object)::
 
 Value flags: bit 0 the entry has an object body, bit 1 the body is snappy-compressed, bit 2 the
 expiry field is set. A body of 256 bytes or more is stored compressed when that saves at least an
-eighth of it.
+eighth of it; from 256 KiB, only when its start, middle and end (16 KiB each) compressed together
+save an eighth, so that an incompressible large value costs no compression pass.
 
 Version 2 lookup: a block is a run of consecutive records of about :data:`INDEX_BLOCK` bytes (a
 record that large or larger is a block alone); block ``k`` spans ``[offset_k, offset_k+1)`` (the
@@ -116,6 +117,9 @@ _COMPRESSED = 2
 _HAS_EXPIRY = 4
 _KNOWN_FLAGS = _HAS_VALUE | _COMPRESSED | _HAS_EXPIRY
 _COMPRESS_MIN = 256
+_SAMPLE_FROM = 256 * 1024
+"""Bodies from this size are compressed only when a sample of them compresses."""
+_SAMPLE_PIECE = 16 * 1024
 _COPY_TO_CHECK = 64 * 1024
 """Records up to this size are copied to be checksummed (cheaper than a memoryview)."""
 
@@ -201,6 +205,23 @@ def _check_uint(value: object, bits: int, what: str) -> int:
 # Building
 
 
+def _worth_compressing(body: bytes) -> bool:
+    """Whether compressing ``body`` whole may save an eighth: bodies up to
+    :data:`_SAMPLE_FROM` are simply tried; a larger one is tried only when three pieces of it
+    (its start, middle and end, :data:`_SAMPLE_PIECE` bytes each) save an eighth together.
+    Incompressible large values (media, already compressed data) then cost no compression pass;
+    a value compressible only away from the three pieces is stored as it is."""
+    size = len(body)
+    if size < _SAMPLE_FROM:
+        return True
+    middle = (size - _SAMPLE_PIECE) // 2
+    view = memoryview(body)
+    sample = b"".join(
+        (view[:_SAMPLE_PIECE], view[middle : middle + _SAMPLE_PIECE], view[-_SAMPLE_PIECE:])
+    )
+    return len(snappy.compress(sample)) <= len(sample) - (len(sample) >> 3)
+
+
 def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
     """Encode one entry: the record without its CRC, the CRC, and the hash of the record key."""
     sqn, given_kind, ledger_key, value, index_specs, expiry_ms, last_modified_ms = entry
@@ -218,7 +239,7 @@ def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
             )
         flags = _HAS_VALUE
         body = value
-        if len(body) >= _COMPRESS_MIN:
+        if len(body) >= _COMPRESS_MIN and _worth_compressing(body):
             packed = snappy.compress(body)
             if len(packed) <= len(body) - (len(body) >> 3):
                 body = packed

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from inkpen.cli import main
 from inkpen.cli.bench import flush_options
 from inkpen.cli.bench_plot import METADATA_KEY
+from inkpen.cli.limits import io_per_op, pread_rate, process_io
 from inkpen.cli.scale import RATIO_FIGURES
 from inkpen.cli.workloads import LOAD_SEED, Latencies, bench_keys, get_sample
 from inkpen.manifest.store import ManifestStore
@@ -214,7 +215,7 @@ def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios(tmp_path: Path)
         "--plot",
         str(picture),
     )
-    parts = ["load", "close", "open", "settle", "get", "get16", "get_warm", "scan", "kill"]
+    parts = ["load", "close", "open", "settle", "get", "get16", "get_warm", "scan", "limit", "kill"]
     assert [(line.get("n"), line["workload"]) for line in lines] == [
         *((1500, part) for part in parts),
         *((3000, part) for part in parts),
@@ -242,6 +243,15 @@ def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios(tmp_path: Path)
         scan = by[n, "scan"]
         assert scan["ops"] == n and scan["ops_per_s"] > 0
         assert 0 <= scan["bytes_read"] <= close["store_bytes"]  # each byte at most once
+        for part in ("get", "get16", "get_warm", "scan"):  # the process's own read calls
+            assert by[n, part]["os_reads_per_op"] >= 0 and by[n, part]["os_bytes_per_op"] >= 0
+        limit = by[n, "limit"]
+        assert limit["read_bytes"] == 4096
+        for threads, part in ((1, "get"), (16, "get16")):
+            rate = limit[f"pread_{threads}_per_s"]
+            assert rate > 0
+            ratio = limit[f"{part}_to_pread"]
+            assert ratio == pytest.approx(by[n, part]["ops_per_s"] / rate, rel=0.01, abs=0.002)
         kill = by[n, "kill"]
         assert kill["open_s"] > 0 and kill["acked"] >= 5000
     timed = ["load", "get", "get16", "get_warm", "scan"]
@@ -307,3 +317,20 @@ def test_latency_histogram_quantiles_are_within_one_percent_of_the_exact_ones() 
     for q in (0.5, 0.9, 0.99):
         exact = ordered[int(len(ordered) * q)]
         assert exact <= whole.quantile(q) <= exact * 1.0201
+
+
+def test_pread_rate_reads_the_files_of_a_directory_and_skips_small_ones(tmp_path: Path) -> None:
+    assert pread_rate(str(tmp_path), 1, calls=10) is None  # nothing to read
+    (tmp_path / "small").write_bytes(b"x" * 100)
+    assert pread_rate(str(tmp_path), 1, calls=10) is None  # smaller than one read
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "big").write_bytes(b"y" * 64 * 1024)
+    before = process_io()
+    rate = pread_rate(str(tmp_path), 4, calls=200)
+    assert rate is not None and rate > 0
+    after = process_io()
+    if before:  # Linux: the 200 reads show in the process's own counters
+        assert after["syscr"] - before["syscr"] >= 200
+        assert after["rchar"] - before["rchar"] >= 200 * 4096
+        per_op = io_per_op(before, after, 200)
+        assert per_op["os_reads_per_op"] >= 1 and per_op["os_bytes_per_op"] >= 4096

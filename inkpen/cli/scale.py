@@ -18,6 +18,12 @@ what only shows at scale, each printed as one JSON line (``workload`` names the 
   thread again, a third sample, once the 2 x ``--gets`` reads before it have filled the caches
   with what they could;
 - ``scan``: one full pass in key order, with bytes and reads per row;
+- each read line also has ``os_reads_per_op`` and ``os_bytes_per_op``, the process's own read
+  calls and bytes per operation (``/proc/self/io``, whatever made them), beside the store's
+  counts;
+- ``limit`` (a local directory store): random 4 KiB ``pread`` calls per second over the
+  database's own files from 1 and 16 threads (:mod:`inkpen.cli.limits`), and ``get_to_pread`` /
+  ``get16_to_pread``, the gets' rates against them;
 - ``kill``: a child process opens the database, loads :data:`KILL_PUTS` more objects and is
   killed with SIGKILL part way; ``open_s`` is the next open's time, and every put the child saw
   acknowledged is checked to be there (``acked``).
@@ -44,8 +50,10 @@ import click
 
 import inkpen
 from inkpen.objectstore import CountingStore, ObjectStore
+from inkpen.objectstore.local import LocalStore
 
 from .bench_plot import Series
+from .limits import READ_BYTES, io_per_op, pread_rate, process_io
 from .workloads import (
     BenchmarkFailed,
     Timing,
@@ -81,6 +89,8 @@ RATIO_FIGURES = (
     ("scan", "ops_per_s"),
     ("scan", "bytes_read_per_op"),
     ("kill", "open_s"),
+    ("limit", "get_to_pread"),
+    ("limit", "get16_to_pread"),
 )
 
 
@@ -210,6 +220,8 @@ def _one_scale(
             series.append(Series.of(f"N={n:,}", workload, timing, origin[0]))
         return timing
 
+    io_before: dict[str, int] = {}
+
     def reads(timing: Timing, before: dict[str, int]) -> dict[str, Any]:
         counted = _delta(store.snapshot(), before)
         ops = max(1, timing.ops)
@@ -220,7 +232,13 @@ def _one_scale(
             "reads": counted["gets"],
             "bytes_read_per_op": round(counted["bytes_read"] / ops, 1),
             "reads_per_op": round(counted["gets"] / ops, 3),
+            **io_per_op(io_before, process_io(), ops),
         }
+
+    def measuring() -> dict[str, int]:
+        io_before.clear()
+        io_before.update(process_io())
+        return store.snapshot()
 
     reset_peak_rss()
     book = inkpen.open(store, **options)
@@ -277,25 +295,40 @@ def _one_scale(
         book.compact_ledger()
         book.run_gc()  # after the pass the open started: the store is as the load left it
         report("settle", {"settle_s": round(time.perf_counter() - started, 3)})
-        before = store.snapshot()
+        before = measuring()
         timing = timed("get", run_gets(book, bucket, get_sample(keys, gets), value))
         report("get", reads(timing, before))
-        before = store.snapshot()
+        before = measuring()
         sample = _other_sample(keys, gets)
         timing = timed("get16", run_gets_threaded(book, bucket, sample, value, GET_THREADS))
         report("get16", {**reads(timing, before), "threads": GET_THREADS})
-        before = store.snapshot()
+        before = measuring()
         timing = timed(
             "get_warm", run_gets(book, bucket, _other_sample(keys, gets, WARM_SEED), value)
         )
         report("get_warm", reads(timing, before))
-        before = store.snapshot()
+        before = measuring()
         timing = timed("scan", run_scan(book, bucket, value, n))
         report("scan", reads(timing, before))
+        if isinstance(store.inner, LocalStore):
+            report("limit", _limit(store.inner.root, out))
     finally:
         book.close()
     report("kill", _kill_during_load(store, options, value_size, bucket))
     return out
+
+
+def _limit(root: str, out: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The machine's random 4 KiB ``pread`` rate over the database's files, from 1 thread and
+    from :data:`GET_THREADS`, and the gets' rates against it (``get`` and ``get16``)."""
+    record: dict[str, Any] = {"read_bytes": READ_BYTES}
+    for threads, workload in ((1, "get"), (GET_THREADS, "get16")):
+        rate = pread_rate(root, threads)
+        record[f"pread_{threads}_per_s"] = None if rate is None else round(rate, 1)
+        got = out.get(workload, {}).get("ops_per_s")
+        ratio = None if rate is None or not isinstance(got, int | float) else round(got / rate, 3)
+        record[f"{workload}_to_pread"] = ratio
+    return record
 
 
 def _other_sample(keys: Sequence[bytes], count: int, seed: int = 0) -> list[bytes]:
