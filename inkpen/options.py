@@ -125,7 +125,9 @@ class Options:
         own mappings, returned to the system when freed (1 MiB by default; process-wide, the
         first open's value wins; 0 leaves the allocator alone). Without it, the buffers of
         rolls and merges leave holes in the C heap and resident memory grows with the data
-        written.
+        written. Values of a MiB or more then each get a fresh mapping on every read, whose
+        pages are faulted in one by one: an application of large values gets more than twice
+        the read bandwidth with 0 or a threshold above its value size (DESIGN.md section 8).
 
     Head-only stores (Leveled's ``head_only``)
         ``head_only``: None (the default) for a normal store; ``"with_lookup"`` or
