@@ -94,6 +94,7 @@ __all__ = [
 T = TypeVar("T")
 H = TypeVar("H", bound="_AsyncReads[Any]")
 R = TypeVar("R", bound=ReadAPI)
+S = TypeVar("S")
 
 DEFAULT_WORKERS = 4
 FOLD_CHUNK = 256
@@ -236,32 +237,44 @@ async def _changed(follower: Follower, version: int, timeout: float) -> bool:
         remove()
 
 
-class _AsyncReads(Generic[R]):
-    """The read methods of an async handle over a synchronous one (Bookie, Reader, Snapshot)."""
+class _AsyncOver(Generic[S]):
+    """An async handle over a synchronous one: its calls run in the handle's worker threads,
+    its folds come in chunks from them."""
 
     def __init__(
-        self, sync: R, pool: concurrent.futures.ThreadPoolExecutor, fold_chunk: int
+        self, sync: S, pool: concurrent.futures.ThreadPoolExecutor, fold_chunk: int
     ) -> None:
         self._sync = sync
         self._pool = pool
         self._fold_chunk = fold_chunk
 
     @property
-    def sync(self) -> R:
+    def sync(self) -> S:
         """The synchronous handle underneath (for code that runs in threads of its own)."""
         return self._sync
+
+    def _refuse_closed(self) -> None:
+        """Raise the synchronous handle's own error for a call after it closed."""
+        raise NotImplementedError
 
     async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         try:
             future = loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
         except RuntimeError:  # the pool is shut down: the handle is closed, so say that
-            self._sync._check_open()
+            self._refuse_closed()
             raise
         return await future
 
     def _fold(self, start: Callable[[], Iterator[T]]) -> AsyncFold[T]:
         return AsyncFold(start, self._call, self._fold_chunk)
+
+
+class _AsyncReads(_AsyncOver[R]):
+    """The read methods of an async handle over a synchronous one (Bookie, Reader, Snapshot)."""
+
+    def _refuse_closed(self) -> None:
+        self._sync._check_open()
 
     async def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
         """The object's value, or None (see :meth:`inkpen.Bookie.get`)."""
@@ -432,21 +445,12 @@ class AsyncHotBackup:
         await self.close()
 
 
-class AsyncTransaction:
+class AsyncTransaction(_AsyncOver[Transaction]):
     """A transaction for asyncio code (see :class:`inkpen.Transaction`): reads and the commit
     run in the handle's worker threads; ``async with`` commits, or rolls back on an exception."""
 
-    def __init__(
-        self, sync: Transaction, pool: concurrent.futures.ThreadPoolExecutor, fold_chunk: int
-    ) -> None:
-        self._sync = sync
-        self._pool = pool
-        self._fold_chunk = fold_chunk
-
-    @property
-    def sync(self) -> Transaction:
-        """The synchronous :class:`inkpen.Transaction` underneath."""
-        return self._sync
+    def _refuse_closed(self) -> None:
+        self._sync._check_usable()
 
     @property
     def isolation(self) -> str:
@@ -459,18 +463,6 @@ class AsyncTransaction:
     @property
     def state(self) -> str:
         return self._sync.state
-
-    async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        loop = asyncio.get_running_loop()
-        try:
-            future = loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
-        except RuntimeError:  # the pool is shut down: the Bookie is closed, so say that
-            self._sync._check_usable()
-            raise
-        return await future
-
-    def _fold(self, start: Callable[[], Iterator[T]]) -> AsyncFold[T]:
-        return AsyncFold(start, self._call, self._fold_chunk)
 
     async def get(self, bucket: str | bytes, key: str | bytes) -> bytes | None:
         """The value as the transaction sees it (see :meth:`inkpen.Transaction.get`)."""
