@@ -51,7 +51,7 @@ from inkpen.actors.engine.snapshot_clones import PairedJournal, SnapshotParts
 from inkpen.actors.journal.changes import ChangeMaker, PendingChange, as_bytes
 from inkpen.actors.journal.guards import ISOLATIONS, CommitGuard, Isolation
 from inkpen.actors.kernel.views import ViewBoard
-from inkpen.actors.read.path import Head, object_bounds
+from inkpen.actors.read.path import Head, object_bounds, term_matcher
 from inkpen.batch import MAX_BATCH_CHANGES, IndexSpecs
 from inkpen.formats.journal import Kind
 from inkpen.formats.keys import MAX_KEY_BYTES, index_range, object_key, object_parts
@@ -389,7 +389,7 @@ class Transaction:
                 lo = as_bytes("start", start, MAX_KEY_BYTES, allow_empty=True)
                 hi = as_bytes("end", end, MAX_KEY_BYTES, allow_empty=True)
                 self._track(ranges=[index_range(b, f, lo, hi)])
-                matcher = fold_matcher(regex)
+                matcher = term_matcher(regex)
                 hidden: dict[bytes, _Overlay] = {}
                 extra: set[_Term] = set()
                 for overlay in self._overlays.values():
@@ -400,7 +400,8 @@ class Transaction:
                     if latest.kind != Kind.OBJECT:
                         continue
                     for (of, term), added in overlay.terms.items():
-                        if added and of == f and lo <= term <= hi and matcher(term):
+                        wanted = matcher is None or matcher(term)
+                        if added and of == f and lo <= term <= hi and wanted:
                             extra.add((term, overlay.key))
             except BaseException:
                 fold.close()
@@ -639,18 +640,6 @@ def _bounds(bucket: Any, start: Any, end: Any) -> tuple[bytes, bytes]:
     s = None if start is None else as_bytes("start", start, MAX_KEY_BYTES, allow_empty=True)
     e = None if end is None else as_bytes("end", end, MAX_KEY_BYTES, allow_empty=True)
     return object_bounds(b, s, e)
-
-
-def fold_matcher(regex: Any) -> Callable[[bytes], bool]:
-    """The term filter of an index query's ``regex`` (already checked by the snapshot's fold)."""
-    if regex is None:
-        return lambda term: True
-    pattern = regex if isinstance(regex, re.Pattern) else re.compile(regex)
-    if isinstance(pattern.pattern, bytes):
-        binary = pattern
-        return lambda term: binary.search(term) is not None
-    text = pattern
-    return lambda term: text.search(term.decode("utf-8", "replace")) is not None
 
 
 def _merge(

@@ -717,7 +717,7 @@ def fold_index(
     """
     cache, ledger, _ = source.views()
     lo, hi = index_range(bucket, field, start, end)
-    matcher = _term_matcher(regex)
+    matcher = term_matcher(regex)
     for key, _ in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse):
         decoded = decode_key(key)
         term = decoded.subkey
@@ -732,9 +732,11 @@ def fold_index(
         yield (term, found) if return_terms else found
 
 
-def _term_matcher(
+def term_matcher(
     regex: str | bytes | re.Pattern[str] | re.Pattern[bytes] | None,
 ) -> Callable[[bytes], bool] | None:
+    """The test an index query's ``regex`` puts to each term (bytes patterns against the
+    bytes, text patterns against the term decoded as UTF-8); None for no regex."""
     if regex is None:
         return None
     pattern = regex if isinstance(regex, re.Pattern) else re.compile(regex)
