@@ -8,7 +8,7 @@ Layout (all integers big-endian; offsets are from the start of the object)::
 
     header, 60 bytes at offset 0
       0   6  magic b"INKJNL"
-      6   2  format version (u16): 2 (1 is still read)
+      6   2  format version (u16): 3 (1 and 2 are still read)
       8   8  writer epoch (u64) of the writer that built the file
       16  8  entry count (u64)
       24  8  lowest SQN (u64; 0 when empty)
@@ -25,7 +25,7 @@ Layout (all integers big-endian; offsets are from the start of the object)::
                  S (u32), S bytes of msgpack [[op, field, term], ...], then the object body
       8+K+V   4  CRC-32 of record bytes [0, 8+K+V)
 
-    index region, version 2 (absent when the file has no entries): the SQN block index
+    index region, versions 2 and 3 (absent when the file has no entries): the SQN block index
       0     16*B  B blocks: first SQN (u64), offset of the block's first record (u64)
       16*B  4     CRC-32 of region bytes [0, 16*B)
 
@@ -35,23 +35,30 @@ Layout (all integers big-endian; offsets are from the start of the object)::
                        (u32); a record length of 0 marks an empty slot
       2048+16*N  4     CRC-32 of region bytes [0, 2048+16*N)
 
+Record kinds: 1 OBJECT (a put, with its body), 2 TOMBSTONE (a delete), 3 KEY_CHANGES (a put's
+index changes, its value dropped by compaction), 4 VALUE_IN_LEDGER (version 3: a put whose body
+its ledger entry holds; no body). Only OBJECT records carry a body.
+
 Value flags: bit 0 the entry has an object body, bit 1 the body is snappy-compressed, bit 2 the
 expiry field is set. A body of 256 bytes or more is stored compressed when that saves at least an
 eighth of it; from 256 KiB, only when its start, middle and end (16 KiB each) compressed together
 save an eighth, so that an incompressible large value costs no compression pass.
 
-Version 2 lookup: a block is a run of consecutive records of about :data:`INDEX_BLOCK` bytes (a
-record that large or larger is a block alone); block ``k`` spans ``[offset_k, offset_k+1)`` (the
-last one ends where the index region starts). A lookup of ``(sqn, kind, ledger_key)`` takes the
-last block whose first SQN is at most ``sqn``, reads that block in one ranged read and walks its
-records to the one with that key: one read, of about 4 KiB (a large record: exactly the record).
+(Below and in the code, "version 2" names the block index, which version 3 shares.)
+
+Version 2 and 3 lookup: a block is a run of consecutive records of about :data:`INDEX_BLOCK`
+bytes (a record that large or larger is a block alone); block ``k`` spans
+``[offset_k, offset_k+1)`` (the last one ends where the index region starts). A lookup of
+``(sqn, kind, ledger_key)`` takes the last block whose first SQN is at most ``sqn``, reads that
+block in one ranged read and walks its records to the one with that key: one read, of about
+4 KiB (a large record: exactly the record).
 The index is 16 bytes per block (about 0.4% of the records); a reader reads it whole at open and
 checks its CRC, then holds it or keeps it in a byte-weighted cache (re-read when evicted).
 
 Version 1 lookup is CDB's: the hash ``h`` is the CRC-32 of the record key; table ``h & 255`` is
 probed linearly from slot ``(h >> 8) % slot_count`` until the key is found or an empty slot is
 met. Each table has twice as many slots as entries, so probes stay short. A slot names a record's
-offset and length, so one ranged read fetches it whole. Writers write version 2 only.
+offset and length, so one ranged read fetches it whole. Writers write version 3 only.
 
 Every byte is covered by a checksum: the header's, each record's, and the index region's (checked
 when a reader opens the file). A version 1 reader either holds the hash region or pages it: at
@@ -86,8 +93,11 @@ from .cache import BlockCache
 from .fetching import Fetch, fetch_exact, short_read
 
 MAGIC = b"INKJNL"
-FORMAT_VERSION = 2
-"""The version writers write; version 1 files (a CDB hash region) are still read."""
+FORMAT_VERSION = 3
+"""The version writers write. Version 3 is version 2's layout with one more record kind
+(:attr:`Kind.VALUE_IN_LEDGER`), numbered apart so that an inkpen that does not know the kind asks
+to be upgraded rather than calling the record damaged; versions 2 and 1 (a CDB hash region) are
+still read."""
 INDEX_BLOCK = 4 * 1024
 """A version 2 block holds consecutive records up to this many bytes (or one larger record)."""
 
@@ -135,6 +145,10 @@ class Kind(IntEnum):
     """A delete."""
     KEY_CHANGES = 3
     """Only the index changes and metadata of a put (kept by retain-mode compaction)."""
+    VALUE_IN_LEDGER = 4
+    """A put whose body the ledger holds: its metadata and index changes, no body. The ledger
+    entry of the same SQN carries the value (a small value, option ``inline_value_bytes``), and
+    the body was left out of the journal once the ledger had persisted that entry."""
 
 
 _KINDS = {kind.value: kind for kind in Kind}
@@ -298,7 +312,8 @@ def _encode_hash_region(slots: list[tuple[int, int, int]]) -> bytes:
 
 
 def _encode_block_index(firsts: list[int], offsets: list[int]) -> bytes:
-    """The version 2 index region: ``(first SQN, offset)`` of every block, then its CRC."""
+    """The block index region (versions 2 and 3): ``(first SQN, offset)`` of every block, then
+    its CRC."""
     region = b"".join(map(_BLOCK_ENTRY.pack, firsts, offsets))
     return region + _CRC.pack(zlib.crc32(region))
 
@@ -310,11 +325,14 @@ def build_journal(
 
     Zero entries is valid and gives a header-only file of :data:`EMPTY_JOURNAL_SIZE` bytes.
     Raises ``ValueError`` / ``TypeError`` for entries out of order or malformed. ``version`` 1
-    builds the earlier layout (a CDB hash region), which only tests of old files want.
+    builds the earliest layout (a CDB hash region) and 2 the block index without
+    :attr:`Kind.VALUE_IN_LEDGER` records; only tests of files written before want them.
     """
     epoch = _check_uint(writer_epoch, 64, "writer_epoch")
-    if version not in (1, FORMAT_VERSION):
-        raise ValueError(f"journal format version must be 1 or {FORMAT_VERSION}, got {version!r}")
+    if version not in (1, 2, FORMAT_VERSION):
+        raise ValueError(
+            f"journal format version must be 1, 2 or {FORMAT_VERSION}, got {version!r}"
+        )
     parts: list[bytes] = []
     slots: list[tuple[int, int, int]] = []
     firsts: list[int] = []
@@ -337,6 +355,8 @@ def build_journal(
         if previous < 0:
             min_sqn = sqn
         previous = max_sqn = sqn
+        if version < 3 and entry[1] == Kind.VALUE_IN_LEDGER:
+            raise ValueError(f"a VALUE_IN_LEDGER entry (sqn {sqn}) needs journal format version 3")
         record, crc, key_hash = _encode_record(entry)
         parts.append(record)
         parts.append(crc)

@@ -58,11 +58,22 @@ raw_entries = st.lists(
 )
 
 
-def to_entries(first_sqn: int, raws: list[tuple[Any, ...]]) -> list[JournalEntry]:
+VERSIONS = [1, 2, FORMAT_VERSION]
+
+
+def kind_in(version: int, kind: Kind) -> Kind:
+    """``kind``, or KEY_CHANGES (a body-less kind too) where ``version`` predates it."""
+    return Kind.KEY_CHANGES if kind is Kind.VALUE_IN_LEDGER and version < 3 else kind
+
+
+def to_entries(
+    first_sqn: int, raws: list[tuple[Any, ...]], version: int = FORMAT_VERSION
+) -> list[JournalEntry]:
     entries = []
     sqn = first_sqn
-    for gap, kind, key, body, specs, expiry, modified in raws:
+    for gap, drawn, key, body, specs, expiry, modified in raws:
         sqn += gap
+        kind = kind_in(version, drawn)
         payload = body if kind is Kind.OBJECT else None
         entries.append(JournalEntry(sqn, kind, key, payload, specs, expiry, modified))
     return entries
@@ -73,11 +84,11 @@ def open_reader(data: bytes, **kw: Any) -> JournalReader:
 
 
 @settings(max_examples=150)
-@given(st.integers(0, 2**63), raw_entries, U64, st.integers(1, 5000), st.sampled_from([1, 2]))
+@given(st.integers(0, 2**63), raw_entries, U64, st.integers(1, 5000), st.sampled_from(VERSIONS))
 def test_round_trip_on_every_read_path(
     first_sqn: int, raws: list[tuple[Any, ...]], epoch: int, chunk_size: int, version: int
 ) -> None:
-    entries = to_entries(first_sqn, raws)
+    entries = to_entries(first_sqn, raws, version)
     data = build_journal(entries, writer_epoch=epoch, version=version)
     header, decoded = decode_journal(data, NAME)
     assert decoded == entries
@@ -304,21 +315,30 @@ def test_bad_reader_arguments_are_refused() -> None:
 
 # --- damage ------------------------------------------------------------------------------------
 
-DAMAGE_ENTRIES = [
-    JournalEntry(
-        100 + i,
-        kind,
-        object_key(b"b", b"k%d" % i),
-        (b"xy" * 200 if i % 2 else b"v%d" % i) if kind is Kind.OBJECT else None,
-        ((1, b"f", b"t%d" % i),) if i % 3 == 0 else (),
-        5 if i == 4 else None,
-        i,
-    )
-    for i, kind in enumerate([Kind.OBJECT, Kind.TOMBSTONE, Kind.KEY_CHANGES] * 4)
-]
+
+def damage_entries(version: int) -> list[JournalEntry]:
+    """Every kind of record the version has, bodies compressed and not, specs and expiries."""
+    kinds = [k for k in Kind if kind_in(version, k) is k]
+    return [
+        JournalEntry(
+            100 + i,
+            kind,
+            object_key(b"b", b"k%d" % i),
+            (b"xy" * 200 if i % 2 else b"v%d" % i) if kind is Kind.OBJECT else None,
+            ((1, b"f", b"t%d" % i),) if i % 3 == 0 else (),
+            5 if i == 4 else None,
+            i,
+        )
+        for i, kind in enumerate(kinds * 4)
+    ]
+
+
+DAMAGE_BY_VERSION = {version: damage_entries(version) for version in VERSIONS}
+DAMAGE_ENTRIES = DAMAGE_BY_VERSION[FORMAT_VERSION]
 DAMAGE_JOURNAL = build_journal(DAMAGE_ENTRIES, writer_epoch=3)
 DAMAGE_JOURNALS = {
-    version: build_journal(DAMAGE_ENTRIES, writer_epoch=3, version=version) for version in (1, 2)
+    version: build_journal(entries, writer_epoch=3, version=version)
+    for version, entries in DAMAGE_BY_VERSION.items()
 }
 
 
@@ -326,9 +346,10 @@ def flip(data: bytes, offset: int, mask: int) -> bytes:
     return data[:offset] + bytes([data[offset] ^ mask]) + data[offset + 1 :]
 
 
-def read_everything(data: bytes) -> list[CorruptionError]:
+def read_everything(data: bytes, version: int = FORMAT_VERSION) -> list[CorruptionError]:
     """Use every read path; assert every answer is exact; return the corruption errors seen."""
     seen: list[CorruptionError] = []
+    expected = DAMAGE_BY_VERSION[version]
 
     def attempt(check: Callable[[], object]) -> None:
         try:
@@ -337,10 +358,10 @@ def read_everything(data: bytes) -> list[CorruptionError]:
             seen.append(exc)
 
     def whole() -> None:
-        assert decode_journal(data, NAME)[1] == DAMAGE_ENTRIES
+        assert decode_journal(data, NAME)[1] == expected
 
     def lazily() -> None:
-        assert list(iter_journal(data, NAME)) == DAMAGE_ENTRIES
+        assert list(iter_journal(data, NAME)) == expected
 
     attempt(whole)
     attempt(lazily)
@@ -349,7 +370,7 @@ def read_everything(data: bytes) -> list[CorruptionError]:
     attempt(lambda: readers.append(open_reader(data)))
     if readers:
         reader = readers[0]
-        for entry in DAMAGE_ENTRIES:
+        for entry in expected:
 
             def lookup(entry: JournalEntry = entry) -> None:
                 assert reader.get(entry.sqn, entry.kind, entry.ledger_key) == entry
@@ -357,11 +378,11 @@ def read_everything(data: bytes) -> list[CorruptionError]:
             attempt(lookup)
 
         def scan() -> None:
-            assert list(reader.iter_entries(chunk_size=97)) == DAMAGE_ENTRIES
+            assert list(reader.iter_entries(chunk_size=97)) == expected
 
         def by_location() -> None:
             found = [reader.read_at(o, n) for o, n in reader.locations()]
-            assert found == DAMAGE_ENTRIES
+            assert found == expected
 
         attempt(scan)
         attempt(by_location)
@@ -369,7 +390,7 @@ def read_everything(data: bytes) -> list[CorruptionError]:
 
 
 def assert_detected(offset: int, mask: int, version: int = FORMAT_VERSION) -> None:
-    errors = read_everything(flip(DAMAGE_JOURNALS[version], offset, mask))
+    errors = read_everything(flip(DAMAGE_JOURNALS[version], offset, mask), version)
     assert errors, f"flipping byte {offset} with {mask:#x} went unnoticed"
     for exc in errors:
         assert exc.object_name == NAME
@@ -377,13 +398,13 @@ def assert_detected(offset: int, mask: int, version: int = FORMAT_VERSION) -> No
         assert NAME in str(exc)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", VERSIONS)
 def test_the_damage_fixture_reads_cleanly(version: int) -> None:
-    assert read_everything(DAMAGE_JOURNALS[version]) == []
+    assert read_everything(DAMAGE_JOURNALS[version], version) == []
 
 
 @settings(max_examples=400)
-@given(st.data(), st.sampled_from([1, 2]), st.integers(1, 255))
+@given(st.data(), st.sampled_from(VERSIONS), st.integers(1, 255))
 def test_any_flipped_byte_is_detected_on_some_read_path(
     data: st.DataObject, version: int, mask: int
 ) -> None:
@@ -391,7 +412,7 @@ def test_any_flipped_byte_is_detected_on_some_read_path(
     assert_detected(offset, mask, version)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", VERSIONS)
 def test_every_byte_is_covered_by_a_check(version: int) -> None:
     for offset in range(len(DAMAGE_JOURNALS[version])):
         assert_detected(offset, 0x80, version)
@@ -469,7 +490,7 @@ def test_version_2_blocks_hold_about_4_kib_and_each_get_reads_one(layout: str) -
     entries = layout_entries(layout)
     data = build_journal(entries, writer_epoch=1)
     header = read_header(data, NAME)
-    assert header.version == 2
+    assert header.version == FORMAT_VERSION
     blocks = blocks_of(data)
     records: list[tuple[int, int]] = []  # (offset, length) of every record, walked here
     pos = HEADER_SIZE
@@ -525,7 +546,13 @@ def test_the_empty_and_one_entry_files_of_version_2() -> None:
     assert reader.get(6, Kind.TOMBSTONE, b"k") is None
     assert reader.get(8, Kind.TOMBSTONE, b"k") is None
     with pytest.raises(ValueError, match="version"):
-        build_journal([entry], writer_epoch=1, version=3)
+        build_journal([entry], writer_epoch=1, version=FORMAT_VERSION + 1)
+    trimmed = JournalEntry(8, Kind.VALUE_IN_LEDGER, b"k", None, (), None, 0)
+    for version in (1, 2):  # a record kind those versions do not have
+        with pytest.raises(ValueError, match="needs journal format version 3"):
+            build_journal([entry, trimmed], writer_epoch=1, version=version)
+    with pytest.raises(ValueError, match="carries no value"):
+        build_journal([trimmed._replace(value=b"body")], writer_epoch=1)
 
 
 bodies_by_size = st.one_of(
@@ -542,16 +569,17 @@ bodies_by_size = st.one_of(
         max_size=60,
     ),
     st.lists(st.integers(0, 300), max_size=40),
-    st.sampled_from([1, 2]),
+    st.sampled_from(VERSIONS),
     st.integers(0, 50),
 )
-def test_lookups_of_both_versions_equal_a_model(
+def test_lookups_of_every_version_equal_a_model(
     raws: list[tuple[int, Kind, bytes, bytes]], asked: list[int], version: int, sqn_base: int
 ) -> None:
     entries = []
     sqn = 0
-    for gap, kind, key, body in raws:
+    for gap, drawn, key, body in raws:
         sqn += gap
+        kind = kind_in(version, drawn)
         value = body if kind is Kind.OBJECT else None
         entries.append(JournalEntry(sqn, kind, key, value, (), None, sqn))
     model = {(e.sqn + sqn_base, e.kind, e.ledger_key): e for e in entries}
@@ -585,7 +613,7 @@ def test_lookups_of_both_versions_equal_a_model(
     ]
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", VERSIONS)
 def test_a_sample_draws_distinct_entries_in_file_order(version: int) -> None:
     entries = layout_entries("mixed")
     data = build_journal(entries, writer_epoch=1, version=version)
