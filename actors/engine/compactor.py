@@ -412,7 +412,13 @@ class Compactor:
         max_sqn: int,
     ) -> tuple[CompactionReport, list[JournalFileDescriptor], tuple[JournalFileDescriptor, ...]]:
         now_ms = int(self.options.clock() * 1000)
-        judgement = Judgement(ledger.get, self.options, max_sqn=max_sqn, now_ms=now_ms)
+        judgement = Judgement(
+            ledger.get,
+            self.options,
+            max_sqn=max_sqn,
+            now_ms=now_ms,
+            trim_through=ledger.persisted_sqn,
+        )
         rng = random.Random()
         scores = {d.name: judgement.score(readers[d.name], rng) for d in files}
         run = judgement.choose([scores[d.name] for d in files])

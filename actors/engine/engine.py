@@ -374,14 +374,20 @@ class Engine:
         self._wait_ledger(penciller_actor.flush_mem, "write its memory to L0")
 
     def roll(self) -> None:
-        """Write the open batch and roll every unrolled segment into a journal file."""
+        """Write the open batch and roll every unrolled segment into a journal file; then
+        re-roll the files whose small values the ledger has persisted since they were rolled,
+        so the journal keeps those bodies no longer."""
         keeper = self.ctx.keeper
         inker_actor.sync(self.inker)
         deadline = time.monotonic() + CLOSE_WAIT
-        while keeper.fenced is None and not inker_actor.roll_now(self.inker):
-            if time.monotonic() > deadline:
-                raise InkpenError("the journal roll in progress did not finish in time")
-            time.sleep(0.01)
+        for step, what in (
+            (inker_actor.roll_now, "roll"),
+            (inker_actor.reroll_now, "re-roll"),
+        ):
+            while keeper.fenced is None and not step(self.inker):
+                if time.monotonic() > deadline:
+                    raise InkpenError(f"the journal {what} in progress did not finish in time")
+                time.sleep(0.01)
         if keeper.fenced is not None:
             raise keeper.fenced
 
@@ -561,10 +567,12 @@ class Engine:
         assert parts.journal is not None
         return HotBackup(
             parts.journal.registered,
+            parts.ledger,
             self.ctx.resolver,
             self.ctx.keeper.epoch,
             lambda: self.release_snapshot(parts.snapshot_id),
             tuple(sorted(self._recorded_operators)),
+            self.ctx.options.head_only,
         )
 
     def stats(self) -> Stats:

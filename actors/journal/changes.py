@@ -331,6 +331,18 @@ class ChangeMaker:
         return tuple(specs)
 
 
+def value_in_ledger(entry: JournalEntry, inline_limit: int) -> bool:
+    """Whether the ledger entry :func:`ledger_entries` makes of ``entry`` (under option
+    ``inline_value_bytes`` = ``inline_limit``) holds the value itself: a put of a head-only
+    object, or of a value of at most ``inline_limit`` bytes (0: none)."""
+    if entry[1] != Kind.OBJECT:
+        return False
+    if entry[2][0] == _HEAD_TAG:
+        return True
+    value = entry[3]
+    return bool(inline_limit) and len(value if value is not None else b"") <= inline_limit
+
+
 def ledger_entries(
     entry: JournalEntry,
     bucket: bytes,
@@ -355,7 +367,7 @@ def ledger_entries(
     if kind == Kind.OBJECT:
         value = entry[3] if entry[3] is not None else b""
         digest = hash_ if hash_ is not None else content_hash(value)
-        if entry[2][0] == _HEAD_TAG or (inline_limit and len(value) <= inline_limit):
+        if value_in_ledger(entry, inline_limit):
             # a head-only object, or a value small enough: the ledger keeps the value too
             fields: tuple[Any, ...] = (sqn, ACTIVE, entry[5], digest, len(value), lm, value)
         else:
@@ -363,6 +375,8 @@ def ledger_entries(
         out.append((entry[2], _new_tuple(LedgerValue, fields)))
     elif kind == Kind.TOMBSTONE:
         out.append((entry[2], _new_tuple(LedgerValue, (sqn, TOMBSTONE, None, 0, 0, lm))))
+    elif kind == Kind.VALUE_IN_LEDGER:
+        raise ValueError(f"SQN {sqn}: a put whose value the ledger holds makes no ledger entries")
     for op, field, term in entry.index_specs:
         status = ACTIVE if op == INDEX_ADD else TOMBSTONE
         expiry = entry.expiry_ms if status == ACTIVE else None

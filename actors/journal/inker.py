@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict
@@ -57,16 +58,20 @@ from inkpen.actors.files.registry import FileOwner
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import compactor_files
 from inkpen.actors.journal import replay as journal_replay
-from inkpen.actors.journal.changes import PendingChange
+from inkpen.actors.journal.changes import PendingChange, value_in_ledger
 from inkpen.actors.journal.inker_clerk import (
     CompactionDone,
     CompactionReport,
+    Rerolled,
     Rolled,
     RollFailed,
+    reroll,
+    reroll_files,
     roll,
     roll_segments,
 )
 from inkpen.actors.journal.intake import WriteGroup, WriteIntake
+from inkpen.actors.journal.retention import LedgerBodies
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.keeper import commit_or_roll_back
 from inkpen.actors.kernel.throttle import NONE, SLOW, STOP
@@ -162,6 +167,12 @@ class _Sync:
 @dataclass(frozen=True, slots=True)
 class _RollNow:
     """Ask: roll every unrolled segment into journal files; answers when committed."""
+
+
+@dataclass(frozen=True, slots=True)
+class _RerollNow:
+    """Ask: re-roll every file whose bodies the ledger has persisted since; answers when
+    committed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +310,16 @@ class Inker(FileOwner):
         self.penciller: pykka.ActorRef[Any] | None = None
         self.clerk: pykka.ActorRef[Any] | None = None
         self.rolling = False
+        self.bodies_after: int | None = None
+        """The ledger's persisted SQN when this writer opened (set by the start-up replay):
+        entries above it became ledger entries under this writer's ``inline_value_bytes``, so
+        a roll may leave out the bodies their ledger entries hold. None: leave out none."""
+        self.ledger_bodies: dict[int, bool] = {}
+        """Per unrolled segment id: whether it holds a put whose ledger entry keeps the value."""
+        self.waiting_bodies: dict[str, int] = {}
+        """Journal files rolled with bodies their ledger entries hold, the ledger not having
+        persisted them yet: the highest such SQN of each. Re-rolled once it has."""
+        self.rerolling = False
         self._stopped: InkpenError | None = None
         """Why the Inker stopped writing other than the fence (the keeper holds that)."""
         self.unsettled: _Unsettled | None = None
@@ -324,6 +345,8 @@ class Inker(FileOwner):
         """Install the journal found at start-up: open files, replayable segments, top SQN."""
         self.files = {h.name: h for h in message.files}
         self.segments = list(message.segments)
+        for segment in self.segments:
+            self._note_bodies(segment)
         self.sqn = message.max_sqn
         self._publish()
 
@@ -459,6 +482,7 @@ class Inker(FileOwner):
         self.next_segment = segment_id + 1
         table = SegmentTable(segment_id, first, self.sqn, {e.sqn: e for e in entries}, len(data))
         self.segments.append(table)
+        self._note_bodies(table)
         self.ctx.board.journal = self.ctx.board.journal.with_segment(table)
         self.segments_written += 1
         self.bytes_written += len(data)
@@ -541,11 +565,75 @@ class Inker(FileOwner):
         options = self.ctx.options
         unrolled = sum(s.size for s in self.segments)
         count = len(self.segments)
-        if not self.rolling and (unrolled >= options.roll_bytes or count >= options.roll_segments):
-            self._start_roll(tuple(self.segments))
         ratio = max(unrolled / options.roll_bytes, count / options.roll_segments)
+        if not self.rolling and ratio >= 1:
+            self._start_roll(self._rollable(force=ratio >= 2))
         level = STOP if ratio >= 4 else SLOW if ratio >= 2 else NONE
         self.ctx.throttle.set("journal", level)
+        self._reroll_due()
+
+    # -- bodies the ledger holds ------------------------------------------------------------
+
+    def _note_bodies(self, segment: SegmentTable) -> None:
+        limit = self.ctx.options.inline_value_bytes
+        self.ledger_bodies[segment.segment_id] = any(
+            value_in_ledger(e, limit) for e in segment.entries.values()
+        )
+
+    def _bodies(self) -> LedgerBodies | None:
+        """Which bodies a roll may leave out now: those of puts this writer made into ledger
+        entries holding the value, up to the ledger's persisted SQN (and never above a live
+        feed cursor, whose consumer still reads those values from the journal)."""
+        if self.bodies_after is None:
+            return None
+        manifest = self.ctx.keeper.latest.manifest
+        through = manifest.ledger.persisted_sqn
+        floor = manifest.feed_floor(time.time())
+        if floor is not None:
+            through = min(through, floor)
+        return LedgerBodies(self.bodies_after, through, self.ctx.options.inline_value_bytes)
+
+    def _rollable(self, *, force: bool) -> tuple[SegmentTable, ...]:
+        """The segments to roll now: the run from the oldest up to the first that still waits
+        for the ledger to persist the values it holds (rolled later, those bodies are left out
+        of the journal file); every segment when ``force`` (the backlog is twice the roll
+        thresholds, where writers start to be slowed: the bodies stay in the journal)."""
+        bodies = self._bodies()
+        if force or bodies is None:
+            return tuple(self.segments)
+        ready: list[SegmentTable] = []
+        for segment in self.segments:
+            waits = (
+                segment.last_sqn > max(bodies.through, bodies.after)
+                and self.ledger_bodies[segment.segment_id]
+            )
+            if waits:
+                break
+            ready.append(segment)
+        return tuple(ready)
+
+    def _reroll_due(self) -> None:
+        """Re-roll the files rolled with bodies the ledger has persisted since, if any (one
+        re-roll at a time, through the clerk)."""
+        if self.rerolling or self.clerk is None or self.stopped is not None:
+            return
+        due = self._rerollable()
+        if due:
+            bodies = self._bodies()
+            assert bodies is not None
+            self.rerolling = True
+            reroll(self.clerk, due, bodies, self.actor_ref)
+
+    def _rerollable(self) -> tuple[JournalHandle, ...]:
+        bodies = self._bodies()
+        if bodies is None or not self.waiting_bodies:
+            return ()
+        due = [
+            self.files[name]
+            for name, top in self.waiting_bodies.items()
+            if top <= bodies.through and name in self.files
+        ]
+        return tuple(sorted(due, key=lambda h: h.descriptor.min_sqn))
 
     @property
     def stopped(self) -> InkpenError | None:
@@ -577,7 +665,7 @@ class Inker(FileOwner):
         if not segments or self.clerk is None or self.stopped is not None:
             return
         self.rolling = True
-        roll(self.clerk, segments, self.actor_ref)
+        roll(self.clerk, segments, self.actor_ref, self._bodies())
 
     @handles(_RollNow)
     def _roll_now(self, _: _RollNow) -> bool:
@@ -591,11 +679,34 @@ class Inker(FileOwner):
         if self.stopped is not None or not self.segments:
             return True
         segments = tuple(self.segments)
-        handles = roll_segments(
-            self.ctx, self.actor_ref, segments, self.ctx.options.journal_file_target_bytes
+        handles, bodies_through, waiting = roll_segments(
+            self.ctx,
+            self.actor_ref,
+            segments,
+            self.ctx.options.journal_file_target_bytes,
+            self._bodies(),
         )
-        self._rolled(Rolled(tuple(s.segment_id for s in segments), handles))
+        ids = tuple(s.segment_id for s in segments)
+        self._rolled(Rolled(ids, handles, bodies_through, waiting))
         return not self.segments
+
+    @handles(_RerollNow)
+    def _reroll_now(self, _: _RerollNow) -> bool:
+        """Re-roll, on this thread, every file whose bodies the ledger has persisted since it
+        was rolled (close). Answers True once none is due, False while the clerk's re-roll is
+        in flight."""
+        if self.rerolling:
+            return False
+        if self.stopped is not None or self.clerk is None:
+            return True
+        due = self._rerollable()
+        if not due:
+            return True
+        bodies = self._bodies()
+        assert bodies is not None
+        self.rerolling = True
+        self._rerolled(reroll_files(self.ctx, self.actor_ref, due, bodies))
+        return not self._rerollable()
 
     @handles(Rolled)
     def _rolled(self, message: Rolled) -> None:
@@ -605,8 +716,21 @@ class Inker(FileOwner):
         last = max(message.segment_ids)
         descriptors = tuple(h.descriptor for h in message.handles)
         next_segment = self.next_segment
+        bodies_through = message.bodies_through
 
         def change(m: Manifest) -> Manifest:
+            if bodies_through:
+                floor = m.feed_floor(time.time())
+                if m.ledger.persisted_sqn < bodies_through or (
+                    floor is not None and floor < bodies_through
+                ):
+                    # Only a feed cursor made meanwhile (by any process) can do this: redo the
+                    # roll with the bodies above it kept.
+                    raise InkpenError(
+                        f"the roll left bodies up to SQN {bodies_through} to the ledger, but the "
+                        f"manifest has persisted the ledger to {m.ledger.persisted_sqn} and holds "
+                        f"a feed cursor at {floor}; the roll is done again"
+                    )
             journal = m.journal
             files = tuple(sorted((*journal.files, *descriptors), key=lambda d: d.min_sqn))
             return dataclasses.replace(
@@ -622,7 +746,10 @@ class Inker(FileOwner):
         def install(versioned: VersionedManifest) -> None:
             for handle in message.handles:
                 self.files[handle.name] = handle
+            self.waiting_bodies.update(message.waiting)
             self.segments = [s for s in self.segments if s.segment_id > last]
+            for segment_id in message.segment_ids:
+                self.ledger_bodies.pop(segment_id, None)
             if self.external:
                 self._adopt(versioned)
             self._publish()
@@ -699,30 +826,8 @@ class Inker(FileOwner):
     def _compacted(self, message: CompactionDone) -> None:
         """Swap compacted files in and set the replaced ones for deletion."""
         replaced = set(message.replaced)
-        added = tuple(h.descriptor for h in message.handles)
-
-        kept_above = message.report.kept_above
-
-        def change(m: Manifest) -> Manifest:
-            floor = m.feed_floor(time.time())
-            if kept_above is not None and floor is not None and floor < kept_above:
-                # A feed cursor below what this compaction kept came meanwhile: redo it.
-                raise InkpenError(
-                    f"a feed cursor at SQN {floor} is below the SQN {kept_above} this journal "
-                    "compaction kept entries above; it is done again against the cursor"
-                )
-            kept = tuple(d for d in m.journal.files if d.name not in replaced)
-            files = tuple(sorted((*kept, *added), key=lambda d: d.min_sqn))
-            return dataclasses.replace(m, journal=dataclasses.replace(m.journal, files=files))
 
         def install(versioned: VersionedManifest) -> None:
-            for handle in message.handles:
-                self.files[handle.name] = handle
-            for name in replaced:
-                gone = self.files.pop(name, None)
-                if gone is not None and gone.clerk is not None:
-                    self.retire(name, gone.clerk, versioned.id)
-            self._publish()
             meter = self.ctx.meter
             meter.journal_compactions += 1
             meter.journal_compaction_bytes_read += message.report.bytes_before
@@ -745,13 +850,101 @@ class Inker(FileOwner):
             assert self.bookie is not None
             self.ctx.scheduler.after(after, self.bookie, CompactJournal(message.result))
 
+        self._swap(
+            replaced,
+            message.handles,
+            kept_above=message.report.kept_above,
+            reason="journal.compaction",
+            install=install,
+            roll_back=roll_back,
+            retry=retry,
+        )
+
+    @handles(Rerolled)
+    def _rerolled(self, message: Rerolled) -> None:
+        """Swap re-rolled files in (as a compaction's: same SQNs, some bodies left out)."""
+        if message.error is not None or not message.replaced:
+            self.rerolling = False
+            return
+
+        def install(versioned: VersionedManifest) -> None:
+            self.rerolling = False
+            self.waiting_bodies.update(message.waiting)
+            log.info(
+                "journal.reroll_committed",
+                replaced=list(message.replaced),
+                written=[h.name for h in message.handles],
+                bodies_through=message.bodies_through,
+                bytes_before=message.bytes_before,
+                bytes_after=sum(h.descriptor.size for h in message.handles),
+                manifest=versioned.id,
+            )
+
+        def roll_back(_: InkpenError) -> None:
+            self.rerolling = False  # the next write asks again
+
+        self._swap(
+            set(message.replaced),
+            message.handles,
+            kept_above=message.bodies_through or None,
+            reason="journal.reroll",
+            install=install,
+            roll_back=roll_back,
+            retry=lambda after: None,
+        )
+
+    def _swap(
+        self,
+        replaced: set[str],
+        handles: tuple[JournalHandle, ...],
+        *,
+        kept_above: int | None,
+        reason: str,
+        install: Callable[[VersionedManifest], None],
+        roll_back: Callable[[InkpenError], None],
+        retry: Callable[[float], object],
+    ) -> None:
+        """Commit ``handles`` in place of the ``replaced`` journal files and set those for
+        deletion; refused (``roll_back``, then ``retry``) when a replaced file is no longer
+        named, or when a live feed cursor lies below ``kept_above``, the SQN above which every
+        entry was kept whole (a cursor made meanwhile: the work is done again against it)."""
+        added = tuple(h.descriptor for h in handles)
+
+        def change(m: Manifest) -> Manifest:
+            floor = m.feed_floor(time.time())
+            if kept_above is not None and floor is not None and floor < kept_above:
+                raise InkpenError(
+                    f"a feed cursor at SQN {floor} is below the SQN {kept_above} above which "
+                    f"this {reason} kept every entry whole; it is done again against the cursor"
+                )
+            named = {d.name for d in m.journal.files}
+            if not replaced <= named:
+                raise InkpenError(
+                    f"journal files {sorted(replaced - named)} this {reason} replaces were "
+                    "replaced meanwhile; it is not committed"
+                )
+            kept = tuple(d for d in m.journal.files if d.name not in replaced)
+            files = tuple(sorted((*kept, *added), key=lambda d: d.min_sqn))
+            return dataclasses.replace(m, journal=dataclasses.replace(m.journal, files=files))
+
+        def installed(versioned: VersionedManifest) -> None:
+            for handle in handles:
+                self.files[handle.name] = handle
+            for name in replaced:
+                self.waiting_bodies.pop(name, None)
+                gone = self.files.pop(name, None)
+                if gone is not None and gone.clerk is not None:
+                    self.retire(name, gone.clerk, versioned.id)
+            self._publish()
+            install(versioned)
+
         commit_or_roll_back(
             self.ctx.keeper,
             change,
-            reason="journal.compaction",
-            new_files=message.handles,
+            reason=reason,
+            new_files=handles,
             in_flight=self.ctx.in_flight,
-            install=install,
+            install=installed,
             roll_back=roll_back,
             retry=retry,
         )
@@ -814,6 +1007,7 @@ class Inker(FileOwner):
         (:mod:`inkpen.actors.journal.replay`), in tables of about ``ledger_cache_entries``."""
         assert self.penciller is not None
         persisted = message.persisted_sqn
+        self.bodies_after = persisted
         batch_entries = self.ctx.options.ledger_cache_entries
         pending: list[tuple[bytes, Any]] = []
         replayed = 0
@@ -936,6 +1130,13 @@ def sync(inker: pykka.ActorRef[Inker]) -> int:
 def roll_now(inker: pykka.ActorRef[Inker]) -> bool:
     """Roll every unrolled segment; True once none is left, False while a roll is in flight."""
     done: bool = call(inker, _RollNow())
+    return done
+
+
+def reroll_now(inker: pykka.ActorRef[Inker]) -> bool:
+    """Re-roll the files whose bodies the ledger has persisted since they were rolled; True
+    once none is due, False while a re-roll is in flight."""
+    done: bool = call(inker, _RerollNow())
     return done
 
 

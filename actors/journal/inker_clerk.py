@@ -30,6 +30,7 @@ manifest) are dropped in one manifest change and nothing is written.
 
 from __future__ import annotations
 
+import bisect
 import random
 import time
 from collections.abc import Iterable, Sequence
@@ -41,7 +42,7 @@ import pykka
 
 from inkpen.actors.base import ActorGone, InkpenActor, handles, send, stop
 from inkpen.actors.files.start import link_new_journal, write_new_journal
-from inkpen.actors.journal.retention import Judgement, file_chunks
+from inkpen.actors.journal.retention import Judgement, LedgerBodies, file_chunks
 from inkpen.actors.kernel import compute
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.views import JournalHandle, SegmentTable, segment_entries
@@ -69,14 +70,18 @@ class _RollSegments:
 
     segments: tuple[SegmentTable, ...]
     reply_to: pykka.ActorRef[Any]
+    bodies: LedgerBodies | None
 
 
 def roll(
-    clerk: pykka.ActorRef[Any], segments: tuple[SegmentTable, ...], reply_to: pykka.ActorRef[Any]
+    clerk: pykka.ActorRef[Any],
+    segments: tuple[SegmentTable, ...],
+    reply_to: pykka.ActorRef[Any],
+    bodies: LedgerBodies | None = None,
 ) -> None:
-    """Tell the clerk to write ``segments``' entries as journal files; it answers ``reply_to``
-    with :class:`Rolled` or :class:`RollFailed`."""
-    send(clerk, _RollSegments(segments, reply_to))
+    """Tell the clerk to write ``segments``' entries as journal files, without the bodies
+    ``bodies`` covers; it answers ``reply_to`` with :class:`Rolled` or :class:`RollFailed`."""
+    send(clerk, _RollSegments(segments, reply_to, bodies))
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +90,47 @@ class Rolled:
 
     segment_ids: tuple[int, ...]
     handles: tuple[JournalHandle, ...]
+    bodies_through: int = 0
+    """The highest SQN written without its body (0: none): the manifest the roll commits onto
+    must have persisted the ledger that far, and hold no live feed cursor below it."""
+    waiting: tuple[tuple[str, int], ...] = ()
+    """Files written with bodies their ledger entries hold but the ledger had not persisted
+    yet, each with the highest such SQN: once the ledger persists it, the file is re-rolled."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Reroll:
+    """Inker to clerk: write these files again without the bodies ``bodies`` covers; answer
+    :class:`Rerolled`."""
+
+    files: tuple[JournalHandle, ...]
+    bodies: LedgerBodies
+    reply_to: pykka.ActorRef[Any]
+
+
+def reroll(
+    clerk: pykka.ActorRef[Any],
+    files: tuple[JournalHandle, ...],
+    bodies: LedgerBodies,
+    reply_to: pykka.ActorRef[Any],
+) -> None:
+    """Tell the clerk to write ``files`` again without the bodies ``bodies`` covers (the ledger
+    has persisted them since the files were rolled); it answers ``reply_to`` with
+    :class:`Rerolled`."""
+    send(clerk, _Reroll(files, bodies, reply_to))
+
+
+@dataclass(frozen=True, slots=True)
+class Rerolled:
+    """Clerk to Inker: ``replaced`` files are written again as ``handles``, the bodies up to
+    ``bodies_through`` left out (``error``: the work failed, nothing is written)."""
+
+    replaced: tuple[str, ...]
+    handles: tuple[JournalHandle, ...]
+    bodies_through: int
+    waiting: tuple[tuple[str, int], ...] = ()
+    bytes_before: int = 0
+    error: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,34 +180,92 @@ def roll_segments(
     owner: pykka.ActorRef[Any],
     segments: Sequence[SegmentTable],
     target_bytes: int,
-) -> tuple[JournalHandle, ...]:
-    """Roll segments (id order) into journal files; answers the files in SQN order.
+    bodies: LedgerBodies | None = None,
+) -> tuple[tuple[JournalHandle, ...], int, tuple[tuple[str, int], ...]]:
+    """Roll segments (id order) into journal files; answers the files in SQN order, the
+    highest SQN written without its body (0: none), and the files that keep bodies the ledger
+    has not persisted yet (:attr:`Rolled.waiting`).
 
     Runs of small segments are rewritten together as files of about ``target_bytes``
-    (:func:`write_journal_files`). A segment of at least ``roll_link_bytes`` is linked
-    instead: a segment and a journal file share one format, so the segment object itself becomes
-    a new journal file (:meth:`~inkpen.manifest.table_store.TableStore.link_segment`: a hard
-    link or a server-side copy under a fresh file name) and its bytes are written once. The
-    files keep disjoint SQN ranges in SQN order, as a roll's always do.
+    (:func:`write_journal_files`), each put that ``bodies`` covers without its body (its ledger
+    entry holds the value, and the ledger has persisted it). A segment of at least
+    ``roll_link_bytes`` holding no such put is linked instead: a segment and a journal file
+    share one format, so the segment object itself becomes a new journal file
+    (:meth:`~inkpen.manifest.table_store.TableStore.link_segment`: a hard link or a server-side
+    copy under a fresh file name) and its bytes are written once. The files keep disjoint SQN
+    ranges in SQN order, as a roll's always do.
     """
-    handles: list[JournalHandle] = []
-    run: list[SegmentTable] = []
+    written = _Written(ctx, owner, target_bytes, bodies)
     try:
+        run: list[SegmentTable] = []
         for segment in segments:
-            if segment.size < ctx.options.roll_link_bytes or not segment.entries:
+            if (
+                segment.size < ctx.options.roll_link_bytes
+                or not segment.entries
+                or (bodies is not None and any(map(bodies.covers, segment.entries.values())))
+            ):
                 run.append(segment)
                 continue
             if run:
-                handles.extend(write_journal_files(ctx, owner, segment_entries(run), target_bytes))
+                written.rewrite(segment_entries(run))
                 run = []
-            handles.append(link_new_journal(ctx, owner, segment))
+            written.link(segment)
         if run:
-            handles.extend(write_journal_files(ctx, owner, segment_entries(run), target_bytes))
+            written.rewrite(segment_entries(run))
     except Exception:
-        for handle in handles:
-            stop(handle.clerk)
+        written.abandon()
         raise
-    return tuple(handles)
+    return written.result()
+
+
+class _Written:
+    """The files one roll or re-roll writes: entries rewritten without the bodies ``bodies``
+    covers, segments linked whole; which SQN it left out last, and which files keep bodies the
+    ledger will hold once it persists them (with the highest such SQN)."""
+
+    def __init__(
+        self,
+        ctx: EngineContext,
+        owner: pykka.ActorRef[Any],
+        target_bytes: int,
+        bodies: LedgerBodies | None,
+    ) -> None:
+        self.ctx = ctx
+        self.owner = owner
+        self.target_bytes = target_bytes
+        self.bodies = bodies
+        self.handles: list[JournalHandle] = []
+        self.left_out = [0]
+        self.waiting: list[tuple[str, int]] = []
+
+    def rewrite(self, entries: Iterable[JournalEntry]) -> None:
+        waits: list[int] = []
+        if self.bodies is not None:
+            entries = self.bodies.apply(entries, self.left_out, waits)
+        for handle in write_journal_files(self.ctx, self.owner, entries, self.target_bytes):
+            self.handles.append(handle)
+            self._note(handle, waits)
+
+    def link(self, segment: SegmentTable) -> None:
+        handle = link_new_journal(self.ctx, self.owner, segment)
+        self.handles.append(handle)
+        bodies = self.bodies
+        if bodies is not None:
+            self._note(handle, sorted(s for s, e in segment.entries.items() if bodies.waits(e)))
+
+    def _note(self, handle: JournalHandle, waits: list[int]) -> None:
+        """Record ``handle`` as waiting if one of ``waits`` (ascending SQNs) is in its range."""
+        descriptor = handle.descriptor
+        i = bisect.bisect_right(waits, descriptor.max_sqn)
+        if i and waits[i - 1] >= descriptor.min_sqn:
+            self.waiting.append((handle.name, waits[i - 1]))
+
+    def abandon(self) -> None:
+        for handle in self.handles:
+            stop(handle.clerk)
+
+    def result(self) -> tuple[tuple[JournalHandle, ...], int, tuple[tuple[str, int], ...]]:
+        return tuple(self.handles), self.left_out[0], tuple(self.waiting)
 
 
 def write_journal_files(
@@ -192,6 +296,32 @@ def _write_file(
     return write_new_journal(ctx, owner, tuple(entries), data, epoch)
 
 
+def reroll_files(
+    ctx: EngineContext,
+    owner: pykka.ActorRef[Any],
+    files: Sequence[JournalHandle],
+    bodies: LedgerBodies,
+) -> Rerolled:
+    """Write ``files`` (SQN order) again without the bodies ``bodies`` covers, as a roll would
+    have written them had the ledger persisted those values then."""
+    written = _Written(ctx, owner, ctx.options.journal_file_target_bytes, bodies)
+    try:
+        for handle in files:
+            written.rewrite(handle.reader.iter_entries())
+    except Exception as exc:
+        written.abandon()
+        log.warning("journal.reroll_failed", error=str(exc))
+        return Rerolled((), (), 0, error=exc)
+    handles, through, waiting = written.result()
+    return Rerolled(
+        tuple(h.name for h in files),
+        handles,
+        through,
+        waiting,
+        bytes_before=sum(h.descriptor.size for h in files),
+    )
+
+
 class InkerClerk(InkpenActor):
     """Rolls and compacts for the Inker. Answers :class:`_RollSegments` and :func:`compact`."""
 
@@ -204,17 +334,23 @@ class InkerClerk(InkpenActor):
     def _roll(self, message: _RollSegments) -> None:
         started = time.monotonic()
         try:
-            handles = roll_segments(
+            handles, bodies_through, waiting = roll_segments(
                 self.ctx,
                 self.inker,
                 message.segments,
                 self.ctx.options.journal_file_target_bytes,
+                message.bodies,
             )
         except Exception as exc:
             send(message.reply_to, RollFailed(exc))
             return
         log.debug("journal.roll_written", ms=round((time.monotonic() - started) * 1000, 2))
-        send(message.reply_to, Rolled(tuple(s.segment_id for s in message.segments), handles))
+        ids = tuple(s.segment_id for s in message.segments)
+        send(message.reply_to, Rolled(ids, handles, bodies_through, waiting))
+
+    @handles(_Reroll)
+    def _reroll(self, message: _Reroll) -> None:
+        send(message.reply_to, reroll_files(self.ctx, self.inker, message.files, message.bodies))
 
     @handles(_Compact)
     def _compact(self, message: _Compact) -> None:
@@ -244,7 +380,13 @@ class InkerClerk(InkpenActor):
             return self._trim()
         max_sqn = self._feed_floor(snapshot.max_sqn)
         files = [h for h in self.ctx.board.journal.files if h.descriptor.min_sqn <= max_sqn]
-        judgement = Judgement(snapshot.get, options, max_sqn=max_sqn, now_ms=self.ctx.now_ms())
+        judgement = Judgement(
+            snapshot.get,
+            options,
+            max_sqn=max_sqn,
+            now_ms=self.ctx.now_ms(),
+            trim_through=self.ctx.keeper.latest.manifest.ledger.persisted_sqn,
+        )
         rng = random.Random()
         scores = {h.name: judgement.score(h.reader, rng) for h in files}
         run = judgement.choose([scores[h.name] for h in files])

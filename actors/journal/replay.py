@@ -12,6 +12,11 @@ those journal entries back into ledger entries, in SQN order:
 Each journal entry above ``persisted_sqn`` becomes its ledger entries
 (:func:`~inkpen.actors.journal.changes.replayed_entries`: the object's metadata and one entry per
 index spec), exactly as the Bookie made them when the write was acknowledged.
+
+A put whose body the journal left to the ledger (``Kind.VALUE_IN_LEDGER``) is only ever written
+at or below ``persisted_sqn`` (the roll and compaction leave a body out only once the ledger has
+persisted it), so the replay never meets one; finding one means the ledger lost what it
+persisted, and is reported as corruption rather than replayed without its value.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from collections.abc import Iterable, Iterator
 
 from inkpen.actors.journal.changes import replayed_entries
 from inkpen.actors.kernel.views import JournalHandle, SegmentTable
+from inkpen.errors import CorruptionError
+from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import LedgerValue
 
 
@@ -39,10 +46,20 @@ def replay(
             continue
         for entry in handle.reader.iter_entries():
             if entry.sqn > persisted_sqn:
-                yield replayed_entries(entry, inline_limit=inline_limit)
+                yield replayed_entries(_replayable(entry, handle.name), inline_limit=inline_limit)
     for segment in segments:
         if segment.last_sqn <= persisted_sqn:
             continue
         for sqn in sorted(segment.entries):
             if sqn > persisted_sqn:
                 yield replayed_entries(segment.entries[sqn], inline_limit=inline_limit)
+
+
+def _replayable(entry: JournalEntry, name: str) -> JournalEntry:
+    if entry.kind == Kind.VALUE_IN_LEDGER:
+        raise CorruptionError(
+            name,
+            f"SQN {entry.sqn} is above the ledger's persisted SQN but its value was left to the "
+            "ledger: the ledger has lost entries it persisted; restore from a backup",
+        )
+    return entry

@@ -8,7 +8,10 @@ entry, as the ledger sees it   decision
 ===========================  ====================================================================
 SQN above the snapshot's     keep (the snapshot cannot judge it)
   highest SQN
-OBJECT, current, live        keep
+OBJECT, current, live        keep; once the ledger has persisted it (SQN at or below
+                             ``trim_through``) and its ledger entry holds the value (a small
+                             value, ``inline_value_bytes``), keep it as VALUE_IN_LEDGER: the
+                             metadata and index specs without the body
 OBJECT, current, expired     keep as a TOMBSTONE with the same index specs and expiry: the value
                              goes, but the entry still shadows any older put of the key when the
                              ledger is rebuilt from the journal
@@ -37,7 +40,9 @@ kept, so that add may go.
 
 Under ``retain`` the ledger rebuilt by replaying the compacted journal in SQN order equals the live
 ledger: every current object and tombstone entry survives, every current index entry survives
-with the entry that set it, and every removal survives as long as an older add might.
+with the entry that set it, and every removal survives as long as an older add might. (A body
+left to the ledger is only ever at or below the persisted SQN, which a replay never goes below:
+the SSTs holding those values are part of every copy and backup of the database.)
 
 Under ``recovr`` index history is lost with replaced values (Leveled's
 caveat): a rebuilt ledger may miss index entries, and hot backups of such stores should not be
@@ -48,9 +53,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from inkpen.actors.journal.changes import INDEX_REMOVE
+from inkpen.actors.journal.changes import INDEX_REMOVE, value_in_ledger
 from inkpen.formats.journal import JournalEntry, JournalReader, Kind
 from inkpen.formats.keys import (
     ACTIVE,
@@ -117,8 +123,12 @@ def judge(
     max_sqn: int,
     now_ms: int,
     strategy: Strategy,
+    trim_through: int = 0,
 ) -> JournalEntry | None:
-    """The entry to write in its place (itself, a reduced form) or None to drop it."""
+    """The entry to write in its place (itself, a reduced form) or None to drop it.
+
+    ``trim_through``: the ledger has persisted every entry up to this SQN, so a current put up
+    to it whose ledger entry holds its value may drop its body (:func:`without_body`)."""
     if entry.sqn > max_sqn:
         return entry
     kind = entry.kind
@@ -130,6 +140,8 @@ def judge(
             return entry
         expiry = found.expiry_ms
         if found.status == ACTIVE and (expiry is None or expiry > now_ms):
+            if kind == Kind.OBJECT and entry.sqn <= trim_through and len(found) > 6:
+                return without_body(entry)
             return entry
         return entry._replace(kind=Kind.TOMBSTONE, value=None)
     if kind == Kind.TOMBSTONE and (found is None or found.sqn < entry.sqn):
@@ -143,11 +155,69 @@ def judge(
     return None
 
 
+def without_body(entry: JournalEntry) -> JournalEntry:
+    """A put as the journal keeps it once its ledger entry holds the value: a VALUE_IN_LEDGER
+    record with the same SQN, key, metadata and index specs, and no body."""
+    return entry._replace(kind=Kind.VALUE_IN_LEDGER, value=None)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerBodies:
+    """Which puts a roll writes without their body (:func:`without_body`): those whose ledger
+    entry holds the value (``inline_limit``: the ``inline_value_bytes`` the writer made its
+    ledger entries with) and that the ledger has persisted (SQN at most ``through``: the
+    manifest's persisted SQN, or a live feed cursor's floor if lower). ``after``: the ledger's
+    persisted SQN when the writer opened; entries at or below it were made into ledger entries
+    by an earlier writer, under options this one does not know, so they keep their bodies."""
+
+    after: int
+    through: int
+    inline_limit: int
+
+    def covers(self, entry: JournalEntry) -> bool:
+        return self.after < entry.sqn <= self.through and value_in_ledger(entry, self.inline_limit)
+
+    def waits(self, entry: JournalEntry) -> bool:
+        """Whether the ledger holds ``entry``'s value but has not persisted it yet: its body
+        may leave the journal later (a re-roll of the file it is written to)."""
+        return entry.sqn > max(self.after, self.through) and value_in_ledger(
+            entry, self.inline_limit
+        )
+
+    def apply(
+        self, entries: Iterable[JournalEntry], left_out: list[int], waiting: list[int]
+    ) -> Iterator[JournalEntry]:
+        """``entries`` with the bodies this covers left out; ``left_out[0]`` is raised to the
+        highest SQN left without its body, and the SQNs of bodies that :meth:`waits` are
+        appended to ``waiting``."""
+        for entry in entries:
+            if self.covers(entry):
+                left_out[0] = max(left_out[0], entry.sqn)
+                yield without_body(entry)
+            else:
+                if self.waits(entry):
+                    waiting.append(entry.sqn)
+                yield entry
+
+
 def retained_weight(
-    entry: JournalEntry, lookup: Lookup, *, max_sqn: int, now_ms: int, strategy: Strategy
+    entry: JournalEntry,
+    lookup: Lookup,
+    *,
+    max_sqn: int,
+    now_ms: int,
+    strategy: Strategy,
+    trim_through: int = 0,
 ) -> tuple[int, int]:
     """(bytes kept, bytes in all) for one sampled entry: the inputs of a file's score."""
-    kept = judge(entry, lookup, max_sqn=max_sqn, now_ms=now_ms, strategy=strategy)
+    kept = judge(
+        entry,
+        lookup,
+        max_sqn=max_sqn,
+        now_ms=now_ms,
+        strategy=strategy,
+        trim_through=trim_through,
+    )
     total = entry_weight(entry)
     return (0 if kept is None else entry_weight(kept)), total
 
@@ -183,11 +253,22 @@ class Judgement:
     to rewrite (:func:`best_run`), then judge every entry of that run. Used by the writer's
     clerk and by the compactor, against their own view of the ledger (``lookup``)."""
 
-    def __init__(self, lookup: Lookup, options: Options, *, max_sqn: int, now_ms: int) -> None:
+    def __init__(
+        self,
+        lookup: Lookup,
+        options: Options,
+        *,
+        max_sqn: int,
+        now_ms: int,
+        trim_through: int = 0,
+    ) -> None:
         self.lookup = lookup
         self.options = options
         self.max_sqn = max_sqn
         self.now_ms = now_ms
+        self.trim_through = min(trim_through, max_sqn)
+        """Current puts up to this SQN whose ledger entry holds the value drop their body: the
+        ledger's persisted SQN, never above ``max_sqn`` (a live feed cursor's floor)."""
         self.counts = {"kept": 0, "reduced": 0, "dropped": 0}
 
     def strategy(self, entry: JournalEntry) -> Strategy:
@@ -204,6 +285,7 @@ class Judgement:
                 max_sqn=self.max_sqn,
                 now_ms=self.now_ms,
                 strategy=self.strategy(entry),
+                trim_through=self.trim_through,
             )
             kept += k
             total += t
@@ -230,6 +312,7 @@ class Judgement:
                     max_sqn=self.max_sqn,
                     now_ms=self.now_ms,
                     strategy=self.strategy(entry),
+                    trim_through=self.trim_through,
                 )
                 if kept_entry is None:
                     counts["dropped"] += 1
