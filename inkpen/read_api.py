@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 from inkpen.actors.journal.changes import as_bytes
 from inkpen.actors.kernel.meter import IDLE, Meter
 from inkpen.actors.read.anti_entropy import build_tree
-from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since, scan_changes
+from inkpen.actors.read.feed import Change, GapPolicy, changes_in, check_gaps, check_since
 from inkpen.actors.read.many import read_values
 from inkpen.actors.read.path import (
     Head,
@@ -370,7 +370,7 @@ class ReadAPI:
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
         policy = check_gaps(gaps)
         return self._fold(
-            lambda src, now: scan_changes(src.views()[2], first, bucket=b, gaps=policy),
+            lambda src, now: changes_in(src.views(), first, bucket=b, gaps=policy),
             long_running=True,
         )
 

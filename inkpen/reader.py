@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from inkpen.actors.journal.changes import as_bytes
 from inkpen.actors.kernel.meter import IDLE, Meter, Metrics
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
-from inkpen.actors.read.feed import Change, GapPolicy, check_gaps, check_since, scan_changes
+from inkpen.actors.read.feed import Change, GapPolicy, changes_in, check_gaps, check_since
 from inkpen.actors.read.follower import Follower
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
@@ -340,8 +340,8 @@ class Reader(ReadAPI):
             self._check_pin()
             seen = [position]
             try:
-                yield from scan_changes(
-                    follower.views.journal, position, bucket=bucket, gaps=gaps, seen=seen
+                yield from changes_in(
+                    follower.views.views(), position, bucket=bucket, gaps=gaps, seen=seen
                 )
                 failures = 0
             except NotFoundError as exc:

@@ -7,28 +7,39 @@ Reader's checkpoint, a follower's latest refresh) the way folds do: journal file
 skipping every file whose range lies at or below ``since``, each read in big ranged chunks, then
 the unrolled segments; memory stays bounded by one chunk and the segments a view already holds.
 
+Values the ledger holds. A small value (option ``inline_value_bytes``) is kept in its ledger
+entry too, and once the ledger has persisted that entry the journal keeps the put without its
+body (a :attr:`~inkpen.formats.journal.Kind.VALUE_IN_LEDGER` record, written by the roll and by
+journal compaction). The feed reads such a put's value from the ledger of the same views: the
+key's current entry, when it has the put's SQN. A put whose key was written again (or deleted,
+or expired and reaped) since has no value left anywhere, and counts as removed.
+
 Gaps. Journal compaction drops entries that are no longer current (and under ``retain`` keeps a
-replaced put as KEY_CHANGES, its value gone). Either way the change is lost to the feed, and the
-feed never skips one silently: walking SQNs upwards from ``since + 1`` it raises
-:class:`~inkpen.errors.FeedGapError` naming the first SQN it cannot give, unless the caller
-passed ``gaps="skip"``. A feed cursor (``manifest.model.FeedCursor``) holds compaction off
-every entry above the lowest live cursor, so a consumer holding one never meets a gap.
+replaced put as KEY_CHANGES, its value gone), and a replaced put whose value the ledger held is
+gone with it. Either way the change is lost to the feed, and the feed never skips one silently:
+walking SQNs upwards from ``since + 1`` it raises :class:`~inkpen.errors.FeedGapError` naming
+the first SQN it cannot give, unless the caller passed ``gaps="skip"``. A feed cursor
+(``manifest.model.FeedCursor``) holds compaction and the journal's dropping of bodies off every
+entry above the lowest live cursor, so a consumer holding one never meets a gap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inkpen.actors.read.path import Views, lookup
 from inkpen.checks import check_sqn
 from inkpen.errors import FeedGapError, UsageError
 from inkpen.formats.journal import JournalEntry, Kind
-from inkpen.formats.keys import object_parts
+from inkpen.formats.keys import LedgerValue, object_parts
 
 GapPolicy = Literal["raise", "skip"]
+LedgerLookup = Callable[[bytes], LedgerValue | None]
+"""The newest ledger entry of a key in the feed's views (the read path's ``lookup``)."""
 
-_KINDS = {Kind.OBJECT: "put", Kind.TOMBSTONE: "delete"}
+_KINDS = {Kind.OBJECT: "put", Kind.TOMBSTONE: "delete", Kind.VALUE_IN_LEDGER: "put"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,31 +96,44 @@ def entries_above(journal: Any, since: int) -> Iterator[JournalEntry]:
                 yield segment.entries[sqn]
 
 
-def to_change(entry: JournalEntry, bucket: bytes, key: bytes) -> Change:
+def to_change(entry: JournalEntry, bucket: bytes, key: bytes, value: bytes | None) -> Change:
+    """The change of ``entry``, whose body (a put's) is ``value``."""
     return Change(
         entry.sqn,
         bucket,
         key,
-        "put" if entry.kind == Kind.OBJECT else "delete",
-        (entry.value or b"") if entry.kind == Kind.OBJECT else None,
+        "delete" if entry.kind == Kind.TOMBSTONE else "put",
+        value,
         tuple(("add" if op else "remove", f, t) for op, f, t in entry.index_specs),
         entry.last_modified_ms / 1000.0,
     )
 
 
+def ledger_body(entry: JournalEntry, ledger: LedgerLookup) -> bytes | None:
+    """The body of a :attr:`~Kind.VALUE_IN_LEDGER` put, from the ledger entry of its key when
+    that entry is still this put (same SQN); None when a later change replaced it."""
+    found = ledger(entry.ledger_key)
+    if found is None or found[0] != entry.sqn or len(found) < 7:
+        return None
+    body: bytes = found[6]
+    return body
+
+
 def gap_error(missing: int, next_present: int | None) -> FeedGapError:
     upto = "on" if next_present is None else f"up to {next_present - 1}"
     return FeedGapError(
-        f"the change feed has a gap: SQN {missing} {upto} was removed by journal compaction. "
-        "Hold a feed cursor (create_feed_cursor / `inkpen feed create`) at or below the SQN a "
-        'consumer has reached so compaction keeps what it has not read, or pass gaps="skip" '
-        "to read on past removed changes",
+        f"the change feed has a gap: SQN {missing} {upto} was removed (by journal compaction, or "
+        "a small value the ledger held was replaced by a later write). Hold a feed cursor "
+        "(create_feed_cursor / `inkpen feed create`) at or below the SQN a consumer has reached "
+        'so the journal keeps what it has not read, or pass gaps="skip" to read on past removed '
+        "changes",
         sqn=missing,
     )
 
 
 def scan_changes(
     journal: Any,
+    ledger: LedgerLookup,
     since: int,
     *,
     bucket: bytes | None = None,
@@ -117,7 +141,8 @@ def scan_changes(
     upto: int | None = None,
     seen: list[int] | None = None,
 ) -> Iterator[Change]:
-    """The changes of a journal view above ``since`` (and at most ``upto``), checked for gaps.
+    """The changes of a journal view above ``since`` (and at most ``upto``), checked for gaps;
+    ``ledger`` looks keys up in the ledger of the same views (for the values it holds).
 
     ``seen[0]``, when given, is kept at the highest SQN looked at (to resume from)."""
     expected = since + 1
@@ -139,7 +164,48 @@ def scan_changes(
         b, k = object_parts(entry.ledger_key)
         if bucket is not None and b != bucket:
             continue
-        yield to_change(entry, b, k)
+        if kind == Kind.OBJECT:
+            value = entry.value
+        elif kind == Kind.VALUE_IN_LEDGER:
+            value = ledger_body(entry, ledger)
+            if value is None:  # replaced since: its value is gone with the ledger entry
+                if raising:
+                    raise gap_error(sqn, sqn + 1)
+                continue
+        else:
+            value = None
+        yield to_change(entry, b, k, value)
 
 
-__all__ = ["Change", "GapPolicy", "check_gaps", "check_since", "entries_above", "scan_changes"]
+def changes_in(
+    views: Views,
+    since: int,
+    *,
+    bucket: bytes | None = None,
+    gaps: GapPolicy = "raise",
+    seen: list[int] | None = None,
+) -> Iterator[Change]:
+    """:func:`scan_changes` over one set of views: their journal, their ledger for the values
+    it holds."""
+    cache, ledger, journal = views
+    return scan_changes(
+        journal,
+        lambda key: lookup(cache, ledger, key),
+        since,
+        bucket=bucket,
+        gaps=gaps,
+        seen=seen,
+    )
+
+
+__all__ = [
+    "Change",
+    "GapPolicy",
+    "LedgerLookup",
+    "changes_in",
+    "check_gaps",
+    "check_since",
+    "entries_above",
+    "ledger_body",
+    "scan_changes",
+]

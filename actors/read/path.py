@@ -622,6 +622,8 @@ class WindowReads:
             bodies[row] = body
 
 
+_PUTS = frozenset({Kind.OBJECT, Kind.VALUE_IN_LEDGER})
+"""Journal kinds of a put: with its body, or with its body left to the ledger."""
 _NUL = b"\x00"
 _TWO_TERMINATORS = b"\x00\x00\x00\x00"
 
@@ -685,17 +687,28 @@ def fold_objects_by_sqn(
     end: bytes | None,
     now_ms: int,
 ) -> Iterator[tuple[bytes, bytes, bytes]]:
-    """Objects in the order they were written: scan the journal, keep entries still current."""
+    """Objects in the order they were written: scan the journal, keep entries still current
+    (a put whose body the ledger holds takes it from the ledger entry that makes it current)."""
     cache, ledger, journal = source.views()
     lo, hi = object_bounds(bucket, start, end)
     for entry in journal_scan(journal):
-        if entry.kind != Kind.OBJECT or not (lo <= entry.ledger_key < hi):
+        kind = entry.kind
+        if kind not in _PUTS or not (lo <= entry.ledger_key < hi):
             continue
         value = lookup(cache, ledger, entry.ledger_key)
         if value is None or value[0] != entry.sqn or not is_live(value, now_ms):
             continue
         decoded = decode_key(entry.ledger_key)
-        yield decoded.bucket, decoded.key, entry.value or b""
+        if kind == Kind.OBJECT:
+            yield decoded.bucket, decoded.key, entry.value or b""
+        elif len(value) > 6:
+            yield decoded.bucket, decoded.key, value[6]
+        else:
+            raise CorruptionError(
+                "ledger",
+                f"SQN {entry.sqn} of {decoded.key!r}: the journal left its value to the ledger, "
+                "whose entry holds none",
+            )
 
 
 def fold_index(
