@@ -421,20 +421,14 @@ class Bookie(ReadAPI):
     def hot_backup(self) -> HotBackup:
         """Prepare a hot backup (Leveled's ``book_hotbackup``): returns ``backup``, a function.
 
-        ``backup(dest_url)`` copies the journal as it is now to ``dest_url`` (hard links on one
-        local filesystem, server-side copies on S3) and writes its manifest there; repeating the
-        pair into the same destination copies only new files. ``inkpen.open(dest_url)`` opens the
-        backup as a database, rebuilding its ledger from the journal. Writes may go on meanwhile.
-        A head-only store refuses it (its trimmed journal cannot rebuild the ledger): copy it
-        at a checkpoint with ``inkpen backup --no-fence``, which copies the ledger too.
+        ``backup(dest_url)`` copies the journal and the ledger's files as they are now to
+        ``dest_url`` (hard links on one local filesystem, server-side copies on S3) and writes
+        its manifest there; repeating the pair into the same destination copies only new files.
+        ``inkpen.open(dest_url)`` opens the backup as a database, replaying the journal above
+        what its ledger holds. Writes may go on meanwhile. A head-only store's backup keeps its
+        mode.
         """
         self._check_open()
-        if self._head_only is not None:
-            raise UsageError(
-                "a hot backup copies only the journal, which a head-only store trims; copy it "
-                "with `inkpen backup URL DEST --no-fence` (a copy at a checkpoint, ledger "
-                "included) instead"
-            )
         return self._engine.hot_backup()
 
     def run_gc(self, *, min_age: float | None = None, dry_run: bool = False) -> GcReport:

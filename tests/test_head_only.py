@@ -300,11 +300,11 @@ def test_copies_keep_the_mode_and_diff_compares_head_only_objects(
             applied(model, specs)
         book.flush()
         book.trim_journal()
-        with pytest.raises(UsageError, match="--no-fence"):
-            book.hot_backup()
+        hot = make_store_url(durable_kind)
+        book.hot_backup()(hot)
     ok("backup", url, backup, "--no-fence")
     ok("restore", backup, restored)
-    for copy in (backup, restored):
+    for copy in (backup, restored, hot):
         assert manifest_of(copy).manifest.head_only == "with_lookup"
         assert ok("diff", url, copy).lines == []
     with inkpen.open(restored, head_only="with_lookup") as book:

@@ -1,25 +1,30 @@
-"""Hot backup: copy the journal of a live Bookie to another root, incrementally.
+"""Hot backup: copy the journal and the ledger of a live Bookie to another root, incrementally.
 
-Leveled backs up the journal alone, because the ledger can be rebuilt from it; so does inkpen.
-``backup = book.hot_backup()`` rolls the active journal (writes every unrolled segment into a
-journal file), takes a snapshot whose journal clone keeps every file of that moment from being
-deleted, and returns ``backup``; ``backup(dest)`` then:
+Leveled backs up the journal alone, because its ledger can be rebuilt from it. inkpen's journal
+leaves out the bodies of small values once the ledger has persisted them (their ledger entries
+hold them), so a backup takes the ledger's files too: the persisted ledger and the journal
+together are the database. ``backup = book.hot_backup()`` rolls the active journal (writes every
+unrolled segment into a journal file), takes a snapshot whose clones keep every journal file and
+SST of that moment from being deleted, and returns ``backup``; ``backup(dest)`` then:
 
 1. marks an empty destination as an unfinished backup (a manifest with ``initialized`` false),
    so that a backup failing part-way can be taken again into the same root;
-2. copies every journal file of the snapshot that the destination does not have yet (a hard
-   link on a local directory when both roots share a filesystem, a server-side copy on S3, a read
-   and a write otherwise);
+2. copies every SST and journal file of the snapshot that the destination does not have yet,
+   under the same name (a hard link on a local directory when both roots share a filesystem, a
+   server-side copy on S3, a read and a write otherwise; names are never reused, so a file
+   there of the same size is the same file);
 3. writes the segments the snapshot holds in memory (written after the roll) as one more file;
-4. writes the destination's manifest: exactly those journal files, an empty ledger (rebuilt from
-   the journal when the backup is opened) and a bumped writer epoch, so a Bookie open on the
-   destination is fenced;
-5. lets GC remove what the destination no longer needs: journal files the snapshot does not
-   have, SSTs of an older ledger, old manifests (checkpoints on the destination are honoured).
+4. writes the destination's manifest: exactly those files, the snapshot's ledger levels and its
+   persisted SQN (opening the backup replays only the journal above it), and a bumped writer
+   epoch, so a Bookie open on the destination is fenced;
+5. lets GC remove what the destination no longer needs: files the snapshot does not have, old
+   manifests (checkpoints on the destination are honoured).
 
 Every copy lands before the manifest names it and nothing is deleted before the manifest stops
 naming it, so a backup interrupted at any moment still opens as the previous backup or the new
-one. Repeating a backup into the same destination copies only the files that are new.
+one. Repeating a backup into the same destination copies only the files that are new (a ledger
+merge since the last backup makes new SSTs, which are copied; the journal files are mostly the
+same).
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inkpen.actors.kernel.views import JournalView, segment_entries
+from inkpen.actors.kernel.views import JournalView, LedgerView, segment_entries
 from inkpen.errors import AlreadyExistsError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
+from inkpen.manifest.copies import copy_files
 from inkpen.manifest.fencing import scan_segments
 from inkpen.manifest.gc import collect_as_writer
 from inkpen.manifest.model import (
@@ -41,9 +47,10 @@ from inkpen.manifest.model import (
     JournalState,
     LedgerState,
     Manifest,
+    SstDescriptor,
     VersionedManifest,
 )
-from inkpen.manifest.paths import is_journal_file_key
+from inkpen.manifest.paths import is_journal_file_key, is_sst_key
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore, open_store
@@ -67,17 +74,24 @@ class BackupReport:
 
 
 class HotBackup:
-    """A journal snapshot waiting to be copied: call it with a destination (once)."""
+    """A snapshot (journal and persisted ledger) waiting to be copied: call it with a
+    destination (once)."""
 
     def __init__(
         self,
         journal: JournalView,
+        ledger: LedgerView,
         resolver: StoreResolver,
         writer_epoch: int,
         release: Callable[[], object],
         merge_operators: tuple[str, ...] = (),
+        head_only: str | None = None,
     ) -> None:
         self._journal = journal
+        self._ledger = ledger
+        self._head_only = head_only
+        """The source's mode, which the backup keeps (a head-only store's values live in its
+        ledger alone: its journal is trimmed)."""
         self._merge_operators = merge_operators
         """The source's merge operators, which the backup records too."""
         self._resolver = resolver
@@ -131,33 +145,32 @@ class HotBackup:
             # fails part-way can simply be taken again into the same root.
             with contextlib.suppress(AlreadyExistsError):
                 manifests.create(Manifest(initialized=False))
-        tables = TableStore(dest)
-        present = tables.names("journal")
-        descriptors: list[JournalFileDescriptor] = []
-        copied = kept = copied_bytes = 0
-        for handle in self._journal.files:
-            source = handle.descriptor
-            if source.name in present:
-                kept += 1
-            else:
-                tables.copy_file(source, self._resolver.store_for(source.root))
-                copied += 1
-                copied_bytes += source.size
-            descriptors.append(dataclasses.replace(source, root=None, in_ledger=False))
+        ledger = self._ledger
+        levels = tuple(
+            tuple(dataclasses.replace(h.descriptor, root=None) for h in level)
+            for level in ledger.files.files
+        )
+        sources: list[SstDescriptor | JournalFileDescriptor] = [
+            h.descriptor for h in ledger.handles()
+        ]
+        sources += [h.descriptor for h in self._journal.files]
+        copied, kept, copied_bytes = copy_files(self._resolver, dest, sources)
+        descriptors = [dataclasses.replace(h.descriptor, root=None) for h in self._journal.files]
         entries = list(segment_entries(self._journal.segments))
         if entries:
-            written = tables.write_journal(entries, writer_epoch=self._epoch)
+            written = TableStore(dest).write_journal(entries, writer_epoch=self._epoch)
             copied += 1
             copied_bytes += written.size
             descriptors.append(written)
         descriptors.sort(key=lambda d: d.min_sqn)
-        versioned = self._write_manifest(manifests, dest, tuple(descriptors))
+        ledger_state = LedgerState(levels=levels, persisted_sqn=ledger.persisted_sqn)
+        versioned = self._write_manifest(manifests, dest, tuple(descriptors), ledger_state)
         deleted = collect_as_writer(dest, versioned.manifest.writer_epoch)
-        removed = sum(1 for key in deleted if is_journal_file_key(key))
+        removed = sum(1 for key in deleted if is_journal_file_key(key) or is_sst_key(key))
         result = BackupReport(
             destination=dest.url,
             manifest_id=versioned.id,
-            files=len(descriptors),
+            files=len(descriptors) + len(sources) - len(self._journal.files),
             files_copied=copied,
             bytes_copied=copied_bytes,
             files_kept=kept,
@@ -172,6 +185,7 @@ class HotBackup:
         manifests: ManifestStore,
         dest: ObjectStore,
         files: tuple[JournalFileDescriptor, ...],
+        ledger: LedgerState,
     ) -> VersionedManifest:
         def change(current: VersionedManifest) -> Manifest:
             old = current.manifest
@@ -181,8 +195,9 @@ class HotBackup:
                 old.without_checkpoints_of_kind("writer"),
                 writer_epoch=old.writer_epoch + 1,
                 journal=JournalState(files=files, last_rolled_segment=last, next_segment=last + 1),
-                ledger=LedgerState(),
+                ledger=ledger,
                 initialized=True,
+                head_only=self._head_only,
                 merge_operators=tuple(sorted({*old.merge_operators, *self._merge_operators})),
             )
 
