@@ -8,10 +8,13 @@ reads the store's change feed (``spark.readStream.format("inkpen").option("path"
 appends every change to a Parquet table. When the writer is done the query processes what is
 left and stops; the job checks that the table holds every change exactly once, in SQN order
 1..N, and prints rows, seconds and rows per second, then the same as one JSON line. The query
-starts at the earliest change (``startingOffsets``, ``earliest`` by default) and holds a feed
-cursor of its own (``spark-stream-<hex>``, named in its checkpoint's offsets; ``.option("cursor",
-name)`` names it instead), renewed as it commits, so journal compaction cannot remove what it
-has not read.
+starts at the earliest change (``startingOffsets``, ``earliest`` by default) and holds the feed
+cursor ``orders-stream`` (``.option("cursor", name)``; without it a query names one of its own in
+its checkpoint's offsets), renewed as it commits, so the store keeps every change it has not
+read. The job makes that cursor, at SQN 0, before the writer starts: a store lets go of a
+replaced small value once its ledger holds the value (and journal compaction of any replaced
+change) unless a cursor holds it, and a query that began later would find only the changes
+still there (the latest of every key, and every change after it started).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import time
 from pyspark.sql import SparkSession
 
 import inkpen
+
+CURSOR = "orders-stream"
+"""The feed cursor the query holds: made before the first write, so every change is kept."""
 
 
 def write_changes(url: str, n: int, done: threading.Event) -> None:
@@ -49,7 +55,8 @@ def main(argv: list[str] | None = None, *, spark: SparkSession | None = None) ->
     base = args.dir or tempfile.mkdtemp(prefix="inkpen-stream-")
     url, table, checkpoint = (os.path.join(base, p) for p in ("db", "table", "checkpoint"))
     os.makedirs(url, exist_ok=True)
-    inkpen.open(url).close()  # the stream needs a database to start on
+    with inkpen.open(url) as book:  # the stream needs a database to start on
+        book.create_feed_cursor(CURSOR, 0, lifetime=86400, owner="examples/stream_job.py")
     own = spark is None
     spark = spark or (
         SparkSession.builder.master("local[2]")
@@ -69,6 +76,7 @@ def main(argv: list[str] | None = None, *, spark: SparkSession | None = None) ->
         query = (
             spark.readStream.format("inkpen")
             .option("path", url)
+            .option("cursor", CURSOR)
             .load()
             .writeStream.format("parquet")
             .option("path", table)

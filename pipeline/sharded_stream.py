@@ -107,6 +107,7 @@ class ShardSqnRange(InputPartition):
     shard: int
     start: int
     end: int
+    history: int = 0
 
 
 class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -168,7 +169,7 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for shard, reader in self.readers.items():
             for part in reader.partitions(starts[shard], ends[shard]):
                 assert isinstance(part, SqnRange)
-                parts.append(ShardSqnRange(shard, part.start, part.end))
+                parts.append(ShardSqnRange(shard, part.start, part.end, part.history))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -176,7 +177,7 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         arrow = to_arrow_schema(with_shard_column(feed_schema(self.options)), timezone="UTC")
         field = arrow.field(SHARD_COLUMN)
         reader = self.readers[partition.shard]
-        batches = reader.read(SqnRange(partition.start, partition.end))
+        batches = reader.read(SqnRange(partition.start, partition.end, partition.history))
         return tag_batches(batches, partition.shard, field)
 
     def commit(self, end: dict[Any, Any]) -> None:

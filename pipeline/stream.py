@@ -20,10 +20,11 @@ then deletes that checkpoint when Spark creates its reader (:func:`release_read_
 options of a read that a stream cannot honour (``checkpoint``, ``bucket``, ``partitions``, ...)
 are refused then, before any batch runs.
 
-Offsets are ``{"sqn": n, "cursor": name}``: the query has read every change up to SQN n, and
-``name`` is its feed cursor. Spark keeps them in the query's checkpoint, so a query's position is
-its own, whatever other queries on the same database do. The protocol, with where each step
-runs:
+Offsets are ``{"sqn": n, "cursor": name, "history": h}``: the query has read every change up to
+SQN n, ``name`` is its feed cursor, and ``h`` is the last SQN written before the query started
+(absent when it started at ``latest``, or from a checkpoint written before it was kept).
+Spark keeps them in the query's checkpoint, so a query's position is its own, whatever other
+queries on the same database do. The protocol, with where each step runs:
 
 ==================================  ========  ==============================================
 ``initialOffset``                   driver    a new query only: its start, from
@@ -38,16 +39,26 @@ runs:
 ``partitions(start, end)``          driver    ``(start, end]`` split into ranges of about
                                               ``rows_per_partition`` SQNs
 ``read(partition)``                 executor  a Reader on the latest state streams the range's
-                                              changes as Arrow batches; a gap (compaction
-                                              removed changes) fails the batch with
-                                              ``FeedGapError``
+                                              changes as Arrow batches; a gap above the
+                                              query's history (compaction removed changes)
+                                              fails the batch with ``FeedGapError``
 ``commit(end)``                     driver    advance the cursor to ``end``, renewing it
 ==================================  ========  ==============================================
 
 Where a new query starts: ``startingOffsets`` is ``earliest`` (the default: every change from
 SQN 1 on), ``latest`` (only changes written after the query starts), or an SQN N (the changes
 with SQN above N, as an offset ``{"sqn": N}`` means; ``{"sqn": N}`` itself is accepted too, and
-``starting_sqn=N`` is the older spelling of the same). It is read by ``initialOffset`` alone,
+``starting_sqn=N`` is the older spelling of the same).
+
+The history a new query finds. Before a query holds its cursor, the store may already have let
+go of changes that later ones replaced: journal compaction drops them, and the journal leaves a
+small value to the ledger once the ledger holds it, so a value replaced since is gone. A query
+starting below the last SQN written so far (``earliest``, or an SQN) therefore reads that
+history as a compacted topic is read: every change still there, which includes the latest
+change of every key; the removed ones (replaced before the query began) are skipped, counted
+in the ``pipeline.stream_history_skipped`` event. Above the history (``h`` in the offsets) the
+query's cursor has held everything since it was made, and a missing change fails the batch with
+``FeedGapError``, as always. It is read by ``initialOffset`` alone,
 which Spark asks only of a query with no offsets in its checkpoint: a restarted query resumes
 from its checkpointed offsets. The reader implements ``SupportsTriggerAvailableNow``, so
 ``availableNow`` runs do not ask ``initialOffset`` again either.
@@ -100,6 +111,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from inkpen.actors.read.feed import Change, gap_error
 from inkpen.errors import FeedGapError, NotFoundError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import delete_checkpoint
@@ -285,10 +297,12 @@ def release_read_pin(url: str, pinned: PinnedRead | None) -> None:
 
 @dataclass(frozen=True)
 class SqnRange(InputPartition):
-    """The changes with ``start < sqn <= end``."""
+    """The changes with ``start < sqn <= end``; those up to ``history`` (written before the
+    query began) may have been removed since, and are skipped if so."""
 
     start: int
     end: int
+    history: int = 0
 
 
 def _sqn(offset: Mapping[str, Any]) -> int:
@@ -296,6 +310,52 @@ def _sqn(offset: Mapping[str, Any]) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UsageError(f"an inkpen stream offset is {{'sqn': n, 'cursor': name}}, got {offset!r}")
     return value
+
+
+def _history(offset: Mapping[str, Any]) -> int:
+    """The offset's history SQN (the module docstring), 0 when it has none."""
+    value = offset.get("history", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"an inkpen stream offset's history is an SQN, got {offset!r}")
+    return value
+
+
+def _with_history(offset: dict[str, Any], history: int) -> dict[str, Any]:
+    if history > offset["sqn"]:
+        offset["history"] = history
+    return offset
+
+
+def checked_changes(
+    changes: Iterator[Change], start: int, end: int, history: int
+) -> Iterator[Change]:
+    """The changes of ``(start, end]`` read with gaps skipped, checked here instead: a missing
+    SQN at or below ``history`` was removed before the query began and is passed over (and
+    counted); one above it fails with ``FeedGapError``."""
+    expected = start + 1
+    skipped = 0
+    for change in changes:
+        sqn = change.sqn
+        if sqn > end:
+            break
+        if sqn > expected:
+            if sqn - 1 > history:
+                raise gap_error(max(expected, history + 1), sqn)
+            skipped += sqn - expected
+        expected = sqn + 1
+        yield change
+    if expected <= end:
+        if end > history:
+            raise gap_error(max(expected, history + 1), None)
+        skipped += end + 1 - expected
+    if skipped:
+        log.info(
+            "pipeline.stream_history_skipped",
+            start=start,
+            end=end,
+            history=history,
+            skipped=skipped,
+        )
 
 
 def _when(seconds: float | None) -> str:
@@ -348,7 +408,9 @@ class InkpenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise UsageError(f"an inkpen stream offset names its cursor by a str, got {offset!r}")
         return check_name(name)
 
-    def _hold(self, name: str, sqn: int, *, advance: bool, resuming: bool) -> Held | None:
+    def _hold(
+        self, name: str, sqn: int, *, advance: bool, resuming: bool, history: int = 0
+    ) -> Held | None:
         """Keep the cursor live for a query that has read up to ``sqn`` (see the module
         docstring): renew it (moving it to ``sqn`` with ``advance``), or create it again.
 
@@ -384,12 +446,13 @@ class InkpenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 sqn=sqn,
             )
         if resuming and held.outcome != "renewed":
-            self._check_nothing_lost(name, sqn, held)
+            self._check_nothing_lost(name, sqn, held, history)
         return held
 
-    def _check_nothing_lost(self, name: str, sqn: int, held: Held) -> None:
-        """After the cursor was created again: every change above ``sqn`` is still there, or
-        ``FeedGapError`` (and the cursor made for nothing is deleted)."""
+    def _check_nothing_lost(self, name: str, sqn: int, held: Held, history: int) -> None:
+        """After the cursor was created again: every change above ``sqn`` (and above the
+        query's ``history``) is still there, or ``FeedGapError`` (and the cursor made for
+        nothing is deleted)."""
         from inkpen.reader import open_reader
 
         lapsed = (
@@ -406,7 +469,8 @@ class InkpenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         try:
             with open_reader(self.options.url) as reader:
-                for _ in reader.changes(sqn):
+                last = reader.last_sqn
+                for _ in checked_changes(reader.changes(sqn, gaps="skip"), sqn, last, history):
                     pass
         except FeedGapError as exc:
             manifests = self._manifests()
@@ -432,14 +496,15 @@ class InkpenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._initial is None:  # Spark asks a new query's reader more than once
             name = self.options.cursor or f"{CURSOR_PREFIX}{uuid.uuid4().hex[:12]}"
             starting = self.options.starting
+            last = self._last_sqn()
             if starting == "earliest":
                 sqn = 0
             elif starting == "latest":
-                sqn = self._last_sqn()
+                sqn = last
             else:
                 sqn = starting
             held = self._hold(name, sqn, advance=False, resuming=False)
-            self._initial = {"sqn": sqn, "cursor": name}
+            self._initial = _with_history({"sqn": sqn, "cursor": name}, last)
             log.info(
                 "pipeline.stream_started",
                 url=self.options.url,
@@ -459,20 +524,20 @@ class InkpenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def latestOffset(self, start: dict[Any, Any], limit: ReadLimit) -> dict[Any, Any]:
-        first, name = _sqn(start), self._cursor(start)
-        self._hold(name, first, advance=False, resuming=True)
+        first, name, history = _sqn(start), self._cursor(start), _history(start)
+        self._hold(name, first, advance=False, resuming=True, history=history)
         last = max(self._last_sqn(), first)
         if self._target is not None:
             last = max(first, min(last, self._target))
         if isinstance(limit, ReadMaxRows):
             last = min(last, first + limit.max_rows)
-        return {"sqn": last, "cursor": name}
+        return _with_history({"sqn": last, "cursor": name}, history)
 
     def partitions(self, start: dict[Any, Any], end: dict[Any, Any]) -> Sequence[InputPartition]:
-        lo, hi = _sqn(start), _sqn(end)
-        self._hold(self._cursor(start), lo, advance=False, resuming=True)
+        lo, hi, history = _sqn(start), _sqn(end), _history(start)
+        self._hold(self._cursor(start), lo, advance=False, resuming=True, history=history)
         step = self.options.rows_per_partition
-        return [SqnRange(s, min(s + step, hi)) for s in range(lo, hi, step)]
+        return [SqnRange(s, min(s + step, hi), history) for s in range(lo, hi, step)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from inkpen.reader import open_reader
@@ -489,8 +554,15 @@ class InkpenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"this batch's end {partition.end}: was it restored from an older copy?"
                 )
             columns: list[list[Any]] = [[], [], [], [], [], []]
-            for change in reader.changes(partition.start):
-                if change.sqn > partition.end:
+            start, end = partition.start, partition.end
+            if start < partition.history:
+                changes = checked_changes(
+                    reader.changes(start, gaps="skip"), start, end, partition.history
+                )
+            else:
+                changes = iter(reader.changes(start))
+            for change in changes:
+                if change.sqn > end:
                     break
                 b, k = change.bucket, change.key
                 columns[0].append(b.decode() if text else b)
@@ -513,7 +585,7 @@ class InkpenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
 
     def commit(self, end: dict[Any, Any]) -> None:
-        self._hold(self._cursor(end), _sqn(end), advance=True, resuming=True)
+        self._hold(self._cursor(end), _sqn(end), advance=True, resuming=True, history=_history(end))
 
     def stop(self) -> None:
         if self._follower is not None:

@@ -52,6 +52,9 @@ def test_stream_available_now_then_restart_resumes_exactly(
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     expected: list[tuple[int, bytes, str, bytes | None]] = []
     with inkpen.open(url, **TINY) as book:
+        # The query's cursor, made before the first write: the store keeps every change for it
+        # (without one, a value replaced before the query began may be gone).
+        book.create_feed_cursor("lake", 0)
         for i in range(100):
             sqn = i + 1
             if i % 7 == 3:
@@ -103,7 +106,8 @@ def stream_to_memory(frame: DataFrame, name: str) -> list[tuple[Any, ...]]:
 
 
 def write_history(url: str) -> list[tuple[int, str, str, bytes | None]]:
-    """Puts, overwrites and deletes; the model: (sqn, key, kind, value) of every change."""
+    """Puts, overwrites and deletes; the model: (sqn, key, kind, value) of every change. No
+    cursor holds them: a new query finds :func:`latest_of_each_key` of them."""
     changes: list[tuple[int, str, str, bytes | None]] = []
     with inkpen.open(url, **TINY) as book:
         for i in range(60):
@@ -141,7 +145,7 @@ def test_the_plain_readstream_call_streams_with_the_schema_of_a_read(
     assert got_read == [(k, sqn, "put", v) for k, (sqn, v) in sorted(live.items())]
     rows = stream_to_memory(frame, "plain")
     assert [(r[1], r[3], r[4], r[2] and bytes(r[2])) for r in rows] == [
-        (key, sqn, kind, value) for sqn, key, kind, value in changes
+        (key, sqn, kind, value) for sqn, key, kind, value in latest_of_each_key(changes)
     ]
     # schema() could not tell the stream from a read and pinned a checkpoint; the stream
     # released it, and holds its default cursor instead (Spark commits a batch when it plans
@@ -171,7 +175,8 @@ def test_a_stream_of_sizes_and_the_options_a_stream_refuses(
     assert frame.columns == ["bucket", "key", "size", "sqn", "kind", "last_modified"]
     rows = stream_to_memory(frame, "sizes")
     assert [(bytes(r[1]).decode(), r[3], r[4], r[2]) for r in rows] == [
-        (key, sqn, kind, None if value is None else len(value)) for sqn, key, kind, value in changes
+        (key, sqn, kind, None if value is None else len(value))
+        for sqn, key, kind, value in latest_of_each_key(changes)
     ]
     assert spark_pins(url) == read_pin
     refused = {
@@ -224,8 +229,8 @@ def test_a_streamed_table_loads_into_another_database_once_deletes_are_filtered(
         .drop("n", "sqn", "last_modified")
     )
     puts.write.format("inkpen").option("path", copy).mode("append").save()
-    last: dict[bytes, bytes] = {}
-    for _, key, kind, value in changes:
+    last: dict[bytes, bytes] = {}  # the last put of each key the stream still had
+    for _, key, kind, value in latest_of_each_key(changes):
         if kind == "put":
             assert value is not None
             last[key.encode()] = value
@@ -351,15 +356,20 @@ def test_a_new_query_beside_a_running_one_streams_the_whole_history(
     url = str(tmp_path / "db")
     model: list[Change] = []
     a_out, a_checkpoint = tmp_path / "a", tmp_path / "a-checkpoint"
-    write_changes(url, model, 300)
-    assert run_query(spark, url, a_out, a_checkpoint) == model
-    write_changes(url, model, 300)
-    assert run_query(spark, url, a_out, a_checkpoint) == model  # A resumed: 600, none twice
+    write_changes(url, model, 300)  # before any cursor: what later writes replaced is let go of
+    a_rows = latest_of_each_key(model)
+    assert run_query(spark, url, a_out, a_checkpoint) == a_rows
+    write_changes(url, model, 300)  # A's cursor holds all of these
+    a_rows += model[300:]
+    assert run_query(spark, url, a_out, a_checkpoint) == a_rows  # A resumed: none twice
     (a_cursor,) = stream_cursors(url).values()
     write_changes(url, model, 300)
-    # B is new (a fresh checkpoint): it starts at the earliest change, whatever A has read
+    # B is new (a fresh checkpoint): it starts at the earliest change, whatever A has read, and
+    # reads what the store still holds: of the first 300 what no later write replaced, then all
+    still = {c[0] for c in latest_of_each_key(model)}
     b_rows = run_query(spark, url, tmp_path / "b", tmp_path / "b-checkpoint")
-    assert len(b_rows) == 900 and b_rows == model
+    assert b_rows == [c for c in model if c[0] > 300 or c[0] in still]
+    assert len(b_rows) > 600
     # each query holds a cursor of its own; A's is where A left it
     cursors = stream_cursors(url)
     assert a_cursor.name in cursors and len(cursors) == 2
@@ -371,8 +381,34 @@ def test_a_new_query_beside_a_running_one_streams_the_whole_history(
         assert cursor.owner is not None and cursor.owner.startswith("spark stream on ")
         assert cursor.lifetime == 3 * 86400.0 and cursor.expire_time is not None
     # A again: its own position, every change once
-    assert run_query(spark, url, a_out, a_checkpoint) == model
+    assert run_query(spark, url, a_out, a_checkpoint) == a_rows + model[600:]
     assert stream_cursors(url)[a_cursor.name].sqn == 600
+
+
+def latest_of_each_key(model: list[Change]) -> list[Change]:
+    """What a store that no cursor held keeps of ``model`` once closed: every delete, and the
+    last change of every key (each replaced small value left the journal with its ledger
+    entry)."""
+    last = {key: sqn for sqn, key, _, _ in model}
+    return [c for c in model if c[2] == "delete" or last[c[1]] == c[0]]
+
+
+def test_a_new_query_reads_the_history_still_held_then_every_change(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    url = str(tmp_path / "db")
+    model: list[Change] = []
+    write_changes(url, model, 300)  # keys k000-k049 written twice, every eleventh change a delete
+    held = latest_of_each_key(model)
+    assert len(held) < len(model)  # some history is gone: the query must not fail on it
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    assert run_query(spark, url, out, checkpoint) == held
+    # From its start on, the query's cursor holds every change: nothing after it is let go of.
+    write_changes(url, model, 300)  # k050-k099 twice among them
+    assert len(latest_of_each_key(model[300:])) < 300
+    assert run_query(spark, url, out, checkpoint) == held + model[300:]
+    (cursor,) = stream_cursors(url).values()
+    assert cursor.sqn == 300  # the first run's batch, committed when the second planned
 
 
 def test_starting_offsets_latest_and_an_sqn(spark: SparkSession, tmp_path: Path) -> None:
