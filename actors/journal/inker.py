@@ -870,6 +870,10 @@ class Inker(FileOwner):
         def install(versioned: VersionedManifest) -> None:
             self.rerolling = False
             self.waiting_bodies.update(message.waiting)
+            meter = self.ctx.meter
+            meter.journal_rerolls += 1
+            meter.journal_reroll_bytes_read += message.bytes_before
+            meter.journal_reroll_bytes_written += sum(h.descriptor.size for h in message.handles)
             log.info(
                 "journal.reroll_committed",
                 replaced=list(message.replaced),

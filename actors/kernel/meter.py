@@ -208,6 +208,9 @@ class Meter:
         "journal_compaction_bytes_written",
         "journal_compaction_seconds",
         "journal_compactions",
+        "journal_reroll_bytes_read",
+        "journal_reroll_bytes_written",
+        "journal_rerolls",
         "l0_bytes_written",
         "l0_writes",
         "merge_bytes_read",
@@ -246,6 +249,9 @@ class Meter:
         self.journal_compaction_bytes_read = 0  # Inker
         self.journal_compaction_bytes_written = 0  # Inker
         self.journal_compaction_seconds = 0.0  # Inker
+        self.journal_rerolls = 0  # Inker
+        self.journal_reroll_bytes_read = 0  # Inker
+        self.journal_reroll_bytes_written = 0  # Inker
         self.gc_runs = 0  # the garbage collector
         self.gc_deletions = 0  # the garbage collector
         self.gc_bytes_deleted = 0  # the garbage collector
@@ -328,6 +334,9 @@ class Meter:
             journal_compaction_bytes_read=self.journal_compaction_bytes_read,
             journal_compaction_bytes_written=self.journal_compaction_bytes_written,
             journal_compaction_seconds=self.journal_compaction_seconds,
+            journal_rerolls=self.journal_rerolls,
+            journal_reroll_bytes_read=self.journal_reroll_bytes_read,
+            journal_reroll_bytes_written=self.journal_reroll_bytes_written,
             gc_runs=self.gc_runs,
             gc_deletions=self.gc_deletions,
             gc_bytes_deleted=self.gc_bytes_deleted,
@@ -477,6 +486,13 @@ class Metrics:
     """Bytes of the journal files they wrote."""
     journal_compaction_seconds: float
     """Seconds those compactions took to score, read and write (before their commit)."""
+    journal_rerolls: int
+    """Re-rolls committed: journal files rolled before the ledger had persisted their small
+    values, written again without those bodies once it had."""
+    journal_reroll_bytes_read: int
+    """Bytes of the journal files re-rolls replaced."""
+    journal_reroll_bytes_written: int
+    """Bytes of the journal files they wrote."""
     gc_runs: int
     """GC passes this writer ran (dry runs not counted)."""
     gc_deletions: int
