@@ -50,6 +50,9 @@ def as_model(changes: list[inkpen.Change]) -> Logged:
 
 def test_feed_gives_every_change_in_sqn_order(store_url: str) -> None:
     with inkpen.open(store_url, **TINY) as book:
+        # A cursor at 0 keeps the whole history: without one, the journal leaves small values
+        # to the ledger once it persists them, and a value replaced since is gone (a gap).
+        book.create_feed_cursor("history", 0)
         log = write_some(book, 120)
         changes = list(book.changes())
         assert as_model(changes) == log
