@@ -625,8 +625,10 @@ class Inker(FileOwner):
             reroll(self.clerk, due, bodies, self.actor_ref)
 
     def _rerollable(self) -> tuple[JournalHandle, ...]:
+        if not self.waiting_bodies:
+            return ()
         bodies = self._bodies()
-        if bodies is None or not self.waiting_bodies:
+        if bodies is None:
             return ()
         due = [
             self.files[name]
