@@ -67,11 +67,14 @@ FORMAT_VERSION = 2
 docstring); version 1 files, written before, are read as they are."""
 DEFAULT_BLOCK_SIZE = 4096
 DEFAULT_READAHEAD = 256 * 1024
-POINT_READAHEAD = 12 * 1024
-"""A point lookup's readahead: its block and what follows it up to 12 KiB, so that a cold get
-reads at most 16 KiB in all (its SST run and its journal record), while a scan or a merge reads
-runs of ``readahead``."""
-"""Bytes a reader with a cache reads at once when a block is missing (see SstReader.open)."""
+RUN_BYTES = 12 * 1024
+"""A reader with a cache reads and caches data blocks a run at a time: a run is every block
+that starts in one aligned ``RUN_BYTES`` of the file (so a run spans at most ``RUN_BYTES`` plus
+the length of its last block). A point lookup reads one run, so that a cold get reads at most
+about 16 KiB in all (its SST run and its journal record); a scan or a merge reads the runs of
+``readahead`` bytes at once."""
+POINT_READAHEAD = RUN_BYTES
+"""What a point lookup reads when its block is missing: the block's run."""
 
 _FOOTER_BODY = struct.Struct(">6sHQIQIQI")
 _CRC = struct.Struct(">I")
@@ -87,10 +90,13 @@ _MIN_BLOCK_SIZE = 64
 _MAX_BLOCK_SIZE = 64 * 1024 * 1024
 _MAKE_VALUE = LedgerValue._make
 _new_tuple = tuple.__new__
-_STORED = 1
-"""The last part of the cache key of a block's stored bytes (snappy, CRC checked when read)."""
+_RUN = 2
+"""The last part of the cache key of a run of stored blocks (:data:`RUN_BYTES`)."""
 _STORED_OVERHEAD = 100
-"""Memory of a cached bytes object and its cache entry beyond the bytes themselves."""
+"""Memory of a cached run and its cache entry beyond the bytes themselves."""
+_CRC_SIZE = 4
+_U32_AT = struct.Struct(">I").unpack_from
+_crc32 = zlib.crc32
 _VALUE_LENGTHS = {len(LedgerValue._fields), len(LedgerValue._fields) + 1}
 """Six fields, or seven when the ledger keeps the value: a head-only object's, or an object's of
 at most ``inline_value_bytes``."""
@@ -634,10 +640,11 @@ class SstReader:
     ) -> SstReader:
         """Open SST object ``name`` of ``size`` bytes, read through ``fetch(start, end)``.
 
-        ``readahead``: with a ``cache``, a block that is not cached is read together with the
-        blocks after it, up to this many bytes in all, in one ranged read; the others wait in the
-        cache still encoded. On an object store every read is a round trip, so this turns a
-        lookup workload's hundreds of block reads per file into a few (0: one block per read).
+        ``readahead``: with a ``cache``, a scan or a merge that finds a block missing reads its
+        run (:data:`RUN_BYTES`) and the runs after it, up to this many bytes in all, in one
+        ranged read; the runs wait in the cache still encoded. On an object store every read is
+        a round trip, so this turns a scan's hundreds of block reads per file into a few (at
+        most one run: one run per read, as a point lookup always reads).
         """
         if size < FOOTER_SIZE:
             raise CorruptionError(
@@ -718,11 +725,12 @@ class SstReader:
         if found is not None:
             block_keys, values = found  # type: ignore[misc]
             return [_search_decoded(block_keys, values, key) for key in keys]
-        stored = cache.get((self.name, block, self.sqn_base, _STORED))
-        if stored is None:
+        run = cache.get((self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN))
+        if run is None:
             if cached_only:
                 return None
-            stored = self._read_run(block, cache, self._point_ahead)
+            run = self._read_runs(block, cache, 0)
+        stored = self._from_run(block, run)  # type: ignore[arg-type]
         if self.version > 1:
             payload = self._payload(block, stored)  # type: ignore[arg-type]
             return [self._lookup(block, payload, key) for key in keys]
@@ -735,10 +743,6 @@ class SstReader:
             else:
                 out.append(None)
         return out
-
-    @property
-    def _point_ahead(self) -> int:
-        return min(self._readahead, POINT_READAHEAD)
 
     def _one_value(self, raw: tuple[Any, ...], block: int) -> LedgerValue:
         """One value of a block decoded for point lookups, checked and made a LedgerValue."""
@@ -892,12 +896,26 @@ class SstReader:
         return decoded
 
     def _stored(self, block: int, cache: BlockCache, readahead: int = 0) -> bytes:
-        """The checked stored bytes of ``block`` (snappy, without the CRC): from the cache, or
-        read with the blocks after it up to ``readahead`` (at most ``POINT_READAHEAD`` when 0)."""
-        found = cache.get((self.name, block, self.sqn_base, _STORED))
-        if found is not None:
-            return found  # type: ignore[return-value]
-        return self._read_run(block, cache, readahead or self._point_ahead)
+        """The checked stored bytes of ``block`` (snappy, without the CRC): from its cached run,
+        or read with the runs after it up to ``readahead`` bytes (one run when 0)."""
+        found = cache.get((self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN))
+        if found is None:
+            found = self._read_runs(block, cache, readahead)
+        return self._from_run(block, found)  # type: ignore[arg-type]
+
+    def _from_run(self, block: int, run: tuple[int, bytes]) -> bytes:
+        """The stored bytes of ``block`` from its run ``(offset of the run, its bytes)``, the
+        block's CRC checked (on every use: a run is cached as read)."""
+        start, data = run
+        offset = self._block_offsets[block]
+        at = offset - start
+        end = at + self._block_lengths[block] - _CRC_SIZE
+        stored = data[at:end]
+        if _crc32(stored) != _U32_AT(data, end)[0]:
+            raise CorruptionError(
+                self.name, f"SST data block {block} checksum mismatch", offset=offset
+            )
+        return stored
 
     def _checked(self, block: int, data: bytes, at: int) -> bytes:
         """The stored bytes of ``block`` found at ``data[at:]``, its CRC checked."""
@@ -905,32 +923,42 @@ class SstReader:
         length = self._block_lengths[block]
         return _unframe(data, at, length, self.name, offset - at, f"data block {block}")
 
-    def _read_run(self, block: int, cache: BlockCache, readahead: int) -> bytes:
-        """Read ``block`` and the blocks after it up to ``readahead`` bytes in one ranged read;
-        check each block's CRC and cache its stored bytes (snappy, weighed by their length), so
-        that a block is checked once per read from the store and decoded only when asked for.
-        A neighbour that fails its check is left out (it fails again when it is asked for)."""
+    def _read_runs(self, block: int, cache: BlockCache, readahead: int) -> tuple[int, bytes]:
+        """Read the run of ``block`` and the runs after it up to ``readahead`` bytes in all (at
+        least the one run) in one ranged read, cache each run as read (a run's blocks are
+        checked as they are used), and answer ``block``'s run as ``(its offset, its bytes)``.
+
+        A run is every block that starts in one aligned :data:`RUN_BYTES` of the file, so the
+        run that holds a block is known without asking the cache anything else, and a miss
+        costs one read and one cache entry per run, however many blocks the run holds."""
         offsets = self._block_offsets
         lengths = self._block_lengths
-        start = offsets[block]
-        last = block
-        limit = start + readahead
-        while last + 1 < len(offsets) and offsets[last + 1] + lengths[last + 1] <= limit:
-            last += 1
-        end = offsets[last] + lengths[last]
-        data = fetch_exact(self._fetch, start, end, self.name)
+        first_run = offsets[block] // RUN_BYTES
+        runs = max(1, readahead // RUN_BYTES)
+        first = bisect_left(offsets, first_run * RUN_BYTES)
+        last = bisect_left(offsets, (first_run + runs) * RUN_BYTES) - 1
+        start = offsets[first]
+        data = fetch_exact(self._fetch, start, offsets[last] + lengths[last], self.name)
         name, base = self.name, self.sqn_base
-        stored = self._checked(block, data, 0)
-        cache.put((name, block, base, _STORED), stored, len(stored) + _STORED_OVERHEAD)
-        for other in range(block + 1, last + 1):
-            key = (name, other, base, _STORED)
-            if cache.get(key) is None:
-                try:
-                    neighbour = self._checked(other, data, offsets[other] - start)
-                except CorruptionError:
-                    continue
-                cache.put(key, neighbour, len(neighbour) + _STORED_OVERHEAD)
-        return stored
+        if runs == 1:
+            mine = (start, data)
+            cache.put((name, first_run, base, _RUN), mine, len(data) + _STORED_OVERHEAD)
+            return mine
+        wanted = None
+        run_first = first
+        for run in range(first_run, first_run + runs):
+            run_last = bisect_left(offsets, (run + 1) * RUN_BYTES, run_first) - 1
+            if run_last < run_first:
+                continue  # no block starts in this run (a block longer than a run)
+            run_start = offsets[run_first]
+            piece = data[run_start - start : offsets[run_last] + lengths[run_last] - start]
+            found = (run_start, piece)
+            cache.put((name, run, base, _RUN), found, len(piece) + _STORED_OVERHEAD)
+            if run == first_run:
+                wanted = found
+            run_first = run_last + 1
+        assert wanted is not None  # the run of ``block`` holds ``block``
+        return wanted
 
     def _decode(
         self, block: int, stored: bytes
