@@ -334,3 +334,23 @@ def test_pread_rate_reads_the_files_of_a_directory_and_skips_small_ones(tmp_path
         assert after["rchar"] - before["rchar"] >= 200 * 4096
         per_op = io_per_op(before, after, 200)
         assert per_op["os_reads_per_op"] >= 1 and per_op["os_bytes_per_op"] >= 4096
+
+
+def test_the_limit_passes_read_different_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The 16-thread pass must not read the pages the 1-thread pass just brought into the page
+    # cache: each pass draws its own offsets.
+    from inkpen.cli import scale
+
+    seeds: dict[int, int] = {}
+
+    def recorded(root: str, threads: int, calls: int = 10, seed: int = 0) -> float:
+        seeds[threads] = seed
+        return 1000.0
+
+    monkeypatch.setattr(scale, "pread_rate", recorded)
+    record = scale._limit(str(tmp_path), {"get": {"ops_per_s": 800.0}})
+    assert record["pread_1_per_s"] == 1000.0 and record["get_to_pread"] == 0.8
+    assert set(seeds) == {1, scale.GET_THREADS}
+    assert seeds[1] != seeds[scale.GET_THREADS]
