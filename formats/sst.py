@@ -92,8 +92,9 @@ _MAKE_VALUE = LedgerValue._make
 _new_tuple = tuple.__new__
 _RUN = 2
 """The last part of the cache key of a run of stored blocks (:data:`RUN_BYTES`)."""
-_STORED_OVERHEAD = 100
-"""Memory of a cached run and its cache entry beyond the bytes themselves."""
+_STORED_OVERHEAD = 300
+"""Memory of a cached run beyond its bytes: the run object, its check flags, its cache key and
+the cache's entry."""
 _CRC_SIZE = 4
 _U32_AT = struct.Struct(">I").unpack_from
 _crc32 = zlib.crc32
@@ -108,7 +109,18 @@ _CAST_OFFSETS = (
 )
 """Little-endian offsets are read in place (a memoryview cast) where the machine's order is
 the file's; elsewhere they are unpacked."""
-_packb = msgpack.packb
+_unpackb = msgpack.unpackb
+_V2_HEAD_SIZE = _V2_HEAD.size
+
+
+def _bin_header(length: int) -> bytes:
+    """The msgpack header of a bin of ``length`` bytes (a key's encoding is it plus the key)."""
+    if length < 0x100:
+        return b"\xc4" + length.to_bytes(1, "big")
+    if length < 0x10000:
+        return b"\xc5" + length.to_bytes(2, "big")
+    return b"\xc6" + length.to_bytes(4, "big")
+
 _SQN_OF = itemgetter(0)
 _STATUS_OF = itemgetter(1)
 
@@ -570,6 +582,24 @@ class _Tail:
         self.version = layout.version
 
 
+class _Run:
+    """A run of an SST's data blocks as read (each block followed by its CRC), as the block
+    cache holds it: the number of its first block, its offset in the file, its bytes, and
+    which of its blocks have passed their CRC check.
+
+    The only state that changes is ``checked``: a flag goes from 0 to 1 once its block's CRC
+    has been checked, never back, so a reader that sees 0 (another thread may be checking the
+    same block) checks again and finds the same answer."""
+
+    __slots__ = ("checked", "data", "first", "start")
+
+    def __init__(self, first: int, start: int, data: bytes, blocks: int) -> None:
+        self.first = first
+        self.start = start
+        self.data = data
+        self.checked = bytearray(blocks)
+
+
 def _search_decoded(
     keys: tuple[bytes, ...], values: list[LedgerValue], key: bytes
 ) -> LedgerValue | None:
@@ -777,33 +807,32 @@ class SstReader:
         the next entry."""
         try:
             width, count = _V2_HEAD.unpack_from(payload, 0)
-            start = _V2_HEAD.size + width * count
-            needle = _packb(key)
+            start = _V2_HEAD_SIZE + width * count
+            needle = _bin_header(len(key)) + key  # the key's msgpack encoding
             probe = needle.rstrip(b"\x00")  # a common last byte slows the search in C
             at = payload.find(probe, start)
             if at < 0:
                 return None
             offsets: Sequence[int]
             if _CAST_OFFSETS:
-                table = memoryview(payload)[_V2_HEAD.size : start]
+                table = memoryview(payload)[_V2_HEAD_SIZE:start]
                 offsets = table.cast("H") if width == 2 else table.cast("I")
             else:
-                offsets = struct.unpack_from(_V2_OFFSETS[width] % count, payload, _V2_HEAD.size)
-            while at >= 0:
-                position = bisect_left(offsets, at - start)
+                offsets = struct.unpack_from(_V2_OFFSETS[width] % count, payload, _V2_HEAD_SIZE)
+            while True:
+                rel = at - start
+                position = bisect_left(offsets, rel)
                 if (
                     position < count
-                    and offsets[position] == at - start
+                    and offsets[position] == rel
                     and payload.startswith(needle, at)
                 ):
                     end = start + offsets[position + 1] if position + 1 < count else len(payload)
-                    raw = msgpack.unpackb(
-                        memoryview(payload)[at + len(needle) : end], use_list=False, raw=False
-                    )
+                    raw = _unpackb(memoryview(payload)[at + len(needle) : end], use_list=False)
                     break
                 at = payload.find(probe, at + 1)
-            else:
-                return None
+                if at < 0:
+                    return None
         except Exception as exc:  # struct, msgpack and dict lookups raise assorted types
             raise CorruptionError(
                 self.name,
@@ -903,18 +932,22 @@ class SstReader:
             found = self._read_runs(block, cache, readahead)
         return self._from_run(block, found)  # type: ignore[arg-type]
 
-    def _from_run(self, block: int, run: tuple[int, bytes]) -> bytes:
-        """The stored bytes of ``block`` from its run ``(offset of the run, its bytes)``, the
-        block's CRC checked (on every use: a run is cached as read)."""
-        start, data = run
+    def _from_run(self, block: int, run: _Run) -> bytes:
+        """The stored bytes of ``block`` from its cached ``run``, the block's CRC checked the
+        first time the run gives it out."""
         offset = self._block_offsets[block]
-        at = offset - start
+        at = offset - run.start
         end = at + self._block_lengths[block] - _CRC_SIZE
+        data = run.data
         stored = data[at:end]
-        if _crc32(stored) != _U32_AT(data, end)[0]:
-            raise CorruptionError(
-                self.name, f"SST data block {block} checksum mismatch", offset=offset
-            )
+        checked = run.checked
+        index = block - run.first
+        if not checked[index]:
+            if _crc32(stored) != _U32_AT(data, end)[0]:
+                raise CorruptionError(
+                    self.name, f"SST data block {block} checksum mismatch", offset=offset
+                )
+            checked[index] = 1
         return stored
 
     def _checked(self, block: int, data: bytes, at: int) -> bytes:
@@ -923,7 +956,7 @@ class SstReader:
         length = self._block_lengths[block]
         return _unframe(data, at, length, self.name, offset - at, f"data block {block}")
 
-    def _read_runs(self, block: int, cache: BlockCache, readahead: int) -> tuple[int, bytes]:
+    def _read_runs(self, block: int, cache: BlockCache, readahead: int) -> _Run:
         """Read the run of ``block`` and the runs after it up to ``readahead`` bytes in all (at
         least the one run) in one ranged read, cache each run as read (a run's blocks are
         checked as they are used), and answer ``block``'s run as ``(its offset, its bytes)``.
@@ -941,7 +974,7 @@ class SstReader:
         data = fetch_exact(self._fetch, start, offsets[last] + lengths[last], self.name)
         name, base = self.name, self.sqn_base
         if runs == 1:
-            mine = (start, data)
+            mine = _Run(first, start, data, last + 1 - first)
             cache.put((name, first_run, base, _RUN), mine, len(data) + _STORED_OVERHEAD)
             return mine
         wanted = None
@@ -952,7 +985,7 @@ class SstReader:
                 continue  # no block starts in this run (a block longer than a run)
             run_start = offsets[run_first]
             piece = data[run_start - start : offsets[run_last] + lengths[run_last] - start]
-            found = (run_start, piece)
+            found = _Run(run_first, run_start, piece, run_last + 1 - run_first)
             cache.put((name, run, base, _RUN), found, len(piece) + _STORED_OVERHEAD)
             if run == first_run:
                 wanted = found

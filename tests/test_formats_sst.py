@@ -480,3 +480,11 @@ def test_a_newer_format_version_asks_for_an_upgrade() -> None:
     with pytest.raises(CorruptionError, match="upgrade inkpen") as info:
         open_reader(bytes(data))
     assert info.value.offset == footer_at + 6
+
+
+def test_a_keys_needle_is_its_msgpack_encoding() -> None:
+    from inkpen.formats.sst import _bin_header
+
+    for length in (0, 1, 255, 256, 65535, 65536, 70000):
+        key = b"\x00\x01" * (length // 2) + b"k" * (length % 2)
+        assert _bin_header(len(key)) + key == msgpack.packb(key)
