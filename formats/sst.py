@@ -28,12 +28,13 @@ bytes, and each offset/length below spans a block together with its CRC)::
 
 Index, bloom and meta are contiguous and end where the footer starts, so a reader opens a file
 with two ranged reads: the footer, then everything from the index offset to the footer. A point
-lookup then costs a bloom probe, a bisect of the index and at most one block read. The shared
-cache holds a block as its stored (snappy) bytes, CRC checked as they were read from the store
-and weighed by their size; a point lookup decompresses them and, in a version 2 block, searches
-for the key's msgpack encoding, counts a match only where the offsets table says an entry
-starts, and decodes that entry's value alone. Scans and merges decode whole blocks (one msgpack
-call) and cache them decoded.
+lookup then costs a bloom probe, a bisect of the index and at most one read. The shared cache
+holds data blocks as stored (snappy), a run at a time (:data:`RUN_BYTES`: every block that
+starts in one aligned 12 KiB of the file, one read and one cache entry), weighed by their size;
+a block's CRC is checked the first time its cached run gives it out. A point lookup
+decompresses its block and, in a version 2 block, searches for the key's msgpack encoding,
+counts a match only where the offsets table says an entry starts, and decodes that entry's
+value alone. Scans and merges decode whole blocks (one msgpack call) and keep nothing decoded.
 
 Any damaged byte fails a CRC and raises :class:`CorruptionError` naming the object and the offset
 of the damaged block; damaged bytes are never returned as data.
@@ -83,8 +84,6 @@ FOOTER_SIZE = _FOOTER_BODY.size + _CRC.size
 
 _ENTRY_OVERHEAD = 40
 """Rough encoded size of a LedgerValue plus framing, used to cut blocks and estimate sizes."""
-_DECODED_ENTRY_WEIGHT = 200
-"""Rough memory of one decoded entry beyond its key bytes, used to weigh cached blocks."""
 _U64 = 1 << 64
 _MIN_BLOCK_SIZE = 64
 _MAX_BLOCK_SIZE = 64 * 1024 * 1024
@@ -612,10 +611,11 @@ def _search_decoded(
 class SstReader:
     """Reads one SST object by ranged reads: point lookups and forward range scans.
 
-    Open costs two ranged reads and keeps the index, bloom filter and meta in memory. Decoded
-    data blocks go through the shared ``cache`` (if any) under ``(name, block number, sqn_base)``.
-    ``sqn_base`` is added to every SQN returned (files written by a bulk load number from 0).
-    Immutable after open, so one reader may serve many threads.
+    Open costs two ranged reads and keeps the index, bloom filter and meta in memory. Data
+    blocks go through the shared ``cache`` (if any) as stored, a run at a time, under ``(name,
+    run number, sqn_base, 2)``. ``sqn_base`` is added to every SQN returned (files written by a
+    bulk load number from 0). Immutable after open (but for the check flags of the runs it
+    caches, see :class:`_Run`), so one reader may serve many threads.
     """
 
     __slots__ = (
@@ -715,13 +715,6 @@ class SstReader:
             if position < len(keys) and keys[position] == key:
                 return values[position]
             return None
-        found = cache.get((self.name, block, self.sqn_base))
-        if found is not None:
-            keys, values = found  # type: ignore[misc]
-            position = bisect_left(keys, key)
-            if position < len(keys) and keys[position] == key:
-                return values[position]
-            return None
         stored = self._stored(block, cache)
         if self.version > 1:
             return self._lookup(block, self._payload(block, stored), key)
@@ -750,10 +743,6 @@ class SstReader:
             if cached_only:
                 return None
             block_keys, values = self._block(block)
-            return [_search_decoded(block_keys, values, key) for key in keys]
-        found = cache.get((self.name, block, self.sqn_base))
-        if found is not None:
-            block_keys, values = found  # type: ignore[misc]
             return [_search_decoded(block_keys, values, key) for key in keys]
         run = cache.get((self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN))
         if run is None:
@@ -915,14 +904,11 @@ class SstReader:
             offset = self._block_offsets[block]
             length = self._block_lengths[block]
             data = fetch_exact(self._fetch, offset, offset + length, self.name)
-            return self._decode(block, self._checked(block, data, 0))[0]
-        cache_key = (self.name, block, self.sqn_base)
-        found = cache.get(cache_key)
-        if found is not None:
-            return found  # type: ignore[return-value]
-        decoded, weight = self._decode(block, self._stored(block, cache, self._readahead))
-        cache.put(cache_key, decoded, weight)
-        return decoded
+            return self._decode(block, self._checked(block, data, 0))
+        # Decoded blocks are not cached: a block decodes from its cached run in a few
+        # microseconds, while a decoded block weighs twice its bytes and is made of objects
+        # the interpreter's cycle collector would walk again and again.
+        return self._decode(block, self._stored(block, cache, self._readahead))
 
     def _stored(self, block: int, cache: BlockCache, readahead: int = 0) -> bytes:
         """The checked stored bytes of ``block`` (snappy, without the CRC): from its cached run,
@@ -993,11 +979,8 @@ class SstReader:
         assert wanted is not None  # the run of ``block`` holds ``block``
         return wanted
 
-    def _decode(
-        self, block: int, stored: bytes
-    ) -> tuple[tuple[tuple[bytes, ...], list[LedgerValue]], int]:
-        """Decode the checked stored bytes of ``block``; answer the decoded block and its
-        weight for the cache."""
+    def _decode(self, block: int, stored: bytes) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
+        """Decode the checked stored bytes of ``block``: its keys and its values."""
         name = self.name
         offset = self._block_offsets[block]
         try:
@@ -1018,5 +1001,4 @@ class SstReader:
             raise CorruptionError(
                 name, f"SST data block {block} does not match the index", offset=offset
             )
-        weight = len(raw) + _DECODED_ENTRY_WEIGHT * len(keys)
-        return (keys, values), weight
+        return keys, values
