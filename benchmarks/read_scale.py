@@ -64,7 +64,9 @@ def drop_page_cache(root: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("root", help="a database a scale run loaded (a copy: it is opened to write)")
+    parser.add_argument(
+        "root", help="a database a scale run loaded (a copy: it is opened to write)"
+    )
     parser.add_argument("--n", type=int, required=True, help="the N the scale run loaded")
     parser.add_argument("--gets", type=int, default=20_000)
     parser.add_argument("--steps", default=",".join(STEPS))
@@ -124,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                     "round": round_,
                     **timing.figures(),
                     "reads_per_op": round((after["gets"] - before["gets"]) / ops, 3),
-                    "bytes_read_per_op": round((after["bytes_read"] - before["bytes_read"]) / ops, 1),
+                    "bytes_read_per_op": round(
+                        (after["bytes_read"] - before["bytes_read"]) / ops, 1
+                    ),
                     **io_per_op(io_before, io_after, ops),
                     "cpu_us_per_op": round(cpu / ops * 1e6, 2),
                     "switches_per_op": round(switches / ops, 3),

@@ -120,6 +120,7 @@ def _bin_header(length: int) -> bytes:
         return b"\xc5" + length.to_bytes(2, "big")
     return b"\xc6" + length.to_bytes(4, "big")
 
+
 _SQN_OF = itemgetter(0)
 _STATUS_OF = itemgetter(1)
 
@@ -751,9 +752,9 @@ class SstReader:
             run = self._read_runs(block, cache, 0)
         stored = self._from_run(block, run)  # type: ignore[arg-type]
         if self.version > 1:
-            payload = self._payload(block, stored)  # type: ignore[arg-type]
+            payload = self._payload(block, stored)
             return [self._lookup(block, payload, key) for key in keys]
-        point_keys, raw_values = self._decode_raw(block, stored)  # type: ignore[arg-type]
+        point_keys, raw_values = self._decode_raw(block, stored)
         out: list[LedgerValue | None] = []
         for key in keys:
             position = bisect_left(point_keys, key)
@@ -811,11 +812,7 @@ class SstReader:
             while True:
                 rel = at - start
                 position = bisect_left(offsets, rel)
-                if (
-                    position < count
-                    and offsets[position] == rel
-                    and payload.startswith(needle, at)
-                ):
+                if position < count and offsets[position] == rel and payload.startswith(needle, at):
                     end = start + offsets[position + 1] if position + 1 < count else len(payload)
                     raw = _unpackb(memoryview(payload)[at + len(needle) : end], use_list=False)
                     break

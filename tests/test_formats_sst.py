@@ -246,7 +246,7 @@ def test_a_scan_reads_runs_of_readahead_and_point_lookups_use_them() -> None:
     assert all(end - start <= 64 * 1024 + DEFAULT_BLOCK_SIZE for start, end in scan_reads)
     assert [start for start, _ in scan_reads[1:]] == [end for _, end in scan_reads[:-1]]
     assert len(scan_reads) <= len(data) // (64 * 1024 - DEFAULT_BLOCK_SIZE) + 1
-    fresh = SstReader.open(NAME, len(data), fetch, cache=reader._cache)  # type: ignore[arg-type]
+    fresh = SstReader.open(NAME, len(data), fetch, cache=reader._cache)
     before = len(fetch.calls)
     assert [fresh.get(k) for k, _ in entries[::11]] == [v for _, v in entries[::11]]
     assert len(fetch.calls) == before  # every block is cached: none is read again

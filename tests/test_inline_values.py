@@ -163,7 +163,9 @@ def test_a_scan_mixing_ledger_and_journal_values_keeps_key_order_across_windows(
         assert got[0][1] == (b"key000899" if reverse else b"key000000")
         with book.objects("b", "key000100", "key000700") as rows:
             inside = [(k, v) for _, k, v in rows]
-        assert inside == sorted((k, v) for k, v in model.items() if b"key000100" <= k <= b"key000700")
+        assert inside == sorted(
+            (k, v) for k, v in model.items() if b"key000100" <= k <= b"key000700"
+        )
 
 
 def test_a_scan_of_small_values_reads_no_journal(local_url: str) -> None:

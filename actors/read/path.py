@@ -386,7 +386,7 @@ def fold_objects_by_key(
             if prefix is None or _NUL in found_key or key[-4:] != _TWO_TERMINATORS:
                 yield (*object_parts(key), value[6])
             else:
-                yield bucket, found_key, value[6]  # type: ignore[misc]
+                yield bucket, found_key, value[6]
             continue
         rows.append(item)
         if len(rows) < SCAN_WINDOW:
