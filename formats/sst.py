@@ -74,8 +74,6 @@ that starts in one aligned ``RUN_BYTES`` of the file (so a run spans at most ``R
 the length of its last block). A point lookup reads one run, so that a cold get reads at most
 about 16 KiB in all (its SST run and its journal record); a scan or a merge reads the runs of
 ``readahead`` bytes at once."""
-POINT_READAHEAD = RUN_BYTES
-"""What a point lookup reads when its block is missing: the block's run."""
 
 _FOOTER_BODY = struct.Struct(">6sHQIQIQI")
 _CRC = struct.Struct(">I")
@@ -674,8 +672,8 @@ class SstReader:
         ``readahead``: with a ``cache``, a scan or a merge that finds a block missing reads its
         run (:data:`RUN_BYTES`) and the runs after it, up to this many bytes in all, in one
         ranged read; the runs wait in the cache still encoded. On an object store every read is
-        a round trip, so this turns a scan's hundreds of block reads per file into a few (at
-        most one run: one run per read, as a point lookup always reads).
+        a round trip, so this turns a scan's hundreds of block reads per file into a few (below
+        :data:`RUN_BYTES`: one run per read, as a point lookup always reads).
         """
         if size < FOOTER_SIZE:
             raise CorruptionError(
