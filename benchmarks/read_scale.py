@@ -115,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 before, io_before = store.snapshot(), process_io()
                 cpu_before = time.process_time()
+                sys_before = os.times().system
                 switches_before = _switches()
                 timing = _profiled(runs[step]) if step == args.profile else runs[step]()
                 cpu = time.process_time() - cpu_before
+                system = os.times().system - sys_before
                 switches = _switches() - switches_before
                 after, io_after = store.snapshot(), process_io()
                 ops = max(1, timing.ops)
@@ -131,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                     **io_per_op(io_before, io_after, ops),
                     "cpu_us_per_op": round(cpu / ops * 1e6, 2),
+                    "system_us_per_op": round(system / ops * 1e6, 2),
                     "switches_per_op": round(switches / ops, 3),
                     "load_avg": round(os.getloadavg()[0], 2),
                 }
