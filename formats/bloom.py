@@ -145,11 +145,24 @@ class BloomFilter:
         return True
 
     def may_contain_hash(self, value: int) -> bool:
-        """:meth:`may_contain` for a key whose :func:`bloom_hash` is ``value``."""
+        """:meth:`may_contain` for a key whose :func:`bloom_hash` is ``value``.
+
+        Every point lookup asks this of a file in each level it visits, so for k = 7 (the
+        default) the probes are written out, as :func:`_set_seven` sets them."""
         bits = self._bits
         nbits = self._nbits
         x = (value >> 32) % nbits
         y = (value & 0xFFFFFFFF) % nbits
+        if self._probes == _USUAL_PROBES:
+            return bool(
+                bits[x >> 3] & (1 << (x & 7))
+                and bits[(x := (x + y) % nbits) >> 3] & (1 << (x & 7))
+                and bits[(x := (x + (y := (y + 1) % nbits)) % nbits) >> 3] & (1 << (x & 7))
+                and bits[(x := (x + (y := (y + 2) % nbits)) % nbits) >> 3] & (1 << (x & 7))
+                and bits[(x := (x + (y := (y + 3) % nbits)) % nbits) >> 3] & (1 << (x & 7))
+                and bits[(x := (x + (y := (y + 4) % nbits)) % nbits) >> 3] & (1 << (x & 7))
+                and bits[(x := (x + (y := (y + 5) % nbits)) % nbits) >> 3] & (1 << (x & 7))
+            )
         for i in range(1, self._probes + 1):
             if not bits[x >> 3] & (1 << (x & 7)):
                 return False

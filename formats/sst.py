@@ -28,12 +28,13 @@ bytes, and each offset/length below spans a block together with its CRC)::
 
 Index, bloom and meta are contiguous and end where the footer starts, so a reader opens a file
 with two ranged reads: the footer, then everything from the index offset to the footer. A point
-lookup then costs a bloom probe, a bisect of the index and at most one block read. The shared
-cache holds a block as its stored (snappy) bytes, CRC checked as they were read from the store
-and weighed by their size; a point lookup decompresses them and, in a version 2 block, searches
-for the key's msgpack encoding, counts a match only where the offsets table says an entry
-starts, and decodes that entry's value alone. Scans and merges decode whole blocks (one msgpack
-call) and cache them decoded.
+lookup then costs a bloom probe, a bisect of the index and at most one read. The shared cache
+holds data blocks as stored (snappy), a run at a time (:data:`RUN_BYTES`: every block that
+starts in one aligned 12 KiB of the file, one read and one cache entry), weighed by their size;
+a block's CRC is checked the first time its cached run gives it out. A point lookup
+decompresses its block and, in a version 2 block, searches for the key's msgpack encoding,
+counts a match only where the offsets table says an entry starts, and decodes that entry's
+value alone. Scans and merges decode whole blocks (one msgpack call) and keep nothing decoded.
 
 Any damaged byte fails a CRC and raises :class:`CorruptionError` naming the object and the offset
 of the damaged block; damaged bytes are never returned as data.
@@ -67,11 +68,12 @@ FORMAT_VERSION = 2
 docstring); version 1 files, written before, are read as they are."""
 DEFAULT_BLOCK_SIZE = 4096
 DEFAULT_READAHEAD = 256 * 1024
-POINT_READAHEAD = 12 * 1024
-"""A point lookup's readahead: its block and what follows it up to 12 KiB, so that a cold get
-reads at most 16 KiB in all (its SST run and its journal record), while a scan or a merge reads
-runs of ``readahead``."""
-"""Bytes a reader with a cache reads at once when a block is missing (see SstReader.open)."""
+RUN_BYTES = 12 * 1024
+"""A reader with a cache reads and caches data blocks a run at a time: a run is every block
+that starts in one aligned ``RUN_BYTES`` of the file (so a run spans at most ``RUN_BYTES`` plus
+the length of its last block). A point lookup reads one run, so that a cold get reads at most
+about 16 KiB in all (its SST run and its journal record); a scan or a merge reads the runs of
+``readahead`` bytes at once."""
 
 _FOOTER_BODY = struct.Struct(">6sHQIQIQI")
 _CRC = struct.Struct(">I")
@@ -80,17 +82,19 @@ FOOTER_SIZE = _FOOTER_BODY.size + _CRC.size
 
 _ENTRY_OVERHEAD = 40
 """Rough encoded size of a LedgerValue plus framing, used to cut blocks and estimate sizes."""
-_DECODED_ENTRY_WEIGHT = 200
-"""Rough memory of one decoded entry beyond its key bytes, used to weigh cached blocks."""
 _U64 = 1 << 64
 _MIN_BLOCK_SIZE = 64
 _MAX_BLOCK_SIZE = 64 * 1024 * 1024
 _MAKE_VALUE = LedgerValue._make
 _new_tuple = tuple.__new__
-_STORED = 1
-"""The last part of the cache key of a block's stored bytes (snappy, CRC checked when read)."""
-_STORED_OVERHEAD = 100
-"""Memory of a cached bytes object and its cache entry beyond the bytes themselves."""
+_RUN = 2
+"""The last part of the cache key of a run of stored blocks (:data:`RUN_BYTES`)."""
+_STORED_OVERHEAD = 300
+"""Memory of a cached run beyond its bytes: the run object, its check flags, its cache key and
+the cache's entry."""
+_CRC_SIZE = 4
+_U32_AT = struct.Struct(">I").unpack_from
+_crc32 = zlib.crc32
 _VALUE_LENGTHS = {len(LedgerValue._fields), len(LedgerValue._fields) + 1}
 """Six fields, or seven when the ledger keeps the value: a head-only object's, or an object's of
 at most ``inline_value_bytes``."""
@@ -102,7 +106,19 @@ _CAST_OFFSETS = (
 )
 """Little-endian offsets are read in place (a memoryview cast) where the machine's order is
 the file's; elsewhere they are unpacked."""
-_packb = msgpack.packb
+_unpackb = msgpack.unpackb
+_V2_HEAD_SIZE = _V2_HEAD.size
+
+
+def _bin_header(length: int) -> bytes:
+    """The msgpack header of a bin of ``length`` bytes (a key's encoding is it plus the key)."""
+    if length < 0x100:
+        return b"\xc4" + length.to_bytes(1, "big")
+    if length < 0x10000:
+        return b"\xc5" + length.to_bytes(2, "big")
+    return b"\xc6" + length.to_bytes(4, "big")
+
+
 _SQN_OF = itemgetter(0)
 _STATUS_OF = itemgetter(1)
 
@@ -564,6 +580,24 @@ class _Tail:
         self.version = layout.version
 
 
+class _Run:
+    """A run of an SST's data blocks as read (each block followed by its CRC), as the block
+    cache holds it: the number of its first block, its offset in the file, its bytes, and
+    which of its blocks have passed their CRC check.
+
+    The only state that changes is ``checked``: a flag goes from 0 to 1 once its block's CRC
+    has been checked, never back, so a reader that sees 0 (another thread may be checking the
+    same block) checks again and finds the same answer."""
+
+    __slots__ = ("checked", "data", "first", "start")
+
+    def __init__(self, first: int, start: int, data: bytes, blocks: int) -> None:
+        self.first = first
+        self.start = start
+        self.data = data
+        self.checked = bytearray(blocks)
+
+
 def _search_decoded(
     keys: tuple[bytes, ...], values: list[LedgerValue], key: bytes
 ) -> LedgerValue | None:
@@ -576,10 +610,11 @@ def _search_decoded(
 class SstReader:
     """Reads one SST object by ranged reads: point lookups and forward range scans.
 
-    Open costs two ranged reads and keeps the index, bloom filter and meta in memory. Decoded
-    data blocks go through the shared ``cache`` (if any) under ``(name, block number, sqn_base)``.
-    ``sqn_base`` is added to every SQN returned (files written by a bulk load number from 0).
-    Immutable after open, so one reader may serve many threads.
+    Open costs two ranged reads and keeps the index, bloom filter and meta in memory. Data
+    blocks go through the shared ``cache`` (if any) as stored, a run at a time, under ``(name,
+    run number, sqn_base, 2)``. ``sqn_base`` is added to every SQN returned (files written by a
+    bulk load number from 0). Immutable after open (but for the check flags of the runs it
+    caches, see :class:`_Run`), so one reader may serve many threads.
     """
 
     __slots__ = (
@@ -634,10 +669,11 @@ class SstReader:
     ) -> SstReader:
         """Open SST object ``name`` of ``size`` bytes, read through ``fetch(start, end)``.
 
-        ``readahead``: with a ``cache``, a block that is not cached is read together with the
-        blocks after it, up to this many bytes in all, in one ranged read; the others wait in the
-        cache still encoded. On an object store every read is a round trip, so this turns a
-        lookup workload's hundreds of block reads per file into a few (0: one block per read).
+        ``readahead``: with a ``cache``, a scan or a merge that finds a block missing reads its
+        run (:data:`RUN_BYTES`) and the runs after it, up to this many bytes in all, in one
+        ranged read; the runs wait in the cache still encoded. On an object store every read is
+        a round trip, so this turns a scan's hundreds of block reads per file into a few (below
+        :data:`RUN_BYTES`: one run per read, as a point lookup always reads).
         """
         if size < FOOTER_SIZE:
             raise CorruptionError(
@@ -678,13 +714,6 @@ class SstReader:
             if position < len(keys) and keys[position] == key:
                 return values[position]
             return None
-        found = cache.get((self.name, block, self.sqn_base))
-        if found is not None:
-            keys, values = found  # type: ignore[misc]
-            position = bisect_left(keys, key)
-            if position < len(keys) and keys[position] == key:
-                return values[position]
-            return None
         stored = self._stored(block, cache)
         if self.version > 1:
             return self._lookup(block, self._payload(block, stored), key)
@@ -714,19 +743,16 @@ class SstReader:
                 return None
             block_keys, values = self._block(block)
             return [_search_decoded(block_keys, values, key) for key in keys]
-        found = cache.get((self.name, block, self.sqn_base))
-        if found is not None:
-            block_keys, values = found  # type: ignore[misc]
-            return [_search_decoded(block_keys, values, key) for key in keys]
-        stored = cache.get((self.name, block, self.sqn_base, _STORED))
-        if stored is None:
+        run = cache.get((self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN))
+        if run is None:
             if cached_only:
                 return None
-            stored = self._read_run(block, cache, self._point_ahead)
+            run = self._read_runs(block, cache, 0)
+        stored = self._from_run(block, run)  # type: ignore[arg-type]
         if self.version > 1:
-            payload = self._payload(block, stored)  # type: ignore[arg-type]
+            payload = self._payload(block, stored)
             return [self._lookup(block, payload, key) for key in keys]
-        point_keys, raw_values = self._decode_raw(block, stored)  # type: ignore[arg-type]
+        point_keys, raw_values = self._decode_raw(block, stored)
         out: list[LedgerValue | None] = []
         for key in keys:
             position = bisect_left(point_keys, key)
@@ -735,10 +761,6 @@ class SstReader:
             else:
                 out.append(None)
         return out
-
-    @property
-    def _point_ahead(self) -> int:
-        return min(self._readahead, POINT_READAHEAD)
 
     def _one_value(self, raw: tuple[Any, ...], block: int) -> LedgerValue:
         """One value of a block decoded for point lookups, checked and made a LedgerValue."""
@@ -773,33 +795,28 @@ class SstReader:
         the next entry."""
         try:
             width, count = _V2_HEAD.unpack_from(payload, 0)
-            start = _V2_HEAD.size + width * count
-            needle = _packb(key)
+            start = _V2_HEAD_SIZE + width * count
+            needle = _bin_header(len(key)) + key  # the key's msgpack encoding
             probe = needle.rstrip(b"\x00")  # a common last byte slows the search in C
             at = payload.find(probe, start)
             if at < 0:
                 return None
             offsets: Sequence[int]
             if _CAST_OFFSETS:
-                table = memoryview(payload)[_V2_HEAD.size : start]
+                table = memoryview(payload)[_V2_HEAD_SIZE:start]
                 offsets = table.cast("H") if width == 2 else table.cast("I")
             else:
-                offsets = struct.unpack_from(_V2_OFFSETS[width] % count, payload, _V2_HEAD.size)
-            while at >= 0:
-                position = bisect_left(offsets, at - start)
-                if (
-                    position < count
-                    and offsets[position] == at - start
-                    and payload.startswith(needle, at)
-                ):
+                offsets = struct.unpack_from(_V2_OFFSETS[width] % count, payload, _V2_HEAD_SIZE)
+            while True:
+                rel = at - start
+                position = bisect_left(offsets, rel)
+                if position < count and offsets[position] == rel and payload.startswith(needle, at):
                     end = start + offsets[position + 1] if position + 1 < count else len(payload)
-                    raw = msgpack.unpackb(
-                        memoryview(payload)[at + len(needle) : end], use_list=False, raw=False
-                    )
+                    raw = _unpackb(memoryview(payload)[at + len(needle) : end], use_list=False)
                     break
                 at = payload.find(probe, at + 1)
-            else:
-                return None
+                if at < 0:
+                    return None
         except Exception as exc:  # struct, msgpack and dict lookups raise assorted types
             raise CorruptionError(
                 self.name,
@@ -882,22 +899,37 @@ class SstReader:
             offset = self._block_offsets[block]
             length = self._block_lengths[block]
             data = fetch_exact(self._fetch, offset, offset + length, self.name)
-            return self._decode(block, self._checked(block, data, 0))[0]
-        cache_key = (self.name, block, self.sqn_base)
-        found = cache.get(cache_key)
-        if found is not None:
-            return found  # type: ignore[return-value]
-        decoded, weight = self._decode(block, self._stored(block, cache, self._readahead))
-        cache.put(cache_key, decoded, weight)
-        return decoded
+            return self._decode(block, self._checked(block, data, 0))
+        # Decoded blocks are not cached: a block decodes from its cached run in a few
+        # microseconds, while a decoded block weighs twice its bytes and is made of objects
+        # the interpreter's cycle collector would walk again and again.
+        return self._decode(block, self._stored(block, cache, self._readahead))
 
     def _stored(self, block: int, cache: BlockCache, readahead: int = 0) -> bytes:
-        """The checked stored bytes of ``block`` (snappy, without the CRC): from the cache, or
-        read with the blocks after it up to ``readahead`` (at most ``POINT_READAHEAD`` when 0)."""
-        found = cache.get((self.name, block, self.sqn_base, _STORED))
-        if found is not None:
-            return found  # type: ignore[return-value]
-        return self._read_run(block, cache, readahead or self._point_ahead)
+        """The checked stored bytes of ``block`` (snappy, without the CRC): from its cached run,
+        or read with the runs after it up to ``readahead`` bytes (one run when 0)."""
+        found = cache.get((self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN))
+        if found is None:
+            found = self._read_runs(block, cache, readahead)
+        return self._from_run(block, found)  # type: ignore[arg-type]
+
+    def _from_run(self, block: int, run: _Run) -> bytes:
+        """The stored bytes of ``block`` from its cached ``run``, the block's CRC checked the
+        first time the run gives it out."""
+        offset = self._block_offsets[block]
+        at = offset - run.start
+        end = at + self._block_lengths[block] - _CRC_SIZE
+        data = run.data
+        stored = data[at:end]
+        checked = run.checked
+        index = block - run.first
+        if not checked[index]:
+            if _crc32(stored) != _U32_AT(data, end)[0]:
+                raise CorruptionError(
+                    self.name, f"SST data block {block} checksum mismatch", offset=offset
+                )
+            checked[index] = 1
+        return stored
 
     def _checked(self, block: int, data: bytes, at: int) -> bytes:
         """The stored bytes of ``block`` found at ``data[at:]``, its CRC checked."""
@@ -905,38 +937,45 @@ class SstReader:
         length = self._block_lengths[block]
         return _unframe(data, at, length, self.name, offset - at, f"data block {block}")
 
-    def _read_run(self, block: int, cache: BlockCache, readahead: int) -> bytes:
-        """Read ``block`` and the blocks after it up to ``readahead`` bytes in one ranged read;
-        check each block's CRC and cache its stored bytes (snappy, weighed by their length), so
-        that a block is checked once per read from the store and decoded only when asked for.
-        A neighbour that fails its check is left out (it fails again when it is asked for)."""
+    def _read_runs(self, block: int, cache: BlockCache, readahead: int) -> _Run:
+        """Read the run of ``block`` and the runs after it up to ``readahead`` bytes in all (at
+        least the one run) in one ranged read, cache each run as read (a run's blocks are
+        checked as they are used), and answer ``block``'s run as ``(its offset, its bytes)``.
+
+        A run is every block that starts in one aligned :data:`RUN_BYTES` of the file, so the
+        run that holds a block is known without asking the cache anything else, and a miss
+        costs one read and one cache entry per run, however many blocks the run holds."""
         offsets = self._block_offsets
         lengths = self._block_lengths
-        start = offsets[block]
-        last = block
-        limit = start + readahead
-        while last + 1 < len(offsets) and offsets[last + 1] + lengths[last + 1] <= limit:
-            last += 1
-        end = offsets[last] + lengths[last]
-        data = fetch_exact(self._fetch, start, end, self.name)
+        first_run = offsets[block] // RUN_BYTES
+        runs = max(1, readahead // RUN_BYTES)
+        first = bisect_left(offsets, first_run * RUN_BYTES)
+        last = bisect_left(offsets, (first_run + runs) * RUN_BYTES) - 1
+        start = offsets[first]
+        data = fetch_exact(self._fetch, start, offsets[last] + lengths[last], self.name)
         name, base = self.name, self.sqn_base
-        stored = self._checked(block, data, 0)
-        cache.put((name, block, base, _STORED), stored, len(stored) + _STORED_OVERHEAD)
-        for other in range(block + 1, last + 1):
-            key = (name, other, base, _STORED)
-            if cache.get(key) is None:
-                try:
-                    neighbour = self._checked(other, data, offsets[other] - start)
-                except CorruptionError:
-                    continue
-                cache.put(key, neighbour, len(neighbour) + _STORED_OVERHEAD)
-        return stored
+        if runs == 1:
+            mine = _Run(first, start, data, last + 1 - first)
+            cache.put((name, first_run, base, _RUN), mine, len(data) + _STORED_OVERHEAD)
+            return mine
+        wanted = None
+        run_first = first
+        for run in range(first_run, first_run + runs):
+            run_last = bisect_left(offsets, (run + 1) * RUN_BYTES, run_first) - 1
+            if run_last < run_first:
+                continue  # no block starts in this run (a block longer than a run)
+            run_start = offsets[run_first]
+            piece = data[run_start - start : offsets[run_last] + lengths[run_last] - start]
+            found = _Run(run_first, run_start, piece, run_last + 1 - run_first)
+            cache.put((name, run, base, _RUN), found, len(piece) + _STORED_OVERHEAD)
+            if run == first_run:
+                wanted = found
+            run_first = run_last + 1
+        assert wanted is not None  # the run of ``block`` holds ``block``
+        return wanted
 
-    def _decode(
-        self, block: int, stored: bytes
-    ) -> tuple[tuple[tuple[bytes, ...], list[LedgerValue]], int]:
-        """Decode the checked stored bytes of ``block``; answer the decoded block and its
-        weight for the cache."""
+    def _decode(self, block: int, stored: bytes) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
+        """Decode the checked stored bytes of ``block``: its keys and its values."""
         name = self.name
         offset = self._block_offsets[block]
         try:
@@ -957,5 +996,4 @@ class SstReader:
             raise CorruptionError(
                 name, f"SST data block {block} does not match the index", offset=offset
             )
-        weight = len(raw) + _DECODED_ENTRY_WEIGHT * len(keys)
-        return (keys, values), weight
+        return keys, values

@@ -252,6 +252,12 @@ def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios(tmp_path: Path)
             assert rate > 0
             ratio = limit[f"{part}_to_pread"]
             assert ratio == pytest.approx(by[n, part]["ops_per_s"] / rate, rel=0.01, abs=0.002)
+            ledger_rate = limit[f"ledger_pread_{threads}_per_s"]
+            assert ledger_rate > 0
+            ledger_ratio = limit[f"{part}_to_ledger_pread"]
+            assert ledger_ratio == pytest.approx(
+                by[n, part]["ops_per_s"] / ledger_rate, rel=0.01, abs=0.002
+            )
         kill = by[n, "kill"]
         assert kill["open_s"] > 0 and kill["acked"] >= 5000
     timed = ["load", "get", "get16", "get_warm", "scan"]
@@ -334,3 +340,28 @@ def test_pread_rate_reads_the_files_of_a_directory_and_skips_small_ones(tmp_path
         assert after["rchar"] - before["rchar"] >= 200 * 4096
         per_op = io_per_op(before, after, 200)
         assert per_op["os_reads_per_op"] >= 1 and per_op["os_bytes_per_op"] >= 4096
+
+
+def test_the_limit_passes_read_different_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The 16-thread pass must not read the pages the 1-thread pass just brought into the page
+    # cache: each pass draws its own offsets.
+    from inkpen.cli import scale
+
+    seeds: list[tuple[str, int, int]] = []
+
+    def recorded(root: str, threads: int, calls: int = 10, seed: int = 0) -> float:
+        seeds.append((root, threads, seed))
+        return 1000.0 if root == str(tmp_path) else 2000.0
+
+    monkeypatch.setattr(scale, "pread_rate", recorded)
+    record = scale._limit(str(tmp_path), {"get": {"ops_per_s": 800.0}})
+    assert record["pread_1_per_s"] == 1000.0 and record["get_to_pread"] == 0.8
+    assert record["ledger_pread_1_per_s"] == 2000.0 and record["get_to_ledger_pread"] == 0.4
+    assert record["get16_to_pread"] is None  # no get16 figure given
+    ledger = str(tmp_path / "ledger")
+    assert sorted((root, threads) for root, threads, _ in seeds) == sorted(
+        (root, threads) for root in (str(tmp_path), ledger) for threads in (1, scale.GET_THREADS)
+    )
+    assert len({seed for _, _, seed in seeds}) == len(seeds)

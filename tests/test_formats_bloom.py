@@ -91,3 +91,12 @@ def test_arbitrary_bytes_parse_only_when_consistent(data: bytes) -> None:
 def test_bad_bits_per_key_is_refused(bits: object) -> None:
     with pytest.raises(ValueError, match="bits_per_key"):
         BloomFilter.build([b"a"], bits)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bits_per_key", [10, 4, 16])  # k = 7 (written out), 3, 11
+def test_a_hash_probe_answers_as_a_key_probe(bits_per_key: int) -> None:
+    members = [b"member-%d" % i for i in range(2000)]
+    bloom = BloomFilter.build(members, bits_per_key)
+    for key in [*members, *(b"absent-%d" % i for i in range(20_000))]:
+        assert bloom.may_contain_hash(bloom_hash(key)) == bloom.may_contain(key)
+    assert all(bloom.may_contain_hash(bloom_hash(key)) for key in members)

@@ -20,8 +20,10 @@ from inkpen.formats.journal import JournalEntry, Kind, build_journal
 from inkpen.formats.keys import ACTIVE, MAX_KEY_BYTES, TOMBSTONE, LedgerValue, object_key
 from inkpen.formats.manifest_codec import encode_manifest
 from inkpen.formats.sst import (
+    DEFAULT_BLOCK_SIZE,
     FOOTER_SIZE,
     FORMAT_VERSION,
+    RUN_BYTES,
     SstBuilder,
     SstInfo,
     SstReader,
@@ -200,6 +202,82 @@ def test_read_budget_two_reads_to_open_one_per_block_and_none_when_cached() -> N
     assert len(fetch.calls) == 3
     assert reader.get(object_key(b"zzz", b"after-the-last-key")) is None
     assert len(fetch.calls) == 3
+
+
+def run_of(reader: SstReader, block: int) -> tuple[int, int]:
+    """The bytes [start, end) of the run that holds ``block``: every block that starts in the
+    same aligned RUN_BYTES of the file (the oracle, from the file's own block offsets)."""
+    offsets = reader._block_offsets
+    lengths = reader._block_lengths
+    k = offsets[block] // RUN_BYTES
+    members = [b for b in range(reader.block_count) if offsets[b] // RUN_BYTES == k]
+    return offsets[members[0]], offsets[members[-1]] + lengths[members[-1]]
+
+
+def test_a_point_lookup_reads_its_blocks_run_once() -> None:
+    entries = sample_entries(6000)
+    data, _ = build_sst(entries)
+    fetch = CountingFetch(data)
+    reader = SstReader.open(NAME, len(data), fetch, cache=LruCache(1 << 22))
+    assert reader.block_count > 3 * RUN_BYTES // DEFAULT_BLOCK_SIZE
+    opened = len(fetch.calls)
+    runs: set[tuple[int, int]] = set()
+    for key, expected in entries[::37]:
+        block = reader.point_block(key, bloom_hash(key))
+        assert block is not None
+        run = run_of(reader, block)
+        before = len(fetch.calls)
+        assert reader.get(key) == expected
+        # One read of exactly the block's run the first time it is wanted; none after.
+        assert fetch.calls[before:] == ([] if run in runs else [run])
+        runs.add(run)
+    assert len(fetch.calls) - opened == len(runs) > 3
+    assert all(end - start <= RUN_BYTES + DEFAULT_BLOCK_SIZE for start, end in runs)
+
+
+def test_a_scan_reads_runs_of_readahead_and_point_lookups_use_them() -> None:
+    entries = sample_entries(20_000)
+    data, _ = build_sst(entries)
+    fetch = CountingFetch(data)
+    reader = SstReader.open(NAME, len(data), fetch, cache=LruCache(1 << 24), readahead=64 * 1024)
+    opened = len(fetch.calls)
+    assert list(reader.iter_range()) == entries
+    scan_reads = fetch.calls[opened:]
+    assert all(end - start <= 64 * 1024 + DEFAULT_BLOCK_SIZE for start, end in scan_reads)
+    assert [start for start, _ in scan_reads[1:]] == [end for _, end in scan_reads[:-1]]
+    assert len(scan_reads) <= len(data) // (64 * 1024 - DEFAULT_BLOCK_SIZE) + 1
+    fresh = SstReader.open(NAME, len(data), fetch, cache=reader._cache)
+    before = len(fetch.calls)
+    assert [fresh.get(k) for k, _ in entries[::11]] == [v for _, v in entries[::11]]
+    assert len(fetch.calls) == before  # every block is cached: none is read again
+
+
+def test_a_damaged_block_fails_each_time_and_spares_its_run() -> None:
+    entries = sample_entries(3000)
+    data, _ = build_sst(entries, block_size=512)
+    reader = open_reader(data)
+    middle = reader.block_count // 2
+    damaged_at = reader._block_offsets[middle] + 3
+    fetch = CountingFetch(flip(data, damaged_at, 0x40))
+    reader = SstReader.open(NAME, len(data), fetch, cache=LruCache(1 << 22))
+    start, end = run_of(reader, middle)
+    in_run = [
+        (k, v)
+        for k, v in entries
+        if start <= reader._block_offsets[reader.point_block(k, bloom_hash(k)) or 0] < end
+    ]
+    bad = [(k, v) for k, v in in_run if reader.point_block(k, bloom_hash(k)) == middle]
+    good = [(k, v) for k, v in in_run if reader.point_block(k, bloom_hash(k)) != middle]
+    assert bad and good
+    for _ in range(2):  # the damaged block is never cached as good
+        for key, _ in bad:
+            with pytest.raises(CorruptionError) as info:
+                reader.get(key)
+            assert info.value.offset == reader._block_offsets[middle] <= damaged_at
+        assert [reader.get(k) for k, _ in good] == [v for _, v in good]
+        with pytest.raises(CorruptionError):
+            reader.get_in_block(middle, [bad[0][0]])
+    assert fetch.calls.count((start, end)) == 1
 
 
 def test_without_a_cache_each_lookup_reads_one_block() -> None:
@@ -402,3 +480,11 @@ def test_a_newer_format_version_asks_for_an_upgrade() -> None:
     with pytest.raises(CorruptionError, match="upgrade inkpen") as info:
         open_reader(bytes(data))
     assert info.value.offset == footer_at + 6
+
+
+def test_a_keys_needle_is_its_msgpack_encoding() -> None:
+    from inkpen.formats.sst import _bin_header
+
+    for length in (0, 1, 255, 256, 65535, 65536, 70000):
+        key = b"\x00\x01" * (length // 2) + b"k" * (length % 2)
+        assert _bin_header(len(key)) + key == msgpack.packb(key)

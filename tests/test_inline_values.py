@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 import inkpen
+from inkpen.actors.read import path
 from inkpen.manifest import ManifestStore
 from inkpen.manifest.paths import parse_segment_key
 from inkpen.objectstore import CountingStore, ObjectStore, open_store
@@ -140,6 +141,31 @@ def test_values_above_the_threshold_are_read_from_the_journal(local_url: str) ->
                 assert [(k, v) for _, k, v in rows] == sorted(model.items())
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_scan_mixing_ledger_and_journal_values_keeps_key_order_across_windows(
+    local_url: str, monkeypatch: pytest.MonkeyPatch, reverse: bool
+) -> None:
+    # Values the ledger keeps leave at once while no journal read waits before them; after a
+    # value the journal holds, they wait in its window. Small windows cross every case: runs
+    # of small values before, between and after large ones, and a long run of small ones.
+    monkeypatch.setattr(path, "SCAN_WINDOW", 7)
+
+    def sizes(i: int) -> int:
+        return THRESHOLD + 1 + i if i % 11 in (3, 4) and i < 600 else i % 200
+
+    model = load(local_url, sizes, 900, inline_value_bytes=THRESHOLD)
+    with settled(open_store(local_url), inline_value_bytes=THRESHOLD) as book:
+        with book.objects("b", reverse=reverse) as rows:
+            got = [(bucket, k, v) for bucket, k, v in rows]
+        assert got == sorted(((b"b", k, v) for k, v in model.items()), reverse=reverse)
+        assert got[0][1] == (b"key000899" if reverse else b"key000000")
+        with book.objects("b", "key000100", "key000700") as rows:
+            inside = [(k, v) for _, k, v in rows]
+        assert inside == sorted(
+            (k, v) for k, v in model.items() if b"key000100" <= k <= b"key000700"
+        )
 
 
 def test_a_scan_of_small_values_reads_no_journal(local_url: str) -> None:

@@ -196,9 +196,12 @@ class LedgerView:
                 value = reader.get(key, key_hash=key_hash)
                 if value is not None:
                     return value
-        for level in self.levels:
-            found = level.find(key)
-            if found is not None:
+        for level in self.levels:  # Level.find written out: every get passes here per level
+            i = bisect.bisect_right(level.first_keys, key) - 1
+            if i < 0:
+                continue
+            found = level.files[i]
+            if key <= found.descriptor.last_key:
                 if key_hash is None:
                     key_hash = bloom_hash(key)
                 value = found.reader.get(key, key_hash=key_hash)

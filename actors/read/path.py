@@ -358,7 +358,10 @@ def fold_objects_by_key(
     The ledger gives a window of :data:`SCAN_WINDOW` live rows in key order; small values come
     with their entries, the others are read by :func:`window_reader` (journal records sorted by
     position, read forward, each byte at most once; see :func:`window_bodies`); then the
-    window's rows leave in key order.
+    window's rows leave in key order. A window opens at a row whose value the journal holds: a
+    row whose value the ledger keeps leaves at once while no window is open, so a scan of small
+    values holds no rows (rows held by the thousand outlive the interpreter's young
+    collections, and the cycle collector then walks them again and again).
     """
     cache, ledger, journal = source.views()
     lo, hi = object_bounds(bucket, start, end)
@@ -374,6 +377,16 @@ def fold_objects_by_key(
             continue
         expiry = value[2]
         if expiry is not None and expiry <= now_ms:
+            continue
+        if not rows and len(value) > 6:
+            # A value the ledger keeps, no journal read waiting before it: it leaves at once
+            # (a window held for nothing would outlive the interpreter's young collections).
+            key = item[0]
+            found_key = key[skip:-4]
+            if prefix is None or _NUL in found_key or key[-4:] != _TWO_TERMINATORS:
+                yield (*object_parts(key), value[6])
+            else:
+                yield bucket, found_key, value[6]
             continue
         rows.append(item)
         if len(rows) < SCAN_WINDOW:

@@ -84,7 +84,9 @@ def _opened(root: str) -> Iterator[tuple[list[int], list[int]]]:
 
 def pread_rate(root: str, threads: int, calls: int = PREAD_CALLS, seed: int = 0) -> float | None:
     """Random :data:`READ_BYTES` ``pread`` calls per second over the files under ``root``
-    (``calls`` in all, from ``threads`` threads); None when there is no file to read."""
+    (``calls`` in all, from ``threads`` threads, at offsets drawn from ``seed``: give each pass
+    its own, or a pass reads the pages the one before it left in the page cache); None when
+    there is no file to read."""
     with _opened(root) as (descriptors, totals):
         if not descriptors:
             return None

@@ -23,7 +23,9 @@ what only shows at scale, each printed as one JSON line (``workload`` names the 
   counts;
 - ``limit`` (a local directory store): random 4 KiB ``pread`` calls per second over the
   database's own files from 1 and 16 threads (:mod:`inkpen.cli.limits`), and ``get_to_pread`` /
-  ``get16_to_pread``, the gets' rates against them;
+  ``get16_to_pread``, the gets' rates against them; the same over the ledger's files alone
+  (``ledger_pread_1_per_s``, ``get_to_ledger_pread``, ...), which is all a get of a value the
+  ledger keeps reads;
 - ``kill``: a child process opens the database, loads :data:`KILL_PUTS` more objects and is
   killed with SIGKILL part way; ``open_s`` is the next open's time, and every put the child saw
   acknowledged is checked to be there (``acked``).
@@ -49,6 +51,7 @@ from typing import Any
 import click
 
 import inkpen
+from inkpen.manifest.paths import LEDGER_PREFIX
 from inkpen.objectstore import CountingStore, ObjectStore
 from inkpen.objectstore.local import LocalStore
 
@@ -91,6 +94,7 @@ RATIO_FIGURES = (
     ("kill", "open_s"),
     ("limit", "get_to_pread"),
     ("limit", "get16_to_pread"),
+    ("limit", "get_to_ledger_pread"),
 )
 
 
@@ -320,14 +324,20 @@ def _one_scale(
 
 def _limit(root: str, out: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The machine's random 4 KiB ``pread`` rate over the database's files, from 1 thread and
-    from :data:`GET_THREADS`, and the gets' rates against it (``get`` and ``get16``)."""
+    from :data:`GET_THREADS`, and the gets' rates against it (``get`` and ``get16``); then the
+    same over the ledger's files alone (``ledger_pread_*``, ``*_to_ledger_pread``): a get of a
+    value the ledger keeps reads nothing else, and the ledger may sit in the page cache while
+    the journal, most of the bytes, does not."""
     record: dict[str, Any] = {"read_bytes": READ_BYTES}
-    for threads, workload in ((1, "get"), (GET_THREADS, "get16")):
-        rate = pread_rate(root, threads)
-        record[f"pread_{threads}_per_s"] = None if rate is None else round(rate, 1)
-        got = out.get(workload, {}).get("ops_per_s")
-        ratio = None if rate is None or not isinstance(got, int | float) else round(got / rate, 3)
-        record[f"{workload}_to_pread"] = ratio
+    for label, where in (("", root), ("ledger_", os.path.join(root, LEDGER_PREFIX.rstrip("/")))):
+        for threads, workload in ((1, "get"), (GET_THREADS, "get16")):
+            # Each pass reads its own offsets: the same ones would find the pages the pass
+            # before it just brought into the page cache.
+            rate = pread_rate(where, threads, seed=threads + (1000 if label else 0))
+            record[f"{label}pread_{threads}_per_s"] = None if rate is None else round(rate, 1)
+            got = out.get(workload, {}).get("ops_per_s")
+            ratio = None if rate is None or not isinstance(got, int | float) else got / rate
+            record[f"{workload}_to_{label}pread"] = None if ratio is None else round(ratio, 3)
     return record
 
 
