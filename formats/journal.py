@@ -125,6 +125,15 @@ _COPY_TO_CHECK = 64 * 1024
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 
+PARTS_FROM = 64 * 1024
+"""A record this large or larger is read in parts by :meth:`JournalReader.value` when its fetch
+says ranged reads are cheap (``in_parts``: a local directory, memory): its head, then its body
+straight into a bytes object of its own, then its CRC, so that the body is copied once (by the
+read) and checksummed once, never sliced out of a buffer holding the whole record."""
+_HEAD_READ = 4 * 1024
+"""What a read in parts reads first: a record's lengths, key, value fields and index specs
+fit in it unless the key or the specs are large (then one more read takes the rest)."""
+
 
 class Kind(IntEnum):
     """What a journal entry records."""
@@ -138,6 +147,8 @@ class Kind(IntEnum):
 
 
 _KINDS = {kind.value: kind for kind in Kind}
+_WHOLE = object()
+"""What a read in parts answers when the record must be read whole instead."""
 _new_entry = tuple.__new__
 
 
@@ -1087,7 +1098,7 @@ class JournalReader:
     serve many threads.
     """
 
-    __slots__ = ("_fetch", "_index", "header", "name", "size", "sqn_base")
+    __slots__ = ("_fetch", "_in_parts", "_index", "header", "name", "size", "sqn_base")
 
     def __init__(
         self,
@@ -1104,6 +1115,7 @@ class JournalReader:
         self.sqn_base = sqn_base
         self._fetch = fetch
         self._index = index
+        self._in_parts = bool(getattr(fetch, "in_parts", False))
 
     @classmethod
     def open(
@@ -1200,13 +1212,24 @@ class JournalReader:
             return None
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
         if type(index) is _BlockIndex:
-            found = self._find(index, stored_sqn, kind, ledger_key)
+            block = index.block_of(stored_sqn)
+            if block is None:
+                return None
+            if self._in_parts and block[2] - block[1] >= PARTS_FROM:
+                body = self._value_in_parts(block[1], block[2], key, block[0])
+                if body is not _WHOLE:
+                    return body  # type: ignore[return-value]
+            found = self._find(index, stored_sqn, kind, ledger_key, block)
             if found is None:
                 return None
             data, start, end, base = found
             record = data if start == 0 and end == len(data) else data[start:end]
             return _record_body(record, key, self.name, base + start)
         for offset, length in index.candidates(zlib.crc32(key)):  # type: ignore[union-attr]
+            if self._in_parts and length >= PARTS_FROM:
+                body = self._value_in_parts(offset, offset + length, key, None)
+                if body is not _WHOLE:
+                    return body  # type: ignore[return-value]
             data = self._fetch(offset, offset + length)
             if len(data) != length:
                 raise short_read(self.name, offset, offset + length, len(data))
@@ -1215,13 +1238,75 @@ class JournalReader:
                 return body
         return None
 
+    def _value_in_parts(self, start: int, end: int, key: bytes, first_sqn: int | None) -> object:
+        """The body of the record ``[start, end)`` whose key is ``key``, read in parts (see
+        :data:`PARTS_FROM`), past the journal cache: the head, the body into a bytes object of
+        its own, the CRC; the CRC is checked over the head and the body as they are (zlib runs
+        without the interpreter lock over a large body), so the body is copied once, by the read.
+
+        Answers :data:`_WHOLE` when the range is not one record with that key (a block of
+        several records, another record, lengths or fields that do not add up, the first SQN
+        not the index's ``first_sqn``): the caller then reads it whole, which raises the error
+        that damage deserves or walks the block."""
+        name = self.name
+        fetch = getattr(self._fetch, "direct", self._fetch)
+        head = fetch_exact(fetch, start, min(end, start + _HEAD_READ), name)
+        key_length, value_length, record_sqn, kind_code = _RECORD_HEAD.unpack_from(head, 0)
+        value_at = _LENGTHS.size + key_length
+        crc_at = value_at + value_length
+        if (
+            key_length != len(key)
+            or value_length < _VALUE_HEAD.size
+            or crc_at + _CRC.size != end - start
+            or (first_sqn is not None and record_sqn != first_sqn)
+        ):
+            return _WHOLE
+        if value_at + _VALUE_HEAD.size > len(head):
+            head += fetch_exact(fetch, start + len(head), start + value_at + _VALUE_HEAD.size, name)
+        if head[_LENGTHS.size : value_at] != key:
+            return _WHOLE
+        flags, _, _, specs_length = _VALUE_HEAD.unpack_from(head, value_at)
+        body_at = value_at + _VALUE_HEAD.size + specs_length
+        if body_at > crc_at or flags & ~_KNOWN_FLAGS or not flags & _HAS_VALUE:
+            return _WHOLE
+        if kind_code != Kind.OBJECT:
+            return _WHOLE
+        if body_at > len(head):
+            head += fetch_exact(fetch, start + len(head), start + body_at, name)
+        ranges = [(start + body_at, start + crc_at), (start + crc_at, end)]
+        many = getattr(self._fetch, "direct_many", None)
+        if many is None:
+            body, stored = (fetch(a, b) for a, b in ranges)
+        else:
+            body, stored = many(ranges)
+        if len(body) != crc_at - body_at or len(stored) != _CRC.size:
+            raise short_read(name, start + body_at, end, len(body) + len(stored))
+        crc = zlib.crc32(body, zlib.crc32(memoryview(head)[:body_at]))
+        if crc != _CRC.unpack(stored)[0]:
+            raise CorruptionError(name, "journal record checksum mismatch", offset=start)
+        if flags & _COMPRESSED:
+            try:
+                return snappy.decompress(body)
+            except Exception as exc:  # snappy raises assorted types on damaged input
+                raise CorruptionError(
+                    name, f"journal record payload does not decode: {exc}", offset=start
+                ) from exc
+        return body if type(body) is bytes else bytes(body)
+
     def _find(
-        self, index: _BlockIndex, stored_sqn: int, kind: Kind, ledger_key: bytes
+        self,
+        index: _BlockIndex,
+        stored_sqn: int,
+        kind: Kind,
+        ledger_key: bytes,
+        found: tuple[int, int, int] | None = None,
     ) -> tuple[bytes, int, int, int] | None:
         """Read the block that would hold the key (one ranged read, through the journal cache)
         and find its record: ``(block bytes, record start, record end, block offset)``, the
-        record not yet checked; None when the file does not hold the key."""
-        found = index.block_of(stored_sqn)
+        record not yet checked; None when the file does not hold the key (``found``: the block,
+        when the caller has it)."""
+        if found is None:
+            found = index.block_of(stored_sqn)
         if found is None:
             return None
         first, start, end = found

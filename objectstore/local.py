@@ -77,6 +77,10 @@ class LocalStore(StoreBase):
     ``"sidecar"``.
     """
 
+    cheap_ranged_reads = True
+    """A ranged read is a ``pread`` on a cached descriptor: readers may read a large record in
+    parts (:func:`~inkpen.manifest.fetch.reads_in_parts`)."""
+
     def __init__(
         self,
         root_dir: str | os.PathLike[str],

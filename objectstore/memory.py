@@ -69,6 +69,10 @@ def drop_space(name: str) -> None:
 class MemoryStore(StoreBase):
     """Objects held in a process-wide dict, keyed by space name; all operations take one lock."""
 
+    cheap_ranged_reads = True
+    """A ranged read is a slice: readers may read a large record in parts
+    (:func:`~inkpen.manifest.fetch.reads_in_parts`)."""
+
     def __init__(self, name: str, *, prefix: str = "") -> None:
         self._name = name
         self._prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""

@@ -9,17 +9,20 @@ import struct
 import zlib
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inkpen.errors import CorruptionError
+from inkpen.formats import journal
 from inkpen.formats.journal import (
     EMPTY_JOURNAL_SIZE,
     FORMAT_VERSION,
     HEADER_SIZE,
     INDEX_BLOCK,
+    PARTS_FROM,
     JournalEntry,
     JournalHeader,
     JournalReader,
@@ -32,7 +35,7 @@ from inkpen.formats.journal import (
 from inkpen.formats.keys import MAX_KEY_BYTES, LedgerValue, index_key, object_key
 from inkpen.formats.manifest_codec import encode_manifest
 from inkpen.formats.sst import build_sst
-from support.fetching import CountingFetch, memory_fetch
+from support.fetching import CountingFetch, PartsFetch, memory_fetch
 
 NAME = "journal/00000000000000000187.jnl"
 U64 = st.integers(0, 2**64 - 1)
@@ -583,6 +586,12 @@ def test_lookups_of_both_versions_equal_a_model(
     assert [reader.read_at(o, n) for o, n in reader.locations()] == [
         e._replace(sqn=e.sqn + sqn_base) for e in entries
     ]
+    # Every record read in parts where it can be (a block of one record), whole elsewhere.
+    with mock.patch.object(journal, "PARTS_FROM", 1):
+        in_parts = JournalReader.open(NAME, len(data), PartsFetch(data), sqn_base=sqn_base)
+        for ask in asks:
+            found = model.get(ask)
+            assert in_parts.value(*ask) == (None if found is None else (found.value or b""))
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -603,3 +612,126 @@ def test_a_sample_draws_distinct_entries_in_file_order(version: int) -> None:
             blocks = {(start, end) for _, start, end in blocks_of(data)}
             assert set(fetch.calls) <= blocks and len(set(fetch.calls)) == len(fetch.calls)
     assert reader.sample(random.Random(1), 0) == []
+
+
+# --- large records read in parts ---------------------------------------------------------------
+
+
+def record_layout(data: bytes, offset: int) -> tuple[int, int, int]:
+    """``(body start, CRC start, end)`` of the record at ``offset``, from the documented layout."""
+    key_length, value_length = struct.unpack_from(">II", data, offset)
+    value_at = offset + 8 + key_length
+    (specs_length,) = struct.unpack_from(">I", data, value_at + 17)
+    crc_at = value_at + value_length
+    return value_at + 21 + specs_length, crc_at, crc_at + 4
+
+
+LARGE_ENTRIES = [
+    # incompressible, exactly at the size a record is read in parts from
+    JournalEntry(3, Kind.OBJECT, b"k-random", random.Random(3).randbytes(PARTS_FROM), (), 9, 1),
+    # compressible, with index specs
+    JournalEntry(
+        5, Kind.OBJECT, b"k-text", b"inkpen " * 40_000, ((1, b"f", b"t"), (0, b"g", b"")), None, 2
+    ),
+    # a key and specs that outgrow the first read of the head
+    JournalEntry(
+        6,
+        Kind.OBJECT,
+        b"K" * 5000,
+        random.Random(6).randbytes(100_000),
+        tuple((1, b"field_bin", b"term-%05d" % i) for i in range(600)),
+        None,
+        3,
+    ),
+    # a block of one record, too small to be read in parts
+    JournalEntry(7, Kind.OBJECT, b"k-less", random.Random(7).randbytes(PARTS_FROM - 99), (), 0, 4),
+    JournalEntry(8, Kind.TOMBSTONE, b"k-random", None, (), None, 5),
+]
+
+
+def record_offsets(data: bytes) -> list[int]:
+    header = read_header(data, NAME)
+    offsets = []
+    pos = HEADER_SIZE
+    while pos < header.hash_offset:
+        offsets.append(pos)
+        pos = record_layout(data, pos)[2]
+    return offsets
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_large_record_is_read_in_parts_and_its_body_is_the_bytes_read(version: int) -> None:
+    data = build_journal(LARGE_ENTRIES, writer_epoch=1, version=version)
+    fetch = PartsFetch(data)
+    reader = JournalReader.open(NAME, len(data), fetch)
+    for entry, offset in zip(LARGE_ENTRIES, record_offsets(data), strict=True):
+        body_at, crc_at, end = record_layout(data, offset)
+        fetch.calls.clear()
+        fetch.answers.clear()
+        got = reader.value(entry.sqn, entry.kind, entry.ledger_key)
+        assert got == (entry.value or b"")
+        if end - offset < PARTS_FROM:  # read whole, in one read of exactly the record
+            assert fetch.calls[-1:] == [(offset, end)]
+            continue
+        # the head in at most three reads from the record's start, then the body, then the CRC
+        *head, body_read, crc_read = fetch.calls
+        assert head[0] == (offset, offset + 4096) and len(head) <= 3
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(head))
+        assert head[-1][1] == max(body_at, offset + 4096)
+        assert (body_read, crc_read) == ((body_at, crc_at), (crc_at, end))
+        if entry.sqn in (3, 6):  # stored as it is: the body answered is the very read of it
+            assert got is fetch.answers[len(head)]
+    # The other read paths agree.
+    assert [reader.get(e.sqn, e.kind, e.ledger_key) for e in LARGE_ENTRIES] == LARGE_ENTRIES
+    assert reader.value(3, Kind.OBJECT, b"k-text") is None
+    assert reader.value(5, Kind.OBJECT, b"k-random") is None
+    assert reader.value(3, Kind.TOMBSTONE, b"k-random") is None
+
+
+def test_a_block_of_several_records_is_walked_not_read_in_parts() -> None:
+    entries = [
+        JournalEntry(sqn, Kind.OBJECT, b"k%d" % sqn, b"v" * 100, (), None, 0) for sqn in (1, 2, 3)
+    ]
+    data = build_journal(entries, writer_epoch=1)
+    with mock.patch.object(journal, "PARTS_FROM", 1):
+        fetch = PartsFetch(data)
+        reader = JournalReader.open(NAME, len(data), fetch)
+        for entry in entries:
+            fetch.calls.clear()
+            assert reader.value(entry.sqn, entry.kind, entry.ledger_key) == entry.value
+            # the head read finds the block holds more than one record: the block is walked
+            assert fetch.calls[-1] == (HEADER_SIZE, read_header(data, NAME).hash_offset)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_damage_to_a_large_record_read_in_parts_is_detected(version: int) -> None:
+    entries = LARGE_ENTRIES[:3]
+    data = build_journal(entries, writer_epoch=1, version=version)
+    offsets = record_offsets(data)
+    ends = [*offsets[1:], read_header(data, NAME).hash_offset]
+    records = list(zip(entries, offsets, ends, strict=True))
+    interesting: set[int] = set(range(0, HEADER_SIZE))
+    for _, offset, end in records:
+        body_at = record_layout(data, offset)[0]
+        interesting |= set(range(offset, offset + 96))  # lengths, SQN, kind, the key's start
+        interesting |= set(range(offset, body_at, 31))  # through the key and the specs
+        interesting |= set(range(body_at - 64, body_at + 64))  # the fields, the specs' end
+        interesting |= set(range(body_at, end, 997))  # through the body
+        interesting |= set(range(end - 64, end))  # the body's end and the CRC
+    interesting |= set(range(records[-1][2], len(data)))  # the index region
+    for flipped in sorted(interesting):
+        damaged = flip(data, flipped, 0x40)
+        try:
+            reader = JournalReader.open(NAME, len(damaged), PartsFetch(damaged))
+        except CorruptionError as exc:
+            assert exc.object_name == NAME and exc.offset is not None and exc.offset <= flipped
+            continue
+        for entry, offset, end in records:
+            try:
+                got = reader.value(entry.sqn, entry.kind, entry.ledger_key)
+            except CorruptionError as exc:
+                assert exc.object_name == NAME
+                assert exc.offset is not None and exc.offset <= flipped, (flipped, exc)
+                continue
+            assert not offset <= flipped < end, f"byte {flipped} flipped went unnoticed"
+            assert got == entry.value
