@@ -83,6 +83,8 @@ import snappy
 from inkpen.errors import CorruptionError
 
 from .cache import BlockCache
+from .crc import combine as crc_combine
+from .crc import shift as crc_shift
 from .fetching import Fetch, fetch_exact, short_read
 
 MAGIC = b"INKJNL"
@@ -233,6 +235,31 @@ def _worth_compressing(body: bytes) -> bool:
     return len(snappy.compress(sample)) <= len(sample) - (len(sample) >> 3)
 
 
+def _stored_body(value: object, sqn: int) -> tuple[int, bytes]:
+    """The flags and the stored body of an OBJECT entry's value: compressed when that saves an
+    eighth (:func:`_worth_compressing` decides whether to try)."""
+    if not isinstance(value, bytes):
+        raise TypeError(
+            f"an OBJECT entry's value must be bytes, not {type(value).__name__} (sqn {sqn})"
+        )
+    if len(value) >= _COMPRESS_MIN and _worth_compressing(value):
+        packed = snappy.compress(value)
+        if len(packed) <= len(value) - (len(value) >> 3):
+            return _HAS_VALUE | _COMPRESSED, packed
+    return _HAS_VALUE, value
+
+
+def _encode_specs(index_specs: Sequence[tuple[int, bytes, bytes]]) -> bytes:
+    """The msgpack of an entry's index specs, each checked to be (op, field, term)."""
+    for spec in index_specs:
+        if len(spec) != 3 or spec[0] not in (0, 1):
+            raise ValueError(f"index spec {spec!r} is not (op, field, term) with op 0 or 1")
+        if type(spec[1]) is not bytes or type(spec[2]) is not bytes:
+            raise TypeError(f"index spec {spec!r}: field and term must be bytes")
+    packed: bytes = msgpack.packb([tuple(spec) for spec in index_specs], use_bin_type=True)
+    return packed
+
+
 def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
     """Encode one entry: the record without its CRC, the CRC, and the hash of the record key."""
     sqn, given_kind, ledger_key, value, index_specs, expiry_ms, last_modified_ms = entry
@@ -244,17 +271,7 @@ def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
     flags = 0
     body = b""
     if kind is Kind.OBJECT:
-        if not isinstance(value, bytes):
-            raise TypeError(
-                f"an OBJECT entry's value must be bytes, not {type(value).__name__} (sqn {sqn})"
-            )
-        flags = _HAS_VALUE
-        body = value
-        if len(body) >= _COMPRESS_MIN and _worth_compressing(body):
-            packed = snappy.compress(body)
-            if len(packed) <= len(body) - (len(body) >> 3):
-                body = packed
-                flags |= _COMPRESSED
+        flags, body = _stored_body(value, sqn)
     elif value is not None:
         raise ValueError(f"a {kind.name} entry carries no value; got {type(value).__name__}")
     if expiry_ms is None:
@@ -265,14 +282,7 @@ def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
     last_modified = last_modified_ms
     if type(last_modified) is not int or not 0 <= last_modified < _U64:
         last_modified = _check_uint(last_modified_ms, 64, "last_modified_ms")
-    specs = b""
-    if index_specs:
-        for spec in index_specs:
-            if len(spec) != 3 or spec[0] not in (0, 1):
-                raise ValueError(f"index spec {spec!r} is not (op, field, term) with op 0 or 1")
-            if type(spec[1]) is not bytes or type(spec[2]) is not bytes:
-                raise TypeError(f"index spec {spec!r}: field and term must be bytes")
-        specs = msgpack.packb([tuple(spec) for spec in index_specs], use_bin_type=True)
+    specs = _encode_specs(index_specs) if index_specs else b""
     key_length = _KEY_HEAD.size + len(ledger_key)
     value_length = _VALUE_HEAD.size + len(specs) + len(body)
     if key_length >= _U32 or value_length >= _U32:
@@ -283,6 +293,102 @@ def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
     )
     key_hash = zlib.crc32(ledger_key, zlib.crc32(head[_LENGTHS.size :]))
     return record, _CRC.pack(zlib.crc32(record)), key_hash
+
+
+PREPARE_FROM = 64 * 1024
+"""A put's value this large or larger is encoded in the caller's thread
+(:func:`prepare_record`), leaving the journal's one writer the SQN alone."""
+
+
+class PreparedRecord(NamedTuple):
+    """An OBJECT record encoded but for its SQN, made by :func:`prepare_record` in the thread of
+    the put, so that the journal's one writer thread neither compresses, checksums nor copies a
+    large body: :func:`build_journal` packs the SQN and combines two CRCs.
+
+    It serves only the entry it was made from: the same ledger key, value (the very object),
+    index specs, expiry and last-modified time (:meth:`serves`); a change the writer rewrote
+    before writing it (a merge folded, index specs a ttl implies) is encoded afresh."""
+
+    ledger_key: bytes
+    value: bytes
+    index_specs: tuple[tuple[int, bytes, bytes], ...]
+    expiry_ms: int | None
+    last_modified_ms: int
+    key_length: int
+    """K of the record layout: the SQN, the kind and the ledger key."""
+    value_length: int
+    """V of the record layout: the value fields, the index specs and the stored body."""
+    fields: bytes
+    """The record's bytes from the ledger key to the body: the ledger key, flags,
+    last-modified, expiry, the index specs' length and the specs."""
+    body: bytes
+    """The body as stored (the value itself, or its snappy compression)."""
+    crc: int
+    """CRC-32 of ``fields + body``."""
+    shift: int
+    """:func:`~inkpen.formats.crc.shift` of ``len(fields + body)``: the record's CRC is
+    ``combine(crc32(the record's first 17 bytes), crc, shift)``."""
+
+    def serves(self, entry: JournalEntry) -> bool:
+        """Whether this is the encoding of ``entry`` (whatever its SQN)."""
+        return (
+            entry[3] is self.value
+            and entry[1] == Kind.OBJECT
+            and entry[2] == self.ledger_key
+            and entry[5] == self.expiry_ms
+            and entry[6] == self.last_modified_ms
+            and tuple(entry[4]) == self.index_specs
+        )
+
+
+def prepare_record(
+    ledger_key: bytes,
+    value: bytes,
+    index_specs: tuple[tuple[int, bytes, bytes], ...],
+    expiry_ms: int | None,
+    last_modified_ms: int,
+) -> PreparedRecord:
+    """Encode the OBJECT entry of these fields but for its SQN (see :class:`PreparedRecord`):
+    the compression choice, the value fields and specs, and the CRC of all of it, computed
+    without joining anything (zlib checksums a large body without the interpreter lock).
+    Raises ``ValueError`` / ``TypeError`` as :func:`build_journal` would for the entry."""
+    if type(ledger_key) is not bytes:
+        raise TypeError(f"ledger_key must be bytes, not {type(ledger_key).__name__}")
+    flags, body = _stored_body(value, 0)
+    expiry = 0
+    if expiry_ms is not None:
+        expiry = _check_uint(expiry_ms, 64, "expiry_ms")
+        flags |= _HAS_EXPIRY
+    last_modified = _check_uint(last_modified_ms, 64, "last_modified_ms")
+    specs = _encode_specs(index_specs) if index_specs else b""
+    fields = b"".join(
+        (ledger_key, _VALUE_HEAD.pack(flags, last_modified, expiry, len(specs)), specs)
+    )
+    key_length = _KEY_HEAD.size + len(ledger_key)
+    value_length = _VALUE_HEAD.size + len(specs) + len(body)
+    if key_length >= _U32 or value_length >= _U32:
+        raise ValueError("the entry is too large for a journal record (4 GiB at most)")
+    return PreparedRecord(
+        ledger_key,
+        value,
+        tuple(index_specs),
+        expiry_ms,
+        last_modified_ms,
+        key_length,
+        value_length,
+        fields,
+        body,
+        zlib.crc32(body, zlib.crc32(fields)),
+        crc_shift(len(fields) + len(body)),
+    )
+
+
+def _prepared_parts(prepared: PreparedRecord, sqn: int) -> tuple[bytes, bytes, int]:
+    """The record's head (lengths, SQN, kind), its CRC, and the hash of its record key."""
+    head = _RECORD_HEAD.pack(prepared.key_length, prepared.value_length, sqn, Kind.OBJECT)
+    crc = crc_combine(zlib.crc32(head), prepared.crc, prepared.shift)
+    key_hash = zlib.crc32(prepared.ledger_key, zlib.crc32(head[_LENGTHS.size :]))
+    return head, _CRC.pack(crc), key_hash
 
 
 def _encode_hash_region(slots: list[tuple[int, int, int]]) -> bytes:
@@ -315,13 +421,19 @@ def _encode_block_index(firsts: list[int], offsets: list[int]) -> bytes:
 
 
 def build_journal(
-    entries: Iterable[JournalEntry], *, writer_epoch: int, version: int = FORMAT_VERSION
+    entries: Iterable[JournalEntry],
+    *,
+    writer_epoch: int,
+    version: int = FORMAT_VERSION,
+    prepared: Sequence[PreparedRecord | None] = (),
 ) -> bytes:
     """Build a whole journal file from entries given in strictly increasing SQN order.
 
     Zero entries is valid and gives a header-only file of :data:`EMPTY_JOURNAL_SIZE` bytes.
     Raises ``ValueError`` / ``TypeError`` for entries out of order or malformed. ``version`` 1
     builds the earlier layout (a CDB hash region), which only tests of old files want.
+    ``prepared``: the :class:`PreparedRecord` of each entry, in order (None, or missing, for
+    an entry encoded here); one that does not serve its entry is ignored.
     """
     epoch = _check_uint(writer_epoch, 64, "writer_epoch")
     if version not in (1, FORMAT_VERSION):
@@ -348,10 +460,16 @@ def build_journal(
         if previous < 0:
             min_sqn = sqn
         previous = max_sqn = sqn
-        record, crc, key_hash = _encode_record(entry)
-        parts.append(record)
-        parts.append(crc)
-        length = len(record) + _CRC.size
+        ready = prepared[count] if count < len(prepared) else None
+        if ready is not None and ready.serves(entry):
+            head, crc, key_hash = _prepared_parts(ready, sqn)
+            parts += (head, ready.fields, ready.body, crc)
+            length = len(head) + len(ready.fields) + len(ready.body) + _CRC.size
+        else:
+            record, crc, key_hash = _encode_record(entry)
+            parts.append(record)
+            parts.append(crc)
+            length = len(record) + _CRC.size
         if version == 1:
             slots.append((key_hash, offset, length))
         elif not block_fill or block_fill + length > INDEX_BLOCK:

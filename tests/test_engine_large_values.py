@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 import inkpen
+from inkpen.formats.journal import PREPARE_FROM, decode_journal
+from inkpen.formats.keys import object_key
 from inkpen.manifest.paths import parse_segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import CountingStore, ObjectStore
+from support.engine import FakeClock
 
 LARGE = 300 * 1024
 
@@ -62,3 +67,53 @@ def test_a_large_value_is_written_once_and_reads_back(store: ObjectStore) -> Non
             assert book.get("b", key) == value
     with inkpen.open(store) as book, book.objects("b") as rows:
         assert {k: v for _, k, v in rows} == model
+
+
+def test_large_values_encoded_in_the_callers_thread_read_back_with_their_indexes(
+    store: ObjectStore,
+) -> None:
+    """Values of ``PREPARE_FROM`` bytes or more are encoded in the caller's thread; what the
+    writer does to a change before writing it (the index entries a ttl put reaches, a failed
+    condition, a batch) still holds, and every value, index entry and expiry reads back, live
+    and after a reopen (from the journal files the segments rolled into)."""
+    rng = random.Random(11)
+    one = rng.randbytes(LARGE)  # a segment of its own, linked: its bytes are the journal's
+    two = b"compressible " * (PREPARE_FROM // 8)
+    three = rng.randbytes(3 << 20)
+    clock = FakeClock()
+    with inkpen.open(store, flush_policy="idle", clock=clock) as book:
+        book.put("b", "one", one, indexes=[("add", "size_bin", "small")])
+        book.put("b", "two", two, indexes=[("add", "size_bin", "medium")], ttl=3600)
+        # This ttl put reaches the index entry "one" has: the writer adds it to the change,
+        # which is then encoded again (the record made in this thread does not serve it).
+        book.put("b", "one", one, ttl=7200)
+        with pytest.raises(inkpen.ConflictError):
+            book.put("b", "two", three, if_sqn=0)
+        batch = inkpen.Batch()
+        batch.put("b", "three", three, indexes=[("add", "size_bin", "large")])
+        batch.put("b", "four", two)
+        book.write(batch)
+        book.delete("b", "four")
+        live = {key: book.get("b", key) for key in ("one", "two", "three", "four")}
+        heads = {key: book.head("b", key) for key in ("one", "two", "three")}
+    assert live == {"one": one, "two": two, "three": three, "four": None}
+    # The journal holds the change as the writer made it: the ttl put carries the spec it
+    # reached (replay, journal compaction and copies rebuild index entries from it).
+    entries = [
+        entry
+        for name in _journal_files(store)
+        for entry in decode_journal(store.get(name), name)[1]
+        if entry.ledger_key == object_key(b"b", b"one") and entry.expiry_ms is not None
+    ]
+    assert [(e.value, [spec[1:] for spec in e.index_specs]) for e in entries] == [
+        (one, [(b"size_bin", b"small")])
+    ]
+    with inkpen.open(store, clock=clock) as book:
+        assert {key: book.get("b", key) for key in live} == live
+        assert {key: book.head("b", key) for key in heads} == heads
+        assert list(book.index_query("b", "size_bin", "a", "z")) == [b"three", b"two", b"one"]
+        clock.advance(3601)  # "two" and its index entry expire
+        assert list(book.index_query("b", "size_bin", "a", "z")) == [b"three", b"one"]
+        clock.advance(3600)  # so do "one" and the entry its ttl put reached
+        assert list(book.index_query("b", "size_bin", "a", "z")) == [b"three"]
+        assert [book.get("b", key) for key in ("one", "two", "three")] == [None, None, three]

@@ -23,6 +23,7 @@ from inkpen.formats.journal import (
     HEADER_SIZE,
     INDEX_BLOCK,
     PARTS_FROM,
+    PREPARE_FROM,
     JournalEntry,
     JournalHeader,
     JournalReader,
@@ -30,6 +31,7 @@ from inkpen.formats.journal import (
     build_journal,
     decode_journal,
     iter_journal,
+    prepare_record,
     read_header,
 )
 from inkpen.formats.keys import MAX_KEY_BYTES, LedgerValue, index_key, object_key
@@ -735,3 +737,69 @@ def test_damage_to_a_large_record_read_in_parts_is_detected(version: int) -> Non
                 continue
             assert not offset <= flipped < end, f"byte {flipped} flipped went unnoticed"
             assert got == entry.value
+
+
+# --- large records encoded in the caller's thread ----------------------------------------------
+
+
+def prepared_for(entry: JournalEntry) -> Any:
+    assert entry.value is not None
+    return prepare_record(
+        entry.ledger_key, entry.value, entry.index_specs, entry.expiry_ms, entry.last_modified_ms
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(raw_entries, U64, st.sampled_from([1, 2]), st.data())
+def test_records_prepared_in_the_callers_thread_build_the_same_bytes(
+    raws: list[tuple[Any, ...]], epoch: int, version: int, data: st.DataObject
+) -> None:
+    entries = to_entries(1, raws)
+    plain = build_journal(entries, writer_epoch=epoch, version=version)
+    objects = [e for e in entries if e.kind is Kind.OBJECT]
+    chosen = data.draw(st.lists(st.sampled_from(objects), unique=True)) if objects else []
+    prepared = [prepared_for(e) if e in chosen else None for e in entries]
+    assert build_journal(entries, writer_epoch=epoch, version=version, prepared=prepared) == plain
+    # One prepared for other fields than its entry's is not used: the entry is encoded afresh.
+    stale = [
+        None if p is None else prepare_record(p.ledger_key, p.value, ((1, b"other", b""),), 7, 8)
+        for p in prepared
+    ]
+    assert build_journal(entries, writer_epoch=epoch, version=version, prepared=stale) == plain
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        random.Random(9).randbytes(PREPARE_FROM),  # stored as it is
+        b"inkpen " * 100_000,  # stored compressed
+        random.Random(10).randbytes(3 << 20),
+    ],
+    ids=["random", "repetitive", "3-mib"],
+)
+def test_a_prepared_large_record_reads_back_on_every_path(body: bytes) -> None:
+    entries = [
+        JournalEntry(4, Kind.OBJECT, b"small", b"v", (), None, 1),
+        JournalEntry(9, Kind.OBJECT, b"large", body, ((1, b"f_bin", b"t"),), 2**40, 2),
+        JournalEntry(10, Kind.TOMBSTONE, b"small", None, (), None, 3),
+    ]
+    prepared = [None, prepared_for(entries[1]), None]
+    assert prepared[1].body is body or len(prepared[1].body) < len(body)
+    data = build_journal(entries, writer_epoch=5, prepared=prepared)
+    assert data == build_journal(entries, writer_epoch=5)
+    assert decode_journal(data, NAME)[1] == entries
+    for fetch in (CountingFetch(data), PartsFetch(data)):
+        reader = JournalReader.open(NAME, len(data), fetch)
+        assert [reader.get(e.sqn, e.kind, e.ledger_key) for e in entries] == entries
+        assert reader.value(9, Kind.OBJECT, b"large") == body
+
+
+def test_a_prepared_record_refuses_what_a_journal_refuses() -> None:
+    with pytest.raises(TypeError, match="bytes"):
+        prepare_record("k", b"v", (), None, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bytes"):
+        prepare_record(b"k", "v", (), None, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="op 0 or 1"):
+        prepare_record(b"k", b"v", ((2, b"f", b"t"),), None, 0)
+    with pytest.raises(ValueError, match="expiry_ms"):
+        prepare_record(b"k", b"v", (), 2**64, 0)

@@ -394,8 +394,10 @@ class Inker(FileOwner):
                 batch.complete()  # every unit was rejected: nothing to write
                 return
         try:
-            entries = tuple(change.entry(first + i) for i, change in enumerate(batch.changes))
-            data = build_journal(entries, writer_epoch=self.epoch)
+            changes = batch.changes
+            entries = tuple(change.entry(first + i) for i, change in enumerate(changes))
+            prepared = [c.prepared for c in changes] if any(c.prepared for c in changes) else ()
+            data = build_journal(entries, writer_epoch=self.epoch, prepared=prepared)
         except Exception as exc:  # validation lets nothing through that fails here; be safe
             log.error("journal.encode_failed", error=repr(exc))
             batch.fail(
