@@ -14,8 +14,9 @@ size and its directory, read it back) against ``Bookie.put`` and ``Bookie.get`` 
 size, each from ``--threads`` threads (16 by default), printed as MB/s and ratios. Both sides run
 with the allocator setting the Bookie applies (glibc's mmap threshold), in ``--rounds`` rounds
 that alternate which side goes first; the medians of the per-round figures and ratios are
-printed, with the peak RSS while inkpen ran. ``--value-sizes 262144,4194304,33554432`` runs each
-size in a process of its own.
+printed, with the process's CPU seconds per GiB on each side (less sensitive to other load
+than the rates) and the peak RSS while inkpen ran. ``--value-sizes 262144,4194304,33554432``
+runs each size in a process of its own.
 """
 
 from __future__ import annotations
@@ -226,12 +227,17 @@ def large(args: argparse.Namespace, root: str) -> dict[str, Any]:
 
     threading.Thread(target=sampler, daemon=True).start()
 
+    cpu: dict[str, float] = {}
+
     def each(work: Any) -> float:
-        """Run ``work(i)`` for every value from ``threads`` threads; MB/s."""
+        """Run ``work(i)`` for every value from ``threads`` threads; MB/s. The process's CPU
+        seconds per GiB it took go to ``cpu`` under the name of ``work``."""
         began = time.perf_counter()
+        cpu_began = time.process_time()
         with ThreadPoolExecutor(threads) as pool:
             for _ in pool.map(work, range(count)):
                 pass
+        cpu[work.__name__] = (time.process_time() - cpu_began) / (count * size / 2**30)
         return count * size / (time.perf_counter() - began) / 2**20
 
     def raw_put(raw_dir: str) -> float:
@@ -296,6 +302,8 @@ def large(args: argparse.Namespace, root: str) -> dict[str, Any]:
         for phase in (puts, gets):
             for name, run, where in phase if inkpen_first else reversed(phase):
                 figures[name] = round(run(where), 1)
+        for name in ("write", "put", "read", "get"):
+            figures[f"{name}_cpu_s_per_gib"] = round(cpu[name], 2)
         figures["put_ratio"] = round(figures["put_mb_s"] / figures["raw_put_mb_s"], 2)
         figures["get_ratio"] = round(figures["get_mb_s"] / figures["raw_get_mb_s"], 2)
         if number == 0:
@@ -319,6 +327,9 @@ def large(args: argparse.Namespace, root: str) -> dict[str, Any]:
         "raw_get_mb_s": median("raw_get_mb_s"),
         "get_mb_s": median("get_mb_s"),
         "get_ratio": median("get_ratio"),
+        "cpu_s_per_gib": {
+            name: median(f"{name}_cpu_s_per_gib") for name in ("write", "put", "read", "get")
+        },
         "rss_after_puts_mb": round(max(after_puts), 1),
         "peak_rss_mb": round(peak["inkpen"], 1),
         "peak_rss_all_mb": round(peak["all"], 1),

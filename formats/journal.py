@@ -435,6 +435,20 @@ def build_journal(
     ``prepared``: the :class:`PreparedRecord` of each entry, in order (None, or missing, for
     an entry encoded here); one that does not serve its entry is ignored.
     """
+    return b"".join(
+        build_journal_parts(entries, writer_epoch=writer_epoch, version=version, prepared=prepared)
+    )
+
+
+def build_journal_parts(
+    entries: Iterable[JournalEntry],
+    *,
+    writer_epoch: int,
+    version: int = FORMAT_VERSION,
+    prepared: Sequence[PreparedRecord | None] = (),
+) -> list[bytes]:
+    """:func:`build_journal`'s bytes as the pieces they are made of, in order, not joined: a
+    store that writes pieces (``os.writev``) never copies a prepared record's body."""
     epoch = _check_uint(writer_epoch, 64, "writer_epoch")
     if version not in (1, FORMAT_VERSION):
         raise ValueError(f"journal format version must be 1 or {FORMAT_VERSION}, got {version!r}")
@@ -487,8 +501,7 @@ def build_journal(
     else:
         region = _encode_block_index(firsts, offsets)
     head = _HEADER.pack(MAGIC, version, epoch, count, min_sqn, max_sqn, offset, len(region))
-    header = head + _CRC.pack(zlib.crc32(head))
-    return b"".join([header, *parts, region])
+    return [head + _CRC.pack(zlib.crc32(head)), *parts, region]
 
 
 # ---------------------------------------------------------------------------------------------

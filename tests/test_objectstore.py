@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import random
 import threading
 import uuid
 from collections.abc import Callable, Generator
@@ -674,6 +675,42 @@ def test_local_overlong_key_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="too long"):
         store.put("x" * 300, b"v")
     assert _keys(store) == []
+
+
+def test_local_pieces_are_written_as_the_bytes_they_join_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path / "db")
+    rng = random.Random(3)
+    pieces = [rng.randbytes(rng.choice([0, 1, 17, 4096, 70_000])) for _ in range(3000)]
+    store.put_pieces_if_absent("seg/1", pieces, metadata={"writer-epoch": "4"})
+    assert store.get("seg/1") == b"".join(pieces)  # more pieces than one writev takes
+    assert store.head("seg/1").metadata == {"writer-epoch": "4"}
+    with pytest.raises(AlreadyExistsError):
+        store.put_pieces_if_absent("seg/1", [b"other"])
+    assert store.get("seg/1") == b"".join(pieces)
+    with pytest.raises(UsageError, match="a str piece"):
+        store.put_pieces_if_absent("seg/2", [b"a", "b"])  # type: ignore[list-item]
+    # A writev that writes less than it was given, stopping anywhere (inside a piece, at a
+    # piece's end): the rest is written by the calls after it.
+    real = os.writev
+    cuts = random.Random(4)
+
+    def short_writev(fd: int, buffers: list[memoryview]) -> int:
+        total = sum(len(b) for b in buffers)
+        limit = cuts.choice([1, 16, 4096, 65_537, total])
+        taken: list[memoryview] = []
+        for buffer in buffers:
+            if limit <= 0:
+                break
+            taken.append(buffer[:limit])
+            limit -= len(taken[-1])
+        return real(fd, taken)
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    store.put_pieces_if_absent("seg/3", pieces)
+    assert store.get("seg/3") == b"".join(pieces)
+    assert _keys(store) == ["seg/1", "seg/3"]
 
 
 # -- S3 only -------------------------------------------------------------------------------------
