@@ -71,6 +71,7 @@ from inkpen.errors import (
 from inkpen.formats.journal import HEADER_SIZE, build_journal, read_header
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
+from inkpen.objectstore.base import put_pieces_if_absent
 
 from .model import (
     CHECKPOINT_KIND,
@@ -190,18 +191,13 @@ pieces, ``put_pieces_if_absent``, writes them without joining them: a local dire
 def _put_segment(
     store: ObjectStore, key: str, data: SegmentBytes, metadata: dict[str, str]
 ) -> None:
-    """``put_if_absent`` of a segment. Pieces go to ``put_pieces_if_absent`` when the store's
-    own class defines one (a local directory); any other store, a wrapper around a local one
-    included (counting, faults: whatever it does to ``put_if_absent`` still happens), gets
-    them joined."""
+    """``put_if_absent`` of a segment, whole or as pieces
+    (:func:`~inkpen.objectstore.base.put_pieces_if_absent`: written without being joined by a
+    store that can, joined for any other)."""
     if isinstance(data, bytes):
         store.put_if_absent(key, data, metadata=metadata)
-        return
-    put_pieces = getattr(type(store), "put_pieces_if_absent", None)
-    if put_pieces is None:
-        store.put_if_absent(key, b"".join(data), metadata=metadata)
     else:
-        put_pieces(store, key, data, metadata=metadata)
+        put_pieces_if_absent(store, key, data, metadata=metadata)
 
 
 def _create_segment(

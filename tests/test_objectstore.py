@@ -13,7 +13,7 @@ import os
 import random
 import threading
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -40,7 +40,7 @@ from inkpen.objectstore import (
     ObjectStore,
     open_store,
 )
-from inkpen.objectstore.base import StoreBase
+from inkpen.objectstore.base import StoreBase, put_pieces_if_absent
 from inkpen.objectstore.local import TEMP_DIR, LocalStore
 from inkpen.objectstore.local_fs import write_error
 from inkpen.objectstore.s3 import S3Store
@@ -711,6 +711,47 @@ def test_local_pieces_are_written_as_the_bytes_they_join_into(
     store.put_pieces_if_absent("seg/3", pieces)
     assert store.get("seg/3") == b"".join(pieces)
     assert _keys(store) == ["seg/1", "seg/3"]
+
+
+def test_pieces_reach_only_a_store_class_that_writes_them_with_its_creates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``put_pieces_if_absent`` hands pieces to a local directory, through the counting wrapper
+    (one put, every byte counted); a class that overrides ``put_if_absent`` alone (watching
+    writes, injecting faults) and a store that cannot write pieces get them joined."""
+    local = LocalStore(tmp_path / "db")
+    given: list[str] = []
+    real = LocalStore.put_pieces_if_absent
+
+    def spy(self: LocalStore, key: str, pieces: Any, **kwargs: Any) -> None:
+        given.append(key)
+        real(self, key, pieces, **kwargs)
+
+    monkeypatch.setattr(LocalStore, "put_pieces_if_absent", spy)
+    pieces = [b"head", b"", os.urandom(100_000), b"tail"]
+    counting = CountingStore(local)
+    put_pieces_if_absent(counting, "a", pieces, metadata={"m": "1"})
+    assert given == ["a"] and local.get("a") == b"".join(pieces)
+    assert local.head("a").metadata == {"m": "1"}
+    counted = counting.snapshot()
+    assert (counted["puts"], counted["bytes_written"]) == (1, 100_008)
+    watched: list[str] = []
+
+    class Watching(CountingStore):
+        def put_if_absent(
+            self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+        ) -> None:
+            watched.append(key)
+            super().put_if_absent(key, data, metadata=metadata)
+
+    put_pieces_if_absent(Watching(local), "b", pieces)
+    put_pieces_if_absent(FaultyStore(local, FaultPlan(seed=1)), "c", pieces)
+    memory = open_store(f"memory://pieces-{uuid.uuid4().hex}")
+    put_pieces_if_absent(memory, "d", pieces)
+    assert given == ["a"] and watched == ["b"]
+    assert [local.get("b"), local.get("c"), memory.get("d")] == [b"".join(pieces)] * 3
+    with pytest.raises(AlreadyExistsError):
+        put_pieces_if_absent(counting, "a", [b"other"])
 
 
 # -- S3 only -------------------------------------------------------------------------------------
