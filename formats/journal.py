@@ -8,7 +8,7 @@ Layout (all integers big-endian; offsets are from the start of the object)::
 
     header, 60 bytes at offset 0
       0   6  magic b"INKJNL"
-      6   2  format version (u16): 2 (1 is still read)
+      6   2  format version (u16): 3 (1 and 2 are still read)
       8   8  writer epoch (u64) of the writer that built the file
       16  8  entry count (u64)
       24  8  lowest SQN (u64; 0 when empty)
@@ -23,9 +23,9 @@ Layout (all integers big-endian; offsets are from the start of the object)::
       8       K  key: SQN (u64), kind (u8), encoded ledger key
       8+K     V  value: flags (u8), last-modified ms (u64), expiry ms (u64), index-spec length
                  S (u32), S bytes of msgpack [[op, field, term], ...], then the object body
-      8+K+V   4  CRC-32 of record bytes [0, 8+K+V)
+      8+K+V   4  checksum of record bytes [0, 8+K+V): CRC-32C from version 3, CRC-32 in 1 and 2
 
-    index region, version 2 (absent when the file has no entries): the SQN block index
+    index region, versions 2 and 3 (absent when the file has no entries): the SQN block index
       0     16*B  B blocks: first SQN (u64), offset of the block's first record (u64)
       16*B  4     CRC-32 of region bytes [0, 16*B)
 
@@ -40,24 +40,30 @@ expiry field is set. A body of 256 bytes or more is stored compressed when that 
 eighth of it; from 256 KiB, only when its start, middle and end (16 KiB each) compressed together
 save an eighth, so that an incompressible large value costs no compression pass.
 
-Version 2 lookup: a block is a run of consecutive records of about :data:`INDEX_BLOCK` bytes (a
-record that large or larger is a block alone); block ``k`` spans ``[offset_k, offset_k+1)`` (the
+Version 3 is version 2 with CRC-32C (Castagnoli) record checksums, which the CPU computes at
+about six times zlib's CRC-32 (:mod:`inkpen.formats.crc`): on a large value's get the checksum
+pass was a third of the time. The header's and the index region's checksums stay CRC-32.
+
+Version 2 and 3 lookup: a block is a run of consecutive records of about :data:`INDEX_BLOCK` bytes
+(a record that large or larger is a block alone); block ``k`` spans ``[offset_k, offset_k+1)`` (the
 last one ends where the index region starts). A lookup of ``(sqn, kind, ledger_key)`` takes the
 last block whose first SQN is at most ``sqn``, reads that block in one ranged read and walks its
 records to the one with that key: one read, of about 4 KiB (a large record: exactly the record).
 The index is 16 bytes per block (about 0.4% of the records); a reader reads it whole at open and
 checks its CRC, then holds it or keeps it in a byte-weighted cache (re-read when evicted).
+Below, "version 2" names the block-index layout, which versions 2 and 3 share.
 
 Version 1 lookup is CDB's: the hash ``h`` is the CRC-32 of the record key; table ``h & 255`` is
 probed linearly from slot ``(h >> 8) % slot_count`` until the key is found or an empty slot is
 met. Each table has twice as many slots as entries, so probes stay short. A slot names a record's
-offset and length, so one ranged read fetches it whole. Writers write version 2 only.
+offset and length, so one ranged read fetches it whole. Writers write version 3 only.
 
 Every byte is covered by a checksum: the header's, each record's, and the index region's (checked
-when a reader opens the file). A version 1 reader either holds the hash region or pages it: at
-open it computes a CRC-32 of every 1 KiB page of slots and later checks each page it reads
-against it. A damaged file raises :class:`CorruptionError` naming the object and the offset of
-the damaged part; damaged bytes are never returned as data.
+when a reader opens the file). A large record read in parts (:data:`PARTS_FROM`) is checksummed
+over its parts as they were read, never joined. A version 1 reader either holds the hash region
+or pages it: at open it computes a CRC-32 of every 1 KiB page of slots and later checks each page
+it reads against it. A damaged file raises :class:`CorruptionError` naming the object and the
+offset of the damaged part; damaged bytes are never returned as data.
 
 A file with no entries is only a header (:data:`EMPTY_JOURNAL_SIZE` bytes): a writer writes one
 into the next segment slot to fence older writers, and a listing can recognise it by its size.
@@ -72,7 +78,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -83,13 +89,13 @@ import snappy
 from inkpen.errors import CorruptionError
 
 from .cache import BlockCache
-from .crc import combine as crc_combine
-from .crc import shift as crc_shift
+from .crc import CRC32, CRC32C, Crc
 from .fetching import Fetch, fetch_exact, short_read
 
 MAGIC = b"INKJNL"
-FORMAT_VERSION = 2
-"""The version writers write; version 1 files (a CDB hash region) are still read."""
+FORMAT_VERSION = 3
+"""The version writers write: 2's layout with CRC-32C record checksums. Versions 2 (CRC-32 record
+checksums) and 1 (a CDB hash region) are still read."""
 INDEX_BLOCK = 4 * 1024
 """A version 2 block holds consecutive records up to this many bytes (or one larger record)."""
 
@@ -149,6 +155,16 @@ class Kind(IntEnum):
 
 
 _KINDS = {kind.value: kind for kind in Kind}
+
+
+def _record_crc(version: int) -> Crc:
+    """The checksum of a record of a file of ``version``: CRC-32C from version 3, else CRC-32
+    (the header's and the index region's are CRC-32 in every version)."""
+    return CRC32C if version >= 3 else CRC32
+
+
+_Checksum = Callable[[bytes | memoryview, int], int]
+"""``checksum(data, running)``: a record checksum (:attr:`Crc.checksum`)."""
 _WHOLE = object()
 """What a read in parts answers when the record must be read whole instead."""
 _new_entry = tuple.__new__
@@ -260,8 +276,9 @@ def _encode_specs(index_specs: Sequence[tuple[int, bytes, bytes]]) -> bytes:
     return packed
 
 
-def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
-    """Encode one entry: the record without its CRC, the CRC, and the hash of the record key."""
+def _encode_record(entry: JournalEntry, checksum: _Checksum) -> tuple[bytes, bytes, int]:
+    """Encode one entry: the record without its CRC, the CRC (by ``checksum``), and the hash of
+    the record key."""
     sqn, given_kind, ledger_key, value, index_specs, expiry_ms, last_modified_ms = entry
     kind = _KINDS.get(given_kind)
     if kind is None:
@@ -292,7 +309,7 @@ def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
         (head, ledger_key, _VALUE_HEAD.pack(flags, last_modified, expiry, len(specs)), specs, body)
     )
     key_hash = zlib.crc32(ledger_key, zlib.crc32(head[_LENGTHS.size :]))
-    return record, _CRC.pack(zlib.crc32(record)), key_hash
+    return record, _CRC.pack(checksum(record, 0)), key_hash
 
 
 PREPARE_FROM = 64 * 1024
@@ -324,10 +341,10 @@ class PreparedRecord(NamedTuple):
     body: bytes
     """The body as stored (the value itself, or its snappy compression)."""
     crc: int
-    """CRC-32 of ``fields + body``."""
+    """CRC-32C of ``fields + body`` (the record checksum of :data:`FORMAT_VERSION`)."""
     shift: int
-    """:func:`~inkpen.formats.crc.shift` of ``len(fields + body)``: the record's CRC is
-    ``combine(crc32(the record's first 17 bytes), crc, shift)``."""
+    """:meth:`~inkpen.formats.crc.Crc.shift` of ``len(fields + body)``: the record's CRC is
+    ``combine(crc(the record's first 17 bytes), crc, shift)``."""
 
     def serves(self, entry: JournalEntry) -> bool:
         """Whether this is the encoding of ``entry`` (whatever its SQN)."""
@@ -378,15 +395,15 @@ def prepare_record(
         value_length,
         fields,
         body,
-        zlib.crc32(body, zlib.crc32(fields)),
-        crc_shift(len(fields) + len(body)),
+        CRC32C.of(fields, body),
+        CRC32C.shift(len(fields) + len(body)),
     )
 
 
 def _prepared_parts(prepared: PreparedRecord, sqn: int) -> tuple[bytes, bytes, int]:
     """The record's head (lengths, SQN, kind), its CRC, and the hash of its record key."""
     head = _RECORD_HEAD.pack(prepared.key_length, prepared.value_length, sqn, Kind.OBJECT)
-    crc = crc_combine(zlib.crc32(head), prepared.crc, prepared.shift)
+    crc = CRC32C.combine(CRC32C.checksum(head, 0), prepared.crc, prepared.shift)
     key_hash = zlib.crc32(prepared.ledger_key, zlib.crc32(head[_LENGTHS.size :]))
     return head, _CRC.pack(crc), key_hash
 
@@ -431,9 +448,10 @@ def build_journal(
 
     Zero entries is valid and gives a header-only file of :data:`EMPTY_JOURNAL_SIZE` bytes.
     Raises ``ValueError`` / ``TypeError`` for entries out of order or malformed. ``version`` 1
-    builds the earlier layout (a CDB hash region), which only tests of old files want.
-    ``prepared``: the :class:`PreparedRecord` of each entry, in order (None, or missing, for
-    an entry encoded here); one that does not serve its entry is ignored.
+    or 2 builds an earlier format (a CDB hash region; CRC-32 record checksums), which only tests
+    of old files want. ``prepared``: the :class:`PreparedRecord` of each entry, in order (None,
+    or missing, for an entry encoded here); one that does not serve its entry is ignored (and
+    all of them in a file of another version than :data:`FORMAT_VERSION`).
     """
     return b"".join(
         build_journal_parts(entries, writer_epoch=writer_epoch, version=version, prepared=prepared)
@@ -450,8 +468,13 @@ def build_journal_parts(
     """:func:`build_journal`'s bytes as the pieces they are made of, in order, not joined: a
     store that writes pieces (``os.writev``) never copies a prepared record's body."""
     epoch = _check_uint(writer_epoch, 64, "writer_epoch")
-    if version not in (1, FORMAT_VERSION):
-        raise ValueError(f"journal format version must be 1 or {FORMAT_VERSION}, got {version!r}")
+    if version not in (1, 2, FORMAT_VERSION):
+        raise ValueError(
+            f"journal format version must be 1, 2 or {FORMAT_VERSION}, got {version!r}"
+        )
+    checksum = _record_crc(version).checksum
+    if version != FORMAT_VERSION:
+        prepared = ()
     parts: list[bytes] = []
     slots: list[tuple[int, int, int]] = []
     firsts: list[int] = []
@@ -480,7 +503,7 @@ def build_journal_parts(
             parts += (head, ready.fields, ready.body, crc)
             length = len(head) + len(ready.fields) + len(ready.body) + _CRC.size
         else:
-            record, crc, key_hash = _encode_record(entry)
+            record, crc, key_hash = _encode_record(entry, checksum)
             parts.append(record)
             parts.append(crc)
             length = len(record) + _CRC.size
@@ -919,7 +942,7 @@ def _decode_block_index(
 
 
 def _find_in_block(
-    block: bytes, key: bytes, first_sqn: int | None, name: str, base: int
+    block: bytes, key: bytes, first_sqn: int | None, name: str, base: int, checksum: _Checksum
 ) -> tuple[int, int] | None:
     """``(start, end)`` within ``block`` (the bytes of one block, read from offset ``base``) of
     the record whose key is ``key``, or None when the block does not hold it.
@@ -953,7 +976,7 @@ def _find_in_block(
         checked = (
             block[pos:crc_at] if crc_at - pos <= _COPY_TO_CHECK else memoryview(block)[pos:crc_at]
         )
-        if zlib.crc32(checked) != _CRC.unpack_from(block, crc_at)[0]:
+        if checksum(checked, 0) != _CRC.unpack_from(block, crc_at)[0]:
             raise CorruptionError(name, "journal record checksum mismatch", offset=base + pos)
         if record_sqn > sqn:
             return None  # past it (the record checked first: its SQN is no answer unchecked)
@@ -963,7 +986,7 @@ def _find_in_block(
 
 
 def _block_records(
-    block: bytes, first_sqn: int, name: str, base: int
+    block: bytes, first_sqn: int, name: str, base: int, checksum: _Checksum
 ) -> list[tuple[int, int, bytes]]:
     """``(offset, length, record key)`` of every record of ``block`` (read from ``base``), each
     checked as :func:`_find_in_block` checks the records it walks past."""
@@ -986,7 +1009,7 @@ def _block_records(
         checked = (
             block[pos:crc_at] if crc_at - pos <= _COPY_TO_CHECK else memoryview(block)[pos:crc_at]
         )
-        if zlib.crc32(checked) != _CRC.unpack_from(block, crc_at)[0]:
+        if checksum(checked, 0) != _CRC.unpack_from(block, crc_at)[0]:
             raise CorruptionError(name, "journal record checksum mismatch", offset=base + pos)
         out.append(
             (base + pos, end - pos, bytes(block[pos + _LENGTHS.size : crc_at - value_length]))
@@ -997,7 +1020,7 @@ def _block_records(
 
 
 def _parse_record(
-    buf: bytes, pos: int, limit: int, name: str, base: int, sqn_base: int
+    buf: bytes, pos: int, limit: int, name: str, base: int, sqn_base: int, checksum: _Checksum
 ) -> tuple[bytes, JournalEntry, int]:
     """Check and decode the record at ``buf[pos:]`` (``base`` = file offset of ``buf[0]``).
 
@@ -1014,7 +1037,7 @@ def _parse_record(
         raise CorruptionError(name, "journal record lengths are damaged", offset=base + pos)
     (stored_crc,) = _CRC.unpack_from(buf, crc_at)
     checked = buf[pos:crc_at] if crc_at - pos <= _COPY_TO_CHECK else memoryview(buf)[pos:crc_at]
-    if zlib.crc32(checked) != stored_crc:
+    if checksum(checked, 0) != stored_crc:
         raise CorruptionError(name, "journal record checksum mismatch", offset=base + pos)
     flags, last_modified, expiry, specs_length = _VALUE_HEAD.unpack_from(buf, value_at)
     kind = _KINDS.get(kind_code)
@@ -1060,7 +1083,9 @@ def _parse_record(
     return key, entry, crc_at + _CRC.size
 
 
-def _record_body(data: bytes, key: bytes, name: str, offset: int) -> bytes | None:
+def _record_body(
+    data: bytes, key: bytes, name: str, offset: int, checksum: _Checksum
+) -> bytes | None:
     """Check the whole record ``data`` (read from ``offset``); its body if its key is ``key``,
     None if it is another record whose key hashes alike."""
     length = len(data)
@@ -1074,7 +1099,7 @@ def _record_body(data: bytes, key: bytes, name: str, offset: int) -> bytes | Non
             name, "journal record length disagrees with its hash slot", offset=offset
         )
     checked = data[:crc_at] if crc_at <= _COPY_TO_CHECK else memoryview(data)[:crc_at]
-    if zlib.crc32(checked) != _CRC.unpack_from(data, crc_at)[0]:
+    if checksum(checked, 0) != _CRC.unpack_from(data, crc_at)[0]:
         raise CorruptionError(name, "journal record checksum mismatch", offset=offset)
     if data[_LENGTHS.size : value_at] != key:
         return None
@@ -1203,10 +1228,11 @@ def _iter_buffer(
     blocks: tuple[array[int], array[int]] | None = None,
 ) -> Iterator[JournalEntry]:
     check = _SequenceCheck(header, name, blocks)
+    checksum = _record_crc(header.version).checksum
     pos = HEADER_SIZE
     end = header.hash_offset
     while pos < end:
-        _, entry, after = _parse_record(data, pos, end, name, 0, 0)
+        _, entry, after = _parse_record(data, pos, end, name, 0, 0, checksum)
         check.step(entry.sqn, pos)
         pos = after
         yield entry
@@ -1229,7 +1255,16 @@ class JournalReader:
     serve many threads.
     """
 
-    __slots__ = ("_fetch", "_in_parts", "_index", "header", "name", "size", "sqn_base")
+    __slots__ = (
+        "_checksum",
+        "_fetch",
+        "_in_parts",
+        "_index",
+        "header",
+        "name",
+        "size",
+        "sqn_base",
+    )
 
     def __init__(
         self,
@@ -1247,6 +1282,7 @@ class JournalReader:
         self._fetch = fetch
         self._index = index
         self._in_parts = bool(getattr(fetch, "in_parts", False))
+        self._checksum = _record_crc(header.version).checksum
 
     @classmethod
     def open(
@@ -1311,14 +1347,16 @@ class JournalReader:
             if found is None:
                 return None
             data, start, end, base = found
-            return _parse_record(data, start, end, self.name, base, self.sqn_base)[1]
+            return _parse_record(data, start, end, self.name, base, self.sqn_base, self._checksum)[
+                1
+            ]
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
         for offset, length in index.candidates(zlib.crc32(key)):  # type: ignore[union-attr]
             data = self._fetch(offset, offset + length)
             if len(data) != length:
                 raise short_read(self.name, offset, offset + length, len(data))
             record_key, entry, end = _parse_record(
-                data, 0, length, self.name, offset, self.sqn_base
+                data, 0, length, self.name, offset, self.sqn_base, self._checksum
             )
             if end != length:
                 raise CorruptionError(
@@ -1355,7 +1393,7 @@ class JournalReader:
                 return None
             data, start, end, base = found
             record = data if start == 0 and end == len(data) else data[start:end]
-            return _record_body(record, key, self.name, base + start)
+            return _record_body(record, key, self.name, base + start, self._checksum)
         for offset, length in index.candidates(zlib.crc32(key)):  # type: ignore[union-attr]
             if self._in_parts and length >= PARTS_FROM:
                 body = self._value_in_parts(offset, offset + length, key, None)
@@ -1364,7 +1402,7 @@ class JournalReader:
             data = self._fetch(offset, offset + length)
             if len(data) != length:
                 raise short_read(self.name, offset, offset + length, len(data))
-            body = _record_body(data, key, self.name, offset)
+            body = _record_body(data, key, self.name, offset, self._checksum)
             if body is not None:
                 return body
         return None
@@ -1412,7 +1450,8 @@ class JournalReader:
             body, stored = many(ranges)
         if len(body) != crc_at - body_at or len(stored) != _CRC.size:
             raise short_read(name, start + body_at, end, len(body) + len(stored))
-        crc = zlib.crc32(body, zlib.crc32(memoryview(head)[:body_at]))
+        checksum = self._checksum
+        crc = checksum(body, checksum(memoryview(head)[:body_at], 0))
         if crc != _CRC.unpack(stored)[0]:
             raise CorruptionError(name, "journal record checksum mismatch", offset=start)
         if flags & _COMPRESSED:
@@ -1445,7 +1484,7 @@ class JournalReader:
         if len(data) != end - start:
             raise short_read(self.name, start, end, len(data))
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
-        at = _find_in_block(data, key, first, self.name, start)
+        at = _find_in_block(data, key, first, self.name, start, self._checksum)
         return None if at is None else (data, at[0], at[1], start)
 
     def locate(self, sqn: int, kind: Kind, ledger_key: bytes) -> tuple[bytes, int, int] | None:
@@ -1606,15 +1645,15 @@ class JournalReader:
         :meth:`value` checks it; None if they do not hold that key."""
         index = self._index
         if type(index) is not _BlockIndex:
-            return _record_body(record, key, self.name, offset)
+            return _record_body(record, key, self.name, offset, self._checksum)
         block = index.block_at(offset)
         first = None if block is None else block[0]
-        at = _find_in_block(record, key, first, self.name, offset)
+        at = _find_in_block(record, key, first, self.name, offset, self._checksum)
         if at is None:
             return None
         start, end = at
         found = record if start == 0 and end == len(record) else record[start:end]
-        return _record_body(found, key, self.name, offset + start)
+        return _record_body(found, key, self.name, offset + start, self._checksum)
 
     def locations(self) -> list[tuple[int, int]]:
         """``(offset, length)`` of every record, in file order; a version 2 file reads its
@@ -1646,7 +1685,11 @@ class JournalReader:
                 j += 1
             data = fetch_exact(fetch, start, blocks[j - 1][2], self.name)
             for first, at, end in blocks[i:j]:
-                out.extend(_block_records(data[at - start : end - start], first, self.name, at))
+                out.extend(
+                    _block_records(
+                        data[at - start : end - start], first, self.name, at, self._checksum
+                    )
+                )
             i = j
         return out
 
@@ -1672,10 +1715,12 @@ class JournalReader:
         for number in sorted(draws):
             first, start, end = blocks[number]
             data = fetch_exact(fetch, start, end, self.name)
-            records = _block_records(data, first, self.name, start)
+            records = _block_records(data, first, self.name, start, self._checksum)
             for at, length, _ in sorted(rng.sample(records, min(draws[number], len(records)))):
                 rel = at - start
-                entry = _parse_record(data, rel, rel + length, self.name, start, self.sqn_base)[1]
+                entry = _parse_record(
+                    data, rel, rel + length, self.name, start, self.sqn_base, self._checksum
+                )[1]
                 out.append(entry)
         return out
 
@@ -1691,7 +1736,9 @@ class JournalReader:
 
     def _read_record(self, offset: int, length: int) -> tuple[bytes, JournalEntry]:
         data = fetch_exact(self._fetch, offset, offset + length, self.name)
-        key, entry, end = _parse_record(data, 0, length, self.name, offset, self.sqn_base)
+        key, entry, end = _parse_record(
+            data, 0, length, self.name, offset, self.sqn_base, self._checksum
+        )
         if end != length:
             raise CorruptionError(
                 self.name, "journal record length disagrees with its hash slot", offset=offset
@@ -1707,6 +1754,7 @@ class JournalReader:
         index = self._index
         blocks = index.arrays() if type(index) is _BlockIndex else None
         check = _SequenceCheck(self.header, name, blocks)
+        checksum = self._checksum
         end = self.header.hash_offset
         pos = HEADER_SIZE
         buf = b""
@@ -1723,7 +1771,7 @@ class JournalReader:
             if record_end > buf_end:
                 buf, buf_start = self._refill(buf, buf_start, pos, record_end, chunk_size)
             _, entry, after = _parse_record(
-                buf, pos - buf_start, record_end - buf_start, name, buf_start, sqn_base
+                buf, pos - buf_start, record_end - buf_start, name, buf_start, sqn_base, checksum
             )
             check.step(entry.sqn - sqn_base, pos)
             pos = buf_start + after

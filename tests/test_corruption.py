@@ -28,7 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import inkpen
-from inkpen.formats.journal import HEADER_SIZE, read_header
+from inkpen.formats.journal import FORMAT_VERSION, HEADER_SIZE, read_header
 from inkpen.manifest.paths import parse_segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
@@ -292,7 +292,7 @@ def test_a_damaged_byte_in_a_journal_block_index_or_block(
     key = max(built.files[kind], key=lambda name: (built.root / name).stat().st_size)
     data = (built.root / key).read_bytes()
     header = read_header(data, key)
-    assert header.version == 2
+    assert header.version == FORMAT_VERSION
     index = header.hash_offset
     second_block = (
         int.from_bytes(data[index + 24 : index + 32], "big")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
+import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,6 +41,8 @@ from inkpen.formats.sst import build_sst
 from support.fetching import CountingFetch, PartsFetch, memory_fetch
 
 NAME = "journal/00000000000000000187.jnl"
+VERSIONS = [1, 2, 3]
+"""Every journal format version: writers write the last, readers read them all."""
 U64 = st.integers(0, 2**64 - 1)
 index_specs = st.lists(
     st.tuples(st.sampled_from([0, 1]), st.binary(max_size=20), st.binary(max_size=20)),
@@ -78,7 +81,7 @@ def open_reader(data: bytes, **kw: Any) -> JournalReader:
 
 
 @settings(max_examples=150)
-@given(st.integers(0, 2**63), raw_entries, U64, st.integers(1, 5000), st.sampled_from([1, 2]))
+@given(st.integers(0, 2**63), raw_entries, U64, st.integers(1, 5000), st.sampled_from(VERSIONS))
 def test_round_trip_on_every_read_path(
     first_sqn: int, raws: list[tuple[Any, ...]], epoch: int, chunk_size: int, version: int
 ) -> None:
@@ -323,7 +326,7 @@ DAMAGE_ENTRIES = [
 ]
 DAMAGE_JOURNAL = build_journal(DAMAGE_ENTRIES, writer_epoch=3)
 DAMAGE_JOURNALS = {
-    version: build_journal(DAMAGE_ENTRIES, writer_epoch=3, version=version) for version in (1, 2)
+    version: build_journal(DAMAGE_ENTRIES, writer_epoch=3, version=version) for version in VERSIONS
 }
 
 
@@ -382,13 +385,13 @@ def assert_detected(offset: int, mask: int, version: int = FORMAT_VERSION) -> No
         assert NAME in str(exc)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", VERSIONS)
 def test_the_damage_fixture_reads_cleanly(version: int) -> None:
     assert read_everything(DAMAGE_JOURNALS[version]) == []
 
 
 @settings(max_examples=400)
-@given(st.data(), st.sampled_from([1, 2]), st.integers(1, 255))
+@given(st.data(), st.sampled_from(VERSIONS), st.integers(1, 255))
 def test_any_flipped_byte_is_detected_on_some_read_path(
     data: st.DataObject, version: int, mask: int
 ) -> None:
@@ -396,7 +399,7 @@ def test_any_flipped_byte_is_detected_on_some_read_path(
     assert_detected(offset, mask, version)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", VERSIONS)
 def test_every_byte_is_covered_by_a_check(version: int) -> None:
     for offset in range(len(DAMAGE_JOURNALS[version])):
         assert_detected(offset, 0x80, version)
@@ -469,12 +472,45 @@ def layout_entries(layout: str) -> list[JournalEntry]:
     return entries
 
 
-@pytest.mark.parametrize("layout", ["small", "large", "mixed"])
-def test_version_2_blocks_hold_about_4_kib_and_each_get_reads_one(layout: str) -> None:
-    entries = layout_entries(layout)
-    data = build_journal(entries, writer_epoch=1)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_version_checksums_its_records_as_documented(version: int) -> None:
+    """Version 3 records carry CRC-32C, versions 1 and 2 CRC-32 (checked here with the two
+    packages directly); the header and the index region carry CRC-32 in every version. A file
+    whose version says one checksum and whose records carry the other is damaged."""
+    entries = layout_entries("mixed")[:40]
+    data = build_journal(entries, writer_epoch=1, version=version)
     header = read_header(data, NAME)
-    assert header.version == 2
+    record_checksum = crc32c.crc32c if version >= 3 else zlib.crc32
+    pos = HEADER_SIZE
+    while pos < header.hash_offset:
+        key_length, value_length = struct.unpack_from(">II", data, pos)
+        crc_at = pos + 8 + key_length + value_length
+        assert struct.unpack_from(">I", data, crc_at)[0] == record_checksum(data[pos:crc_at])
+        pos = crc_at + 4
+    assert struct.unpack_from(">I", data, 56)[0] == zlib.crc32(data[:56])
+    assert struct.unpack(">I", data[-4:])[0] == zlib.crc32(data[header.hash_offset : -4])
+    if version == 1:
+        return
+    other = bytearray(data)  # the same records under the other block-index version
+    struct.pack_into(">H", other, 6, 5 - version)
+    struct.pack_into(">I", other, 56, zlib.crc32(other[:56]))
+    reader = open_reader(bytes(other))
+    for entry in entries:
+        with pytest.raises(CorruptionError, match="checksum mismatch"):
+            reader.value(entry.sqn, entry.kind, entry.ledger_key)
+    with pytest.raises(CorruptionError, match="checksum mismatch"):
+        decode_journal(bytes(other), NAME)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("layout", ["small", "large", "mixed"])
+def test_version_2_and_3_blocks_hold_about_4_kib_and_each_get_reads_one(
+    layout: str, version: int
+) -> None:
+    entries = layout_entries(layout)
+    data = build_journal(entries, writer_epoch=1, version=version)
+    header = read_header(data, NAME)
+    assert header.version == version
     blocks = blocks_of(data)
     records: list[tuple[int, int]] = []  # (offset, length) of every record, walked here
     pos = HEADER_SIZE
@@ -529,8 +565,9 @@ def test_the_empty_and_one_entry_files_of_version_2() -> None:
     assert reader.get(7, Kind.TOMBSTONE, b"k") == entry
     assert reader.get(6, Kind.TOMBSTONE, b"k") is None
     assert reader.get(8, Kind.TOMBSTONE, b"k") is None
-    with pytest.raises(ValueError, match="version"):
-        build_journal([entry], writer_epoch=1, version=3)
+    for version in (0, 4):
+        with pytest.raises(ValueError, match="version"):
+            build_journal([entry], writer_epoch=1, version=version)
 
 
 bodies_by_size = st.one_of(
@@ -547,7 +584,7 @@ bodies_by_size = st.one_of(
         max_size=60,
     ),
     st.lists(st.integers(0, 300), max_size=40),
-    st.sampled_from([1, 2]),
+    st.sampled_from(VERSIONS),
     st.integers(0, 50),
 )
 def test_lookups_of_both_versions_equal_a_model(
@@ -596,7 +633,7 @@ def test_lookups_of_both_versions_equal_a_model(
             assert in_parts.value(*ask) == (None if found is None else (found.value or b""))
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", VERSIONS)
 def test_a_sample_draws_distinct_entries_in_file_order(version: int) -> None:
     entries = layout_entries("mixed")
     data = build_journal(entries, writer_epoch=1, version=version)
@@ -661,7 +698,7 @@ def record_offsets(data: bytes) -> list[int]:
     return offsets
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", VERSIONS)
 def test_a_large_record_is_read_in_parts_and_its_body_is_the_bytes_read(version: int) -> None:
     data = build_journal(LARGE_ENTRIES, writer_epoch=1, version=version)
     fetch = PartsFetch(data)
@@ -705,7 +742,7 @@ def test_a_block_of_several_records_is_walked_not_read_in_parts() -> None:
             assert fetch.calls[-1] == (HEADER_SIZE, read_header(data, NAME).hash_offset)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", VERSIONS)
 def test_damage_to_a_large_record_read_in_parts_is_detected(version: int) -> None:
     entries = LARGE_ENTRIES[:3]
     data = build_journal(entries, writer_epoch=1, version=version)
@@ -750,7 +787,7 @@ def prepared_for(entry: JournalEntry) -> Any:
 
 
 @settings(max_examples=100, deadline=None)
-@given(raw_entries, U64, st.sampled_from([1, 2]), st.data())
+@given(raw_entries, U64, st.sampled_from(VERSIONS), st.data())
 def test_records_prepared_in_the_callers_thread_build_the_same_bytes(
     raws: list[tuple[Any, ...]], epoch: int, version: int, data: st.DataObject
 ) -> None:
