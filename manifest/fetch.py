@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from inkpen.formats.cache import LruCache
-from inkpen.objectstore.base import ObjectStore, innermost
+from inkpen.objectstore.base import ObjectStore, is_local
 
 RANGE_OVERHEAD = 160
 """Bytes a cached range costs beyond its length (its key and the cache's bookkeeping)."""
@@ -29,8 +29,9 @@ def reads_in_parts(store: ObjectStore) -> bool:
     """Whether a large journal record is best read from ``store`` in parts (its head, then its
     body into a bytes object of its own: :data:`~inkpen.formats.journal.PARTS_FROM`): true of a
     store whose ranged reads cost a system call or a slice, not a round trip (a local
-    directory, memory: ``cheap_ranged_reads``); an object store reads a record in one request."""
-    return bool(getattr(innermost(store), "cheap_ranged_reads", False))
+    directory, memory: :func:`~inkpen.objectstore.base.is_local`); an object store reads a
+    record in one request."""
+    return is_local(store)
 
 
 class DirectFetch:

@@ -230,6 +230,15 @@ def check_range(start: int, end: int) -> None:
         raise UsageError(f"byte range [{start}, {end}) is invalid: need 0 <= start <= end")
 
 
+def is_local(store: ObjectStore) -> bool:
+    """Whether ``store`` (seen through any wrappers) answers with system calls or in memory, not
+    with round trips: a local directory or a memory store, whose classes say so with
+    ``local = True``. A reader then reads a large journal record in parts
+    (:func:`~inkpen.manifest.fetch.reads_in_parts`), and a writer lets several large values
+    share one journal segment (``max_batch_bytes``)."""
+    return bool(getattr(innermost(store), "local", False))
+
+
 def put_pieces_if_absent(
     store: ObjectStore,
     key: str,

@@ -77,9 +77,9 @@ class LocalStore(StoreBase):
     ``"sidecar"``.
     """
 
-    cheap_ranged_reads = True
-    """A ranged read is a ``pread`` on a cached descriptor: readers may read a large record in
-    parts (:func:`~inkpen.manifest.fetch.reads_in_parts`)."""
+    local = True
+    """Its requests are system calls (a ranged read is a ``pread`` on a cached descriptor), not
+    round trips (:func:`~inkpen.objectstore.base.is_local`)."""
 
     def __init__(
         self,

@@ -69,9 +69,9 @@ def drop_space(name: str) -> None:
 class MemoryStore(StoreBase):
     """Objects held in a process-wide dict, keyed by space name; all operations take one lock."""
 
-    cheap_ranged_reads = True
-    """A ranged read is a slice: readers may read a large record in parts
-    (:func:`~inkpen.manifest.fetch.reads_in_parts`)."""
+    local = True
+    """Its requests are slices and dict operations, not round trips
+    (:func:`~inkpen.objectstore.base.is_local`)."""
 
     def __init__(self, name: str, *, prefix: str = "") -> None:
         self._name = name

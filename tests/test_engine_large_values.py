@@ -8,10 +8,12 @@ sends are counted exactly: a roll that rewrote the large value would send it a s
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 
 import inkpen
+from inkpen.actors.journal.intake import batch_limit
 from inkpen.formats.journal import PREPARE_FROM, decode_journal
 from inkpen.formats.keys import object_key
 from inkpen.manifest.paths import parse_segment_key
@@ -117,3 +119,31 @@ def test_large_values_encoded_in_the_callers_thread_read_back_with_their_indexes
         clock.advance(3600)  # so do "one" and the entry its ttl put reached
         assert list(book.index_query("b", "size_bin", "a", "z")) == [b"three"]
         assert [book.get("b", key) for key in ("one", "two", "three")] == [None, None, three]
+
+
+def test_large_values_share_a_segment_up_to_the_stores_batch_bytes(
+    store_url: str, store_kind: str
+) -> None:
+    """Group commit by bytes: by default a batch is written once it holds 32 MiB on a local
+    directory or in memory (one write and one fsync for many large values) and 4 MiB on an
+    object store (a segment is one request). With a flush interval far longer than the test,
+    only a full batch is written: 32 puts of 1 MiB make one segment or eight."""
+    value = random.Random(5).randbytes(1 << 20)
+    with inkpen.open(store_url, flush_policy="interval", flush_interval=60.0) as book:
+        book.put("b", "first", b"x")  # written at once: no write began in the last interval
+        before = book.stats()["segments_written"]
+        threads = [
+            threading.Thread(target=book.put, args=("b", f"k{i:02}", value)) for i in range(32)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        if any(thread.is_alive() for thread in threads):
+            book.flush()  # release them, then fail below
+        written = book.stats()["segments_written"] - before
+        assert [book.get("b", f"k{i:02}") for i in range(32)] == [value] * 32
+    assert written == (8 if store_kind == "s3" else 1)
+    assert batch_limit(None, local=True) == 32 << 20
+    assert batch_limit(None, local=False) == 4 << 20
+    assert batch_limit(5000, local=True) == batch_limit(5000, local=False) == 5000
