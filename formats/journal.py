@@ -135,12 +135,10 @@ DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 
 PARTS_FROM = 64 * 1024
 """A record this large or larger is read in parts by :meth:`JournalReader.value` when its fetch
-says ranged reads are cheap (``in_parts``: a local directory, memory): its head, then its body
-straight into a bytes object of its own, then its CRC, so that the body is copied once (by the
-read) and checksummed once, never sliced out of a buffer holding the whole record."""
-_HEAD_READ = 4 * 1024
-"""What a read in parts reads first: a record's lengths, key, value fields and index specs
-fit in it unless the key or the specs are large (then one more read takes the rest)."""
+says ranged reads are cheap (``in_parts``: a local directory, memory): its head, its body
+straight into a bytes object of its own, and its CRC, in one request of three ranges, so that
+the body is copied once (by the read) and checksummed once, never sliced out of a buffer
+holding the whole record."""
 
 
 class Kind(IntEnum):
@@ -1409,17 +1407,31 @@ class JournalReader:
 
     def _value_in_parts(self, start: int, end: int, key: bytes, first_sqn: int | None) -> object:
         """The body of the record ``[start, end)`` whose key is ``key``, read in parts (see
-        :data:`PARTS_FROM`), past the journal cache: the head, the body into a bytes object of
-        its own, the CRC; the CRC is checked over the head and the body as they are (zlib runs
-        without the interpreter lock over a large body), so the body is copied once, by the read.
+        :data:`PARTS_FROM`), past the journal cache, in one request of three ranges: the head
+        as far as the body starts in a record without index specs (lengths, key, value
+        fields), the rest of the record into a bytes object of its own, and the CRC. The CRC is
+        checked over the head and the rest as they are (CRC-32C runs without the interpreter
+        lock over a large body). Without index specs the rest is the body, copied once, by the
+        read; with them the body is sliced out of it.
 
         Answers :data:`_WHOLE` when the range is not one record with that key (a block of
         several records, another record, lengths or fields that do not add up, the first SQN
         not the index's ``first_sqn``): the caller then reads it whole, which raises the error
         that damage deserves or walks the block."""
         name = self.name
-        fetch = getattr(self._fetch, "direct", self._fetch)
-        head = fetch_exact(fetch, start, min(end, start + _HEAD_READ), name)
+        head_end = start + _LENGTHS.size + len(key) + _VALUE_HEAD.size
+        if head_end + _CRC.size > end:
+            return _WHOLE
+        ranges = [(start, head_end), (head_end, end - _CRC.size), (end - _CRC.size, end)]
+        many = getattr(self._fetch, "direct_many", None)
+        if many is None:
+            fetch = getattr(self._fetch, "direct", self._fetch)
+            head, rest, stored = (fetch(a, b) for a, b in ranges)
+        else:
+            head, rest, stored = many(ranges)
+        for (a, b), got in zip(ranges, (head, rest, stored), strict=True):
+            if len(got) != b - a:
+                raise short_read(name, a, b, len(got))
         key_length, value_length, record_sqn, kind_code = _RECORD_HEAD.unpack_from(head, 0)
         value_at = _LENGTHS.size + key_length
         crc_at = value_at + value_length
@@ -1428,11 +1440,8 @@ class JournalReader:
             or value_length < _VALUE_HEAD.size
             or crc_at + _CRC.size != end - start
             or (first_sqn is not None and record_sqn != first_sqn)
+            or head[_LENGTHS.size : value_at] != key
         ):
-            return _WHOLE
-        if value_at + _VALUE_HEAD.size > len(head):
-            head += fetch_exact(fetch, start + len(head), start + value_at + _VALUE_HEAD.size, name)
-        if head[_LENGTHS.size : value_at] != key:
             return _WHOLE
         flags, _, _, specs_length = _VALUE_HEAD.unpack_from(head, value_at)
         body_at = value_at + _VALUE_HEAD.size + specs_length
@@ -1440,20 +1449,10 @@ class JournalReader:
             return _WHOLE
         if kind_code != Kind.OBJECT:
             return _WHOLE
-        if body_at > len(head):
-            head += fetch_exact(fetch, start + len(head), start + body_at, name)
-        ranges = [(start + body_at, start + crc_at), (start + crc_at, end)]
-        many = getattr(self._fetch, "direct_many", None)
-        if many is None:
-            body, stored = (fetch(a, b) for a, b in ranges)
-        else:
-            body, stored = many(ranges)
-        if len(body) != crc_at - body_at or len(stored) != _CRC.size:
-            raise short_read(name, start + body_at, end, len(body) + len(stored))
         checksum = self._checksum
-        crc = checksum(body, checksum(memoryview(head)[:body_at], 0))
-        if crc != _CRC.unpack(stored)[0]:
+        if checksum(rest, checksum(head, 0)) != _CRC.unpack(stored)[0]:
             raise CorruptionError(name, "journal record checksum mismatch", offset=start)
+        body = rest if not specs_length else rest[specs_length:]
         if flags & _COMPRESSED:
             try:
                 return snappy.decompress(body)
