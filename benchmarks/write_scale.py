@@ -9,9 +9,14 @@ bytes and objects on the store and their ratio to ``N x (key + value)``. ``--sig
 the load in a child process, kills it with SIGKILL after a fraction F of N was acknowledged, and
 times the open that follows.
 
-``large``: raw fsync'd file bandwidth of the same directory (write + fsync a file of the value
-size, read it back) against ``Bookie.put`` and ``Bookie.get`` of values of that size, each from
-``--threads`` threads (16 by default), printed as MB/s and ratios.
+``large``: raw fsync'd file bandwidth of the same filesystem (write + fsync a file of the value
+size and its directory, read it back) against ``Bookie.put`` and ``Bookie.get`` of values of that
+size, each from ``--threads`` threads (16 by default), printed as MB/s and ratios. Both sides run
+with the allocator setting the Bookie applies (glibc's mmap threshold), in ``--rounds`` rounds
+that alternate which side goes first; the medians of the per-round figures and ratios are
+printed, with the process's CPU seconds per GiB on each side (less sensitive to other load
+than the rates) and the peak RSS while inkpen ran. ``--value-sizes 262144,4194304,33554432``
+runs each size in a process of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import inkpen
+from inkpen.actors.kernel.heap import limit_heap_growth
+from inkpen.options import Options
 
 BUCKET = b"bench"
 
@@ -181,91 +188,172 @@ def sigkill_open(args: argparse.Namespace, root: str) -> dict[str, Any]:
     return {"workload": "sigkill_open", "killed_after": target, "open_s": round(opened, 2)}
 
 
+def _heap_threshold(options: dict[str, Any]) -> int:
+    """The mmap threshold ``inkpen.open(**options)`` applies (0: glibc's own dynamic one)."""
+    threshold = options.get("malloc_mmap_threshold", Options().malloc_mmap_threshold)
+    return int(threshold)
+
+
 def large(args: argparse.Namespace, root: str) -> dict[str, Any]:
+    """Raw fsync'd files against ``Bookie.put`` / ``Bookie.get`` of one value size, in rounds.
+
+    Both sides run in one process state: the allocator setting the Bookie applies when it opens
+    (glibc's mmap threshold, ``malloc_mmap_threshold``) is applied before either side runs, so
+    that the raw loop does not get the heap reuse of glibc's rising threshold while inkpen gets
+    fresh mappings. Each round writes ``--total-mb`` both ways into fresh directories of the same
+    filesystem and reads it back both ways (inkpen after a clean close and reopen), the order of
+    the two sides alternating round by round; ratios are taken within a round, and the medians
+    of the rounds are reported.
+    """
     size = args.value_size
     count = max(1, args.total_mb * 2**20 // size)
     threads = args.threads
     value = random.Random(4).randbytes(size)
-    raw_dir = os.path.join(root, "raw")
-    os.makedirs(raw_dir)
-
-    def each(work: Any) -> None:
-        """Run ``work(i)`` for every value, from ``threads`` threads."""
-        with ThreadPoolExecutor(threads) as pool:
-            for _ in pool.map(work, range(count)):
-                pass
-
-    def raw_write(i: int) -> None:
-        path = os.path.join(raw_dir, f"{i}")
-        with open(path, "wb") as f:
-            f.write(value)
-            f.flush()
-            os.fsync(f.fileno())
-        dfd = os.open(raw_dir, os.O_RDONLY)
-        os.fsync(dfd)
-        os.close(dfd)
-
-    def raw_read(i: int) -> None:
-        with open(os.path.join(raw_dir, f"{i}"), "rb") as f:
-            if len(f.read()) != size:
-                raise SystemExit("raw read returned a short file")
-
-    began = time.perf_counter()
-    each(raw_write)
-    raw_put = count * size / (time.perf_counter() - began)
-    began = time.perf_counter()
-    each(raw_read)
-    raw_get = count * size / (time.perf_counter() - began)
-    db = os.path.join(root, "db")
     options: dict[str, Any] = {"flush_policy": "idle"}
     options.update(json.loads(args.options))
-    peak = [0.0]
+    threshold = _heap_threshold(options)
+    applied = limit_heap_growth(threshold)
+    load_before = os.getloadavg()
+    peak = {"all": 0.0, "inkpen": 0.0}
+    inkpen_phase = threading.Event()
     stop = threading.Event()
 
     def sampler() -> None:
-        while not stop.wait(0.2):
-            peak[0] = max(peak[0], _rss_mb(os.getpid()))
+        while not stop.wait(0.1):
+            rss = _rss_mb(os.getpid())
+            peak["all"] = max(peak["all"], rss)
+            if inkpen_phase.is_set():
+                peak["inkpen"] = max(peak["inkpen"], rss)
 
     threading.Thread(target=sampler, daemon=True).start()
-    book = inkpen.open(db, **options)
 
-    def put(i: int) -> None:
-        book.put(BUCKET, b"big%08d" % i, value)
+    cpu: dict[str, float] = {}
 
-    def get(i: int) -> None:
-        if book.get(BUCKET, b"big%08d" % i) != value:
-            raise SystemExit("large get returned other bytes")
+    def each(work: Any) -> float:
+        """Run ``work(i)`` for every value from ``threads`` threads; MB/s. The process's CPU
+        seconds per GiB it took go to ``cpu`` under the name of ``work``."""
+        began = time.perf_counter()
+        cpu_began = time.process_time()
+        with ThreadPoolExecutor(threads) as pool:
+            for _ in pool.map(work, range(count)):
+                pass
+        cpu[work.__name__] = (time.process_time() - cpu_began) / (count * size / 2**30)
+        return count * size / (time.perf_counter() - began) / 2**20
 
-    began = time.perf_counter()
-    each(put)
-    put_rate = count * size / (time.perf_counter() - began)
-    after_put_rss = _rss_mb(os.getpid())
-    book.close()
-    book = inkpen.open(db, **options)
-    began = time.perf_counter()
-    each(get)
-    get_rate = count * size / (time.perf_counter() - began)
-    book.close()
+    def raw_put(raw_dir: str) -> float:
+        os.makedirs(raw_dir)
+
+        def write(i: int) -> None:
+            with open(os.path.join(raw_dir, f"{i}"), "wb") as f:
+                f.write(value)
+                f.flush()
+                os.fsync(f.fileno())
+            dfd = os.open(raw_dir, os.O_RDONLY)
+            os.fsync(dfd)
+            os.close(dfd)
+
+        return each(write)
+
+    def raw_get(raw_dir: str) -> float:
+        def read(i: int) -> None:
+            with open(os.path.join(raw_dir, f"{i}"), "rb") as f:
+                if f.read() != value:  # checked as inkpen's gets are: the same compare
+                    raise SystemExit("raw read returned other bytes")
+
+        return each(read)
+
+    def inkpen_put(db: str) -> float:
+        book = inkpen.open(db, **options)
+        inkpen_phase.set()
+
+        def put(i: int) -> None:
+            book.put(BUCKET, b"big%08d" % i, value)
+
+        try:
+            return each(put)
+        finally:
+            after_puts.append(_rss_mb(os.getpid()))
+            book.close()
+            inkpen_phase.clear()
+
+    def inkpen_get(db: str) -> float:
+        book = inkpen.open(db, **options)
+        inkpen_phase.set()
+
+        def get(i: int) -> None:
+            if book.get(BUCKET, b"big%08d" % i) != value:
+                raise SystemExit("large get returned other bytes")
+
+        try:
+            return each(get)
+        finally:
+            book.close()
+            inkpen_phase.clear()
+
+    after_puts: list[float] = []
+    rounds: list[dict[str, Any]] = []
+    for number in range(args.rounds):
+        raw_dir = os.path.join(root, f"raw{number}")
+        db = os.path.join(root, f"db{number}")
+        inkpen_first = number % 2 == 1
+        figures: dict[str, Any] = {"round": number, "first": "inkpen" if inkpen_first else "raw"}
+        puts = [("put_mb_s", inkpen_put, db), ("raw_put_mb_s", raw_put, raw_dir)]
+        gets = [("get_mb_s", inkpen_get, db), ("raw_get_mb_s", raw_get, raw_dir)]
+        for phase in (puts, gets):
+            for name, run, where in phase if inkpen_first else reversed(phase):
+                figures[name] = round(run(where), 1)
+        for name in ("write", "put", "read", "get"):
+            figures[f"{name}_cpu_s_per_gib"] = round(cpu[name], 2)
+        figures["put_ratio"] = round(figures["put_mb_s"] / figures["raw_put_mb_s"], 2)
+        figures["get_ratio"] = round(figures["get_mb_s"] / figures["raw_get_mb_s"], 2)
+        if number == 0:
+            figures["store_bytes"], figures["store_objects"] = _store_size(db)
+        rounds.append(figures)
     stop.set()
-    size_db, objects = _store_size(db)
-    mb = 2**20
+
+    def median(name: str) -> float:
+        return round(statistics.median(r[name] for r in rounds), 2)
+
     return {
         "workload": "large",
         "value_size": size,
         "values": count,
         "threads": threads,
-        "raw_put_mb_s": round(raw_put / mb, 1),
-        "put_mb_s": round(put_rate / mb, 1),
-        "put_ratio": round(put_rate / raw_put, 2),
-        "raw_get_mb_s": round(raw_get / mb, 1),
-        "get_mb_s": round(get_rate / mb, 1),
-        "get_ratio": round(get_rate / raw_get, 2),
-        "rss_after_puts_mb": round(after_put_rss, 1),
-        "peak_rss_mb": round(peak[0], 1),
-        "store_bytes": size_db,
-        "store_objects": objects,
-        "store_ratio": round(size_db / (count * size), 3),
+        "rounds": args.rounds,
+        "mmap_threshold": threshold if applied else 0,
+        "raw_put_mb_s": median("raw_put_mb_s"),
+        "put_mb_s": median("put_mb_s"),
+        "put_ratio": median("put_ratio"),
+        "raw_get_mb_s": median("raw_get_mb_s"),
+        "get_mb_s": median("get_mb_s"),
+        "get_ratio": median("get_ratio"),
+        "cpu_s_per_gib": {
+            name: median(f"{name}_cpu_s_per_gib") for name in ("write", "put", "read", "get")
+        },
+        "rss_after_puts_mb": round(max(after_puts), 1),
+        "peak_rss_mb": round(peak["inkpen"], 1),
+        "peak_rss_all_mb": round(peak["all"], 1),
+        "store_bytes": rounds[0]["store_bytes"],
+        "store_objects": rounds[0]["store_objects"],
+        "store_ratio": round(rounds[0]["store_bytes"] / (count * size), 3),
+        "load_avg": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "per_round": [
+            {k: v for k, v in r.items() if k not in ("store_bytes", "store_objects")}
+            for r in rounds
+        ],
     }
+
+
+def large_sizes(args: argparse.Namespace) -> None:
+    """``large`` for every size of ``--value-sizes``, each in a process of its own (a fresh
+    allocator state), one JSON line each."""
+    for size in (int(s) for s in args.value_sizes.split(",")):
+        argv = [a for a in sys.argv[2:]]
+        at = argv.index("--value-sizes")
+        del argv[at : at + 2]
+        subprocess.run(
+            [sys.executable, __file__, "large", "--value-size", str(size), *argv], check=True
+        )
 
 
 def main() -> None:
@@ -279,6 +367,14 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=16, help="large: client threads (raw and inkpen alike)"
     )
+    parser.add_argument(
+        "--value-sizes",
+        default=None,
+        help="large: several value sizes (comma-separated), each run in a process of its own",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="large: rounds, alternating which side goes first"
+    )
     parser.add_argument("--sigkill-at", type=float, default=0.8)
     parser.add_argument("--options", default="{}", help="JSON of extra inkpen options")
     parser.add_argument("--root", default=None)
@@ -289,6 +385,9 @@ def main() -> None:
             print(done, flush=True)
 
         load(args, args.root, progress)
+        return
+    if args.mode == "large" and args.value_sizes:
+        large_sizes(args)
         return
     with tempfile.TemporaryDirectory(prefix="inkpen-scale-", dir=args.root) as base:
         root = os.path.join(base, "db")

@@ -23,7 +23,7 @@ Layout (all integers big-endian; offsets are from the start of the object)::
       8       K  key: SQN (u64), kind (u8), encoded ledger key
       8+K     V  value: flags (u8), last-modified ms (u64), expiry ms (u64), index-spec length
                  S (u32), S bytes of msgpack [[op, field, term], ...], then the object body
-      8+K+V   4  CRC-32 of record bytes [0, 8+K+V)
+      8+K+V   4  checksum of record bytes [0, 8+K+V): CRC-32C from version 3, CRC-32 in 1 and 2
 
     index region, versions 2 and 3 (absent when the file has no entries): the SQN block index
       0     16*B  B blocks: first SQN (u64), offset of the block's first record (u64)
@@ -44,7 +44,11 @@ expiry field is set. A body of 256 bytes or more is stored compressed when that 
 eighth of it; from 256 KiB, only when its start, middle and end (16 KiB each) compressed together
 save an eighth, so that an incompressible large value costs no compression pass.
 
-(Below and in the code, "version 2" names the block index, which version 3 shares.)
+Version 3 is version 2 with two changes, which arrived together: record checksums are CRC-32C
+(Castagnoli), which the CPU computes at about six times zlib's CRC-32 (:mod:`inkpen.formats.crc`:
+on a large value's get the checksum pass was a third of the time), and a record may be of kind
+4, VALUE_IN_LEDGER. The header's and the index region's checksums stay CRC-32. An inkpen that
+knows neither refuses a version 3 file by its version ("upgrade inkpen").
 
 Version 2 and 3 lookup: a block is a run of consecutive records of about :data:`INDEX_BLOCK`
 bytes (a record that large or larger is a block alone); block ``k`` spans
@@ -54,6 +58,7 @@ block in one ranged read and walks its records to the one with that key: one rea
 4 KiB (a large record: exactly the record).
 The index is 16 bytes per block (about 0.4% of the records); a reader reads it whole at open and
 checks its CRC, then holds it or keeps it in a byte-weighted cache (re-read when evicted).
+Below, "version 2" names the block-index layout, which versions 2 and 3 share.
 
 Version 1 lookup is CDB's: the hash ``h`` is the CRC-32 of the record key; table ``h & 255`` is
 probed linearly from slot ``(h >> 8) % slot_count`` until the key is found or an empty slot is
@@ -61,10 +66,11 @@ met. Each table has twice as many slots as entries, so probes stay short. A slot
 offset and length, so one ranged read fetches it whole. Writers write version 3 only.
 
 Every byte is covered by a checksum: the header's, each record's, and the index region's (checked
-when a reader opens the file). A version 1 reader either holds the hash region or pages it: at
-open it computes a CRC-32 of every 1 KiB page of slots and later checks each page it reads
-against it. A damaged file raises :class:`CorruptionError` naming the object and the offset of
-the damaged part; damaged bytes are never returned as data.
+when a reader opens the file). A large record read in parts (:data:`PARTS_FROM`) is checksummed
+over its parts as they were read, never joined. A version 1 reader either holds the hash region
+or pages it: at open it computes a CRC-32 of every 1 KiB page of slots and later checks each page
+it reads against it. A damaged file raises :class:`CorruptionError` naming the object and the
+offset of the damaged part; damaged bytes are never returned as data.
 
 A file with no entries is only a header (:data:`EMPTY_JOURNAL_SIZE` bytes): a writer writes one
 into the next segment slot to fence older writers, and a listing can recognise it by its size.
@@ -79,7 +85,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -90,14 +96,14 @@ import snappy
 from inkpen.errors import CorruptionError
 
 from .cache import BlockCache
+from .crc import CRC32, CRC32C, Crc
 from .fetching import Fetch, fetch_exact, short_read
 
 MAGIC = b"INKJNL"
 FORMAT_VERSION = 3
-"""The version writers write. Version 3 is version 2's layout with one more record kind
-(:attr:`Kind.VALUE_IN_LEDGER`), numbered apart so that an inkpen that does not know the kind asks
-to be upgraded rather than calling the record damaged; versions 2 and 1 (a CDB hash region) are
-still read."""
+"""The version writers write: version 2's layout with CRC-32C record checksums and one more
+record kind (:attr:`Kind.VALUE_IN_LEDGER`). Versions 2 (CRC-32 record checksums) and 1 (a CDB hash
+region) are still read."""
 INDEX_BLOCK = 4 * 1024
 """A version 2 block holds consecutive records up to this many bytes (or one larger record)."""
 
@@ -135,6 +141,13 @@ _COPY_TO_CHECK = 64 * 1024
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 
+PARTS_FROM = 64 * 1024
+"""A record this large or larger is read in parts by :meth:`JournalReader.value` when its fetch
+says ranged reads are cheap (``in_parts``: a local directory, memory): its head, its body
+straight into a bytes object of its own, and its CRC, in one request of three ranges, so that
+the body is copied once (by the read) and checksummed once, never sliced out of a buffer
+holding the whole record."""
+
 
 class Kind(IntEnum):
     """What a journal entry records."""
@@ -152,6 +165,18 @@ class Kind(IntEnum):
 
 
 _KINDS = {kind.value: kind for kind in Kind}
+
+
+def _record_crc(version: int) -> Crc:
+    """The checksum of a record of a file of ``version``: CRC-32C from version 3, else CRC-32
+    (the header's and the index region's are CRC-32 in every version)."""
+    return CRC32C if version >= 3 else CRC32
+
+
+_Checksum = Callable[[bytes | memoryview, int], int]
+"""``checksum(data, running)``: a record checksum (:attr:`Crc.checksum`)."""
+_WHOLE = object()
+"""What a read in parts answers when the record must be read whole instead."""
 _new_entry = tuple.__new__
 
 
@@ -236,8 +261,34 @@ def _worth_compressing(body: bytes) -> bool:
     return len(snappy.compress(sample)) <= len(sample) - (len(sample) >> 3)
 
 
-def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
-    """Encode one entry: the record without its CRC, the CRC, and the hash of the record key."""
+def _stored_body(value: object, sqn: int) -> tuple[int, bytes]:
+    """The flags and the stored body of an OBJECT entry's value: compressed when that saves an
+    eighth (:func:`_worth_compressing` decides whether to try)."""
+    if not isinstance(value, bytes):
+        raise TypeError(
+            f"an OBJECT entry's value must be bytes, not {type(value).__name__} (sqn {sqn})"
+        )
+    if len(value) >= _COMPRESS_MIN and _worth_compressing(value):
+        packed = snappy.compress(value)
+        if len(packed) <= len(value) - (len(value) >> 3):
+            return _HAS_VALUE | _COMPRESSED, packed
+    return _HAS_VALUE, value
+
+
+def _encode_specs(index_specs: Sequence[tuple[int, bytes, bytes]]) -> bytes:
+    """The msgpack of an entry's index specs, each checked to be (op, field, term)."""
+    for spec in index_specs:
+        if len(spec) != 3 or spec[0] not in (0, 1):
+            raise ValueError(f"index spec {spec!r} is not (op, field, term) with op 0 or 1")
+        if type(spec[1]) is not bytes or type(spec[2]) is not bytes:
+            raise TypeError(f"index spec {spec!r}: field and term must be bytes")
+    packed: bytes = msgpack.packb([tuple(spec) for spec in index_specs], use_bin_type=True)
+    return packed
+
+
+def _encode_record(entry: JournalEntry, checksum: _Checksum) -> tuple[bytes, bytes, int]:
+    """Encode one entry: the record without its CRC, the CRC (by ``checksum``), and the hash of
+    the record key."""
     sqn, given_kind, ledger_key, value, index_specs, expiry_ms, last_modified_ms = entry
     kind = _KINDS.get(given_kind)
     if kind is None:
@@ -247,17 +298,7 @@ def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
     flags = 0
     body = b""
     if kind is Kind.OBJECT:
-        if not isinstance(value, bytes):
-            raise TypeError(
-                f"an OBJECT entry's value must be bytes, not {type(value).__name__} (sqn {sqn})"
-            )
-        flags = _HAS_VALUE
-        body = value
-        if len(body) >= _COMPRESS_MIN and _worth_compressing(body):
-            packed = snappy.compress(body)
-            if len(packed) <= len(body) - (len(body) >> 3):
-                body = packed
-                flags |= _COMPRESSED
+        flags, body = _stored_body(value, sqn)
     elif value is not None:
         raise ValueError(f"a {kind.name} entry carries no value; got {type(value).__name__}")
     if expiry_ms is None:
@@ -268,14 +309,7 @@ def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
     last_modified = last_modified_ms
     if type(last_modified) is not int or not 0 <= last_modified < _U64:
         last_modified = _check_uint(last_modified_ms, 64, "last_modified_ms")
-    specs = b""
-    if index_specs:
-        for spec in index_specs:
-            if len(spec) != 3 or spec[0] not in (0, 1):
-                raise ValueError(f"index spec {spec!r} is not (op, field, term) with op 0 or 1")
-            if type(spec[1]) is not bytes or type(spec[2]) is not bytes:
-                raise TypeError(f"index spec {spec!r}: field and term must be bytes")
-        specs = msgpack.packb([tuple(spec) for spec in index_specs], use_bin_type=True)
+    specs = _encode_specs(index_specs) if index_specs else b""
     key_length = _KEY_HEAD.size + len(ledger_key)
     value_length = _VALUE_HEAD.size + len(specs) + len(body)
     if key_length >= _U32 or value_length >= _U32:
@@ -285,7 +319,103 @@ def _encode_record(entry: JournalEntry) -> tuple[bytes, bytes, int]:
         (head, ledger_key, _VALUE_HEAD.pack(flags, last_modified, expiry, len(specs)), specs, body)
     )
     key_hash = zlib.crc32(ledger_key, zlib.crc32(head[_LENGTHS.size :]))
-    return record, _CRC.pack(zlib.crc32(record)), key_hash
+    return record, _CRC.pack(checksum(record, 0)), key_hash
+
+
+PREPARE_FROM = 64 * 1024
+"""A put's value this large or larger is encoded in the caller's thread
+(:func:`prepare_record`), leaving the journal's one writer the SQN alone."""
+
+
+class PreparedRecord(NamedTuple):
+    """An OBJECT record encoded but for its SQN, made by :func:`prepare_record` in the thread of
+    the put, so that the journal's one writer thread neither compresses, checksums nor copies a
+    large body: :func:`build_journal` packs the SQN and combines two CRCs.
+
+    It serves only the entry it was made from: the same ledger key, value (the very object),
+    index specs, expiry and last-modified time (:meth:`serves`); a change the writer rewrote
+    before writing it (a merge folded, index specs a ttl implies) is encoded afresh."""
+
+    ledger_key: bytes
+    value: bytes
+    index_specs: tuple[tuple[int, bytes, bytes], ...]
+    expiry_ms: int | None
+    last_modified_ms: int
+    key_length: int
+    """K of the record layout: the SQN, the kind and the ledger key."""
+    value_length: int
+    """V of the record layout: the value fields, the index specs and the stored body."""
+    fields: bytes
+    """The record's bytes from the ledger key to the body: the ledger key, flags,
+    last-modified, expiry, the index specs' length and the specs."""
+    body: bytes
+    """The body as stored (the value itself, or its snappy compression)."""
+    crc: int
+    """CRC-32C of ``fields + body`` (the record checksum of :data:`FORMAT_VERSION`)."""
+    shift: int
+    """:meth:`~inkpen.formats.crc.Crc.shift` of ``len(fields + body)``: the record's CRC is
+    ``combine(crc(the record's first 17 bytes), crc, shift)``."""
+
+    def serves(self, entry: JournalEntry) -> bool:
+        """Whether this is the encoding of ``entry`` (whatever its SQN)."""
+        return (
+            entry[3] is self.value
+            and entry[1] == Kind.OBJECT
+            and entry[2] == self.ledger_key
+            and entry[5] == self.expiry_ms
+            and entry[6] == self.last_modified_ms
+            and tuple(entry[4]) == self.index_specs
+        )
+
+
+def prepare_record(
+    ledger_key: bytes,
+    value: bytes,
+    index_specs: tuple[tuple[int, bytes, bytes], ...],
+    expiry_ms: int | None,
+    last_modified_ms: int,
+) -> PreparedRecord:
+    """Encode the OBJECT entry of these fields but for its SQN (see :class:`PreparedRecord`):
+    the compression choice, the value fields and specs, and the CRC of all of it, computed
+    without joining anything (zlib checksums a large body without the interpreter lock).
+    Raises ``ValueError`` / ``TypeError`` as :func:`build_journal` would for the entry."""
+    if type(ledger_key) is not bytes:
+        raise TypeError(f"ledger_key must be bytes, not {type(ledger_key).__name__}")
+    flags, body = _stored_body(value, 0)
+    expiry = 0
+    if expiry_ms is not None:
+        expiry = _check_uint(expiry_ms, 64, "expiry_ms")
+        flags |= _HAS_EXPIRY
+    last_modified = _check_uint(last_modified_ms, 64, "last_modified_ms")
+    specs = _encode_specs(index_specs) if index_specs else b""
+    fields = b"".join(
+        (ledger_key, _VALUE_HEAD.pack(flags, last_modified, expiry, len(specs)), specs)
+    )
+    key_length = _KEY_HEAD.size + len(ledger_key)
+    value_length = _VALUE_HEAD.size + len(specs) + len(body)
+    if key_length >= _U32 or value_length >= _U32:
+        raise ValueError("the entry is too large for a journal record (4 GiB at most)")
+    return PreparedRecord(
+        ledger_key,
+        value,
+        tuple(index_specs),
+        expiry_ms,
+        last_modified_ms,
+        key_length,
+        value_length,
+        fields,
+        body,
+        CRC32C.of(fields, body),
+        CRC32C.shift(len(fields) + len(body)),
+    )
+
+
+def _prepared_parts(prepared: PreparedRecord, sqn: int) -> tuple[bytes, bytes, int]:
+    """The record's head (lengths, SQN, kind), its CRC, and the hash of its record key."""
+    head = _RECORD_HEAD.pack(prepared.key_length, prepared.value_length, sqn, Kind.OBJECT)
+    crc = CRC32C.combine(CRC32C.checksum(head, 0), prepared.crc, prepared.shift)
+    key_hash = zlib.crc32(prepared.ledger_key, zlib.crc32(head[_LENGTHS.size :]))
+    return head, _CRC.pack(crc), key_hash
 
 
 def _encode_hash_region(slots: list[tuple[int, int, int]]) -> bytes:
@@ -319,20 +449,44 @@ def _encode_block_index(firsts: list[int], offsets: list[int]) -> bytes:
 
 
 def build_journal(
-    entries: Iterable[JournalEntry], *, writer_epoch: int, version: int = FORMAT_VERSION
+    entries: Iterable[JournalEntry],
+    *,
+    writer_epoch: int,
+    version: int = FORMAT_VERSION,
+    prepared: Sequence[PreparedRecord | None] = (),
 ) -> bytes:
     """Build a whole journal file from entries given in strictly increasing SQN order.
 
     Zero entries is valid and gives a header-only file of :data:`EMPTY_JOURNAL_SIZE` bytes.
     Raises ``ValueError`` / ``TypeError`` for entries out of order or malformed. ``version`` 1
-    builds the earliest layout (a CDB hash region) and 2 the block index without
-    :attr:`Kind.VALUE_IN_LEDGER` records; only tests of files written before want them.
+    or 2 builds an earlier format (a CDB hash region; CRC-32 record checksums, and no
+    :attr:`Kind.VALUE_IN_LEDGER` record), which only tests of old files want. ``prepared``: the
+    :class:`PreparedRecord` of each entry, in order (None, or missing, for an entry encoded
+    here); one that does not serve its entry is ignored (and all of them in a file of another
+    version than :data:`FORMAT_VERSION`).
     """
+    return b"".join(
+        build_journal_parts(entries, writer_epoch=writer_epoch, version=version, prepared=prepared)
+    )
+
+
+def build_journal_parts(
+    entries: Iterable[JournalEntry],
+    *,
+    writer_epoch: int,
+    version: int = FORMAT_VERSION,
+    prepared: Sequence[PreparedRecord | None] = (),
+) -> list[bytes]:
+    """:func:`build_journal`'s bytes as the pieces they are made of, in order, not joined: a
+    store that writes pieces (``os.writev``) never copies a prepared record's body."""
     epoch = _check_uint(writer_epoch, 64, "writer_epoch")
     if version not in (1, 2, FORMAT_VERSION):
         raise ValueError(
             f"journal format version must be 1, 2 or {FORMAT_VERSION}, got {version!r}"
         )
+    checksum = _record_crc(version).checksum
+    if version != FORMAT_VERSION:
+        prepared = ()
     parts: list[bytes] = []
     slots: list[tuple[int, int, int]] = []
     firsts: list[int] = []
@@ -357,10 +511,16 @@ def build_journal(
         previous = max_sqn = sqn
         if version < 3 and entry[1] == Kind.VALUE_IN_LEDGER:
             raise ValueError(f"a VALUE_IN_LEDGER entry (sqn {sqn}) needs journal format version 3")
-        record, crc, key_hash = _encode_record(entry)
-        parts.append(record)
-        parts.append(crc)
-        length = len(record) + _CRC.size
+        ready = prepared[count] if count < len(prepared) else None
+        if ready is not None and ready.serves(entry):
+            head, crc, key_hash = _prepared_parts(ready, sqn)
+            parts += (head, ready.fields, ready.body, crc)
+            length = len(head) + len(ready.fields) + len(ready.body) + _CRC.size
+        else:
+            record, crc, key_hash = _encode_record(entry, checksum)
+            parts.append(record)
+            parts.append(crc)
+            length = len(record) + _CRC.size
         if version == 1:
             slots.append((key_hash, offset, length))
         elif not block_fill or block_fill + length > INDEX_BLOCK:
@@ -378,8 +538,7 @@ def build_journal(
     else:
         region = _encode_block_index(firsts, offsets)
     head = _HEADER.pack(MAGIC, version, epoch, count, min_sqn, max_sqn, offset, len(region))
-    header = head + _CRC.pack(zlib.crc32(head))
-    return b"".join([header, *parts, region])
+    return [head + _CRC.pack(zlib.crc32(head)), *parts, region]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -797,7 +956,7 @@ def _decode_block_index(
 
 
 def _find_in_block(
-    block: bytes, key: bytes, first_sqn: int | None, name: str, base: int
+    block: bytes, key: bytes, first_sqn: int | None, name: str, base: int, checksum: _Checksum
 ) -> tuple[int, int] | None:
     """``(start, end)`` within ``block`` (the bytes of one block, read from offset ``base``) of
     the record whose key is ``key``, or None when the block does not hold it.
@@ -831,7 +990,7 @@ def _find_in_block(
         checked = (
             block[pos:crc_at] if crc_at - pos <= _COPY_TO_CHECK else memoryview(block)[pos:crc_at]
         )
-        if zlib.crc32(checked) != _CRC.unpack_from(block, crc_at)[0]:
+        if checksum(checked, 0) != _CRC.unpack_from(block, crc_at)[0]:
             raise CorruptionError(name, "journal record checksum mismatch", offset=base + pos)
         if record_sqn > sqn:
             return None  # past it (the record checked first: its SQN is no answer unchecked)
@@ -841,7 +1000,7 @@ def _find_in_block(
 
 
 def _block_records(
-    block: bytes, first_sqn: int, name: str, base: int
+    block: bytes, first_sqn: int, name: str, base: int, checksum: _Checksum
 ) -> list[tuple[int, int, bytes]]:
     """``(offset, length, record key)`` of every record of ``block`` (read from ``base``), each
     checked as :func:`_find_in_block` checks the records it walks past."""
@@ -864,7 +1023,7 @@ def _block_records(
         checked = (
             block[pos:crc_at] if crc_at - pos <= _COPY_TO_CHECK else memoryview(block)[pos:crc_at]
         )
-        if zlib.crc32(checked) != _CRC.unpack_from(block, crc_at)[0]:
+        if checksum(checked, 0) != _CRC.unpack_from(block, crc_at)[0]:
             raise CorruptionError(name, "journal record checksum mismatch", offset=base + pos)
         out.append(
             (base + pos, end - pos, bytes(block[pos + _LENGTHS.size : crc_at - value_length]))
@@ -875,7 +1034,7 @@ def _block_records(
 
 
 def _parse_record(
-    buf: bytes, pos: int, limit: int, name: str, base: int, sqn_base: int
+    buf: bytes, pos: int, limit: int, name: str, base: int, sqn_base: int, checksum: _Checksum
 ) -> tuple[bytes, JournalEntry, int]:
     """Check and decode the record at ``buf[pos:]`` (``base`` = file offset of ``buf[0]``).
 
@@ -892,7 +1051,7 @@ def _parse_record(
         raise CorruptionError(name, "journal record lengths are damaged", offset=base + pos)
     (stored_crc,) = _CRC.unpack_from(buf, crc_at)
     checked = buf[pos:crc_at] if crc_at - pos <= _COPY_TO_CHECK else memoryview(buf)[pos:crc_at]
-    if zlib.crc32(checked) != stored_crc:
+    if checksum(checked, 0) != stored_crc:
         raise CorruptionError(name, "journal record checksum mismatch", offset=base + pos)
     flags, last_modified, expiry, specs_length = _VALUE_HEAD.unpack_from(buf, value_at)
     kind = _KINDS.get(kind_code)
@@ -938,7 +1097,9 @@ def _parse_record(
     return key, entry, crc_at + _CRC.size
 
 
-def _record_body(data: bytes, key: bytes, name: str, offset: int) -> bytes | None:
+def _record_body(
+    data: bytes, key: bytes, name: str, offset: int, checksum: _Checksum
+) -> bytes | None:
     """Check the whole record ``data`` (read from ``offset``); its body if its key is ``key``,
     None if it is another record whose key hashes alike."""
     length = len(data)
@@ -952,7 +1113,7 @@ def _record_body(data: bytes, key: bytes, name: str, offset: int) -> bytes | Non
             name, "journal record length disagrees with its hash slot", offset=offset
         )
     checked = data[:crc_at] if crc_at <= _COPY_TO_CHECK else memoryview(data)[:crc_at]
-    if zlib.crc32(checked) != _CRC.unpack_from(data, crc_at)[0]:
+    if checksum(checked, 0) != _CRC.unpack_from(data, crc_at)[0]:
         raise CorruptionError(name, "journal record checksum mismatch", offset=offset)
     if data[_LENGTHS.size : value_at] != key:
         return None
@@ -1081,10 +1242,11 @@ def _iter_buffer(
     blocks: tuple[array[int], array[int]] | None = None,
 ) -> Iterator[JournalEntry]:
     check = _SequenceCheck(header, name, blocks)
+    checksum = _record_crc(header.version).checksum
     pos = HEADER_SIZE
     end = header.hash_offset
     while pos < end:
-        _, entry, after = _parse_record(data, pos, end, name, 0, 0)
+        _, entry, after = _parse_record(data, pos, end, name, 0, 0, checksum)
         check.step(entry.sqn, pos)
         pos = after
         yield entry
@@ -1107,7 +1269,16 @@ class JournalReader:
     serve many threads.
     """
 
-    __slots__ = ("_fetch", "_index", "header", "name", "size", "sqn_base")
+    __slots__ = (
+        "_checksum",
+        "_fetch",
+        "_in_parts",
+        "_index",
+        "header",
+        "name",
+        "size",
+        "sqn_base",
+    )
 
     def __init__(
         self,
@@ -1124,6 +1295,8 @@ class JournalReader:
         self.sqn_base = sqn_base
         self._fetch = fetch
         self._index = index
+        self._in_parts = bool(getattr(fetch, "in_parts", False))
+        self._checksum = _record_crc(header.version).checksum
 
     @classmethod
     def open(
@@ -1188,14 +1361,16 @@ class JournalReader:
             if found is None:
                 return None
             data, start, end, base = found
-            return _parse_record(data, start, end, self.name, base, self.sqn_base)[1]
+            return _parse_record(data, start, end, self.name, base, self.sqn_base, self._checksum)[
+                1
+            ]
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
         for offset, length in index.candidates(zlib.crc32(key)):  # type: ignore[union-attr]
             data = self._fetch(offset, offset + length)
             if len(data) != length:
                 raise short_read(self.name, offset, offset + length, len(data))
             record_key, entry, end = _parse_record(
-                data, 0, length, self.name, offset, self.sqn_base
+                data, 0, length, self.name, offset, self.sqn_base, self._checksum
             )
             if end != length:
                 raise CorruptionError(
@@ -1220,28 +1395,103 @@ class JournalReader:
             return None
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
         if type(index) is _BlockIndex:
-            found = self._find(index, stored_sqn, kind, ledger_key)
+            block = index.block_of(stored_sqn)
+            if block is None:
+                return None
+            if self._in_parts and block[2] - block[1] >= PARTS_FROM:
+                body = self._value_in_parts(block[1], block[2], key, block[0])
+                if body is not _WHOLE:
+                    return body  # type: ignore[return-value]
+            found = self._find(index, stored_sqn, kind, ledger_key, block)
             if found is None:
                 return None
             data, start, end, base = found
             record = data if start == 0 and end == len(data) else data[start:end]
-            return _record_body(record, key, self.name, base + start)
+            return _record_body(record, key, self.name, base + start, self._checksum)
         for offset, length in index.candidates(zlib.crc32(key)):  # type: ignore[union-attr]
+            if self._in_parts and length >= PARTS_FROM:
+                body = self._value_in_parts(offset, offset + length, key, None)
+                if body is not _WHOLE:
+                    return body  # type: ignore[return-value]
             data = self._fetch(offset, offset + length)
             if len(data) != length:
                 raise short_read(self.name, offset, offset + length, len(data))
-            body = _record_body(data, key, self.name, offset)
+            body = _record_body(data, key, self.name, offset, self._checksum)
             if body is not None:
                 return body
         return None
 
+    def _value_in_parts(self, start: int, end: int, key: bytes, first_sqn: int | None) -> object:
+        """The body of the record ``[start, end)`` whose key is ``key``, read in parts (see
+        :data:`PARTS_FROM`), past the journal cache, in one request of three ranges: the head
+        as far as the body starts in a record without index specs (lengths, key, value
+        fields), the rest of the record into a bytes object of its own, and the CRC. The CRC is
+        checked over the head and the rest as they are (CRC-32C runs without the interpreter
+        lock over a large body). Without index specs the rest is the body, copied once, by the
+        read; with them the body is sliced out of it.
+
+        Answers :data:`_WHOLE` when the range is not one record with that key (a block of
+        several records, another record, lengths or fields that do not add up, the first SQN
+        not the index's ``first_sqn``): the caller then reads it whole, which raises the error
+        that damage deserves or walks the block."""
+        name = self.name
+        head_end = start + _LENGTHS.size + len(key) + _VALUE_HEAD.size
+        if head_end + _CRC.size > end:
+            return _WHOLE
+        ranges = [(start, head_end), (head_end, end - _CRC.size), (end - _CRC.size, end)]
+        many = getattr(self._fetch, "direct_many", None)
+        if many is None:
+            fetch = getattr(self._fetch, "direct", self._fetch)
+            head, rest, stored = (fetch(a, b) for a, b in ranges)
+        else:
+            head, rest, stored = many(ranges)
+        for (a, b), got in zip(ranges, (head, rest, stored), strict=True):
+            if len(got) != b - a:
+                raise short_read(name, a, b, len(got))
+        key_length, value_length, record_sqn, kind_code = _RECORD_HEAD.unpack_from(head, 0)
+        value_at = _LENGTHS.size + key_length
+        crc_at = value_at + value_length
+        if (
+            key_length != len(key)
+            or value_length < _VALUE_HEAD.size
+            or crc_at + _CRC.size != end - start
+            or (first_sqn is not None and record_sqn != first_sqn)
+            or head[_LENGTHS.size : value_at] != key
+        ):
+            return _WHOLE
+        flags, _, _, specs_length = _VALUE_HEAD.unpack_from(head, value_at)
+        body_at = value_at + _VALUE_HEAD.size + specs_length
+        if body_at > crc_at or flags & ~_KNOWN_FLAGS or not flags & _HAS_VALUE:
+            return _WHOLE
+        if kind_code != Kind.OBJECT:
+            return _WHOLE
+        checksum = self._checksum
+        if checksum(rest, checksum(head, 0)) != _CRC.unpack(stored)[0]:
+            raise CorruptionError(name, "journal record checksum mismatch", offset=start)
+        body = rest if not specs_length else rest[specs_length:]
+        if flags & _COMPRESSED:
+            try:
+                return snappy.decompress(body)
+            except Exception as exc:  # snappy raises assorted types on damaged input
+                raise CorruptionError(
+                    name, f"journal record payload does not decode: {exc}", offset=start
+                ) from exc
+        return body if type(body) is bytes else bytes(body)
+
     def _find(
-        self, index: _BlockIndex, stored_sqn: int, kind: Kind, ledger_key: bytes
+        self,
+        index: _BlockIndex,
+        stored_sqn: int,
+        kind: Kind,
+        ledger_key: bytes,
+        found: tuple[int, int, int] | None = None,
     ) -> tuple[bytes, int, int, int] | None:
         """Read the block that would hold the key (one ranged read, through the journal cache)
         and find its record: ``(block bytes, record start, record end, block offset)``, the
-        record not yet checked; None when the file does not hold the key."""
-        found = index.block_of(stored_sqn)
+        record not yet checked; None when the file does not hold the key (``found``: the block,
+        when the caller has it)."""
+        if found is None:
+            found = index.block_of(stored_sqn)
         if found is None:
             return None
         first, start, end = found
@@ -1249,7 +1499,7 @@ class JournalReader:
         if len(data) != end - start:
             raise short_read(self.name, start, end, len(data))
         key = _KEY_HEAD.pack(stored_sqn, kind) + ledger_key
-        at = _find_in_block(data, key, first, self.name, start)
+        at = _find_in_block(data, key, first, self.name, start, self._checksum)
         return None if at is None else (data, at[0], at[1], start)
 
     def locate(self, sqn: int, kind: Kind, ledger_key: bytes) -> tuple[bytes, int, int] | None:
@@ -1410,15 +1660,15 @@ class JournalReader:
         :meth:`value` checks it; None if they do not hold that key."""
         index = self._index
         if type(index) is not _BlockIndex:
-            return _record_body(record, key, self.name, offset)
+            return _record_body(record, key, self.name, offset, self._checksum)
         block = index.block_at(offset)
         first = None if block is None else block[0]
-        at = _find_in_block(record, key, first, self.name, offset)
+        at = _find_in_block(record, key, first, self.name, offset, self._checksum)
         if at is None:
             return None
         start, end = at
         found = record if start == 0 and end == len(record) else record[start:end]
-        return _record_body(found, key, self.name, offset + start)
+        return _record_body(found, key, self.name, offset + start, self._checksum)
 
     def locations(self) -> list[tuple[int, int]]:
         """``(offset, length)`` of every record, in file order; a version 2 file reads its
@@ -1450,7 +1700,11 @@ class JournalReader:
                 j += 1
             data = fetch_exact(fetch, start, blocks[j - 1][2], self.name)
             for first, at, end in blocks[i:j]:
-                out.extend(_block_records(data[at - start : end - start], first, self.name, at))
+                out.extend(
+                    _block_records(
+                        data[at - start : end - start], first, self.name, at, self._checksum
+                    )
+                )
             i = j
         return out
 
@@ -1476,10 +1730,12 @@ class JournalReader:
         for number in sorted(draws):
             first, start, end = blocks[number]
             data = fetch_exact(fetch, start, end, self.name)
-            records = _block_records(data, first, self.name, start)
+            records = _block_records(data, first, self.name, start, self._checksum)
             for at, length, _ in sorted(rng.sample(records, min(draws[number], len(records)))):
                 rel = at - start
-                entry = _parse_record(data, rel, rel + length, self.name, start, self.sqn_base)[1]
+                entry = _parse_record(
+                    data, rel, rel + length, self.name, start, self.sqn_base, self._checksum
+                )[1]
                 out.append(entry)
         return out
 
@@ -1495,7 +1751,9 @@ class JournalReader:
 
     def _read_record(self, offset: int, length: int) -> tuple[bytes, JournalEntry]:
         data = fetch_exact(self._fetch, offset, offset + length, self.name)
-        key, entry, end = _parse_record(data, 0, length, self.name, offset, self.sqn_base)
+        key, entry, end = _parse_record(
+            data, 0, length, self.name, offset, self.sqn_base, self._checksum
+        )
         if end != length:
             raise CorruptionError(
                 self.name, "journal record length disagrees with its hash slot", offset=offset
@@ -1511,6 +1769,7 @@ class JournalReader:
         index = self._index
         blocks = index.arrays() if type(index) is _BlockIndex else None
         check = _SequenceCheck(self.header, name, blocks)
+        checksum = self._checksum
         end = self.header.hash_offset
         pos = HEADER_SIZE
         buf = b""
@@ -1527,7 +1786,7 @@ class JournalReader:
             if record_end > buf_end:
                 buf, buf_start = self._refill(buf, buf_start, pos, record_end, chunk_size)
             _, entry, after = _parse_record(
-                buf, pos - buf_start, record_end - buf_start, name, buf_start, sqn_base
+                buf, pos - buf_start, record_end - buf_start, name, buf_start, sqn_base, checksum
             )
             check.step(entry.sqn - sqn_base, pos)
             pos = buf_start + after

@@ -70,7 +70,10 @@ class Options:
         ``"interval"`` writes at most one segment per ``flush_interval``: a batch waits until
         ``flush_interval`` has passed since the previous segment write began (at once if it
         has), so a put waits at most ``flush_interval`` plus one write. Either way a batch is
-        written at once when it reaches ``max_batch_bytes``. ``put_timeout``: the longest a put
+        written at once when it reaches ``max_batch_bytes``: by default (None) 32 MiB on a local
+        directory or in memory, so that several large values share one segment and one fsync
+        (group commit by bytes), and 4 MiB on an object store, where a segment is one request.
+        ``put_timeout``: the longest a put
         or delete waits for its segment to be acknowledged by the store; past it the call raises
         ``StoreError`` (``definite=False``: the write may still land, as the Inker goes on
         retrying). None (the default) waits as long as the store's own retries take (on S3,
@@ -199,7 +202,7 @@ class Options:
 
     flush_policy: FlushPolicy = "idle"
     flush_interval: float = 0.010
-    max_batch_bytes: int = 4 * MiB
+    max_batch_bytes: int | None = None
     put_timeout: float | None = None
 
     ledger_cache_entries: int = 2500
@@ -289,8 +292,13 @@ class Options:
             _check_range("put_timeout", self.put_timeout, 0.001, MAX_SECONDS)
         if self.compaction_interval is not None:
             _check_range("compaction_interval", self.compaction_interval, 0.01, 365 * 86400.0)
+        if self.max_batch_bytes is not None:
+            if not isinstance(self.max_batch_bytes, int) or isinstance(self.max_batch_bytes, bool):
+                raise UsageError(
+                    f"option max_batch_bytes must be an int or None, got {self.max_batch_bytes!r}"
+                )
+            _check_range("max_batch_bytes", self.max_batch_bytes, 1 * KiB, 1024 * MiB)
         int_limits: dict[str, tuple[int, int]] = {
-            "max_batch_bytes": (1 * KiB, 1024 * MiB),
             "ledger_cache_entries": (1, 10_000_000),
             "l0_cache_entries": (1, 10_000_000),
             "max_l0_files": (1, 1000),

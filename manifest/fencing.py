@@ -71,6 +71,7 @@ from inkpen.errors import (
 from inkpen.formats.journal import HEADER_SIZE, build_journal, read_header
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
+from inkpen.objectstore.base import put_pieces_if_absent
 
 from .model import (
     CHECKPOINT_KIND,
@@ -182,8 +183,25 @@ class _Taken:
     other_bytes: bool = False
 
 
+SegmentBytes = bytes | list[bytes]
+"""A segment's bytes: whole, or as the pieces they join into, in order (a store that writes
+pieces, ``put_pieces_if_absent``, writes them without joining them: a local directory)."""
+
+
+def _put_segment(
+    store: ObjectStore, key: str, data: SegmentBytes, metadata: dict[str, str]
+) -> None:
+    """``put_if_absent`` of a segment, whole or as pieces
+    (:func:`~inkpen.objectstore.base.put_pieces_if_absent`: written without being joined by a
+    store that can, joined for any other)."""
+    if isinstance(data, bytes):
+        store.put_if_absent(key, data, metadata=metadata)
+    else:
+        put_pieces_if_absent(store, key, data, metadata=metadata)
+
+
 def _create_segment(
-    store: ObjectStore, segment_id: int, data: bytes, epoch: int, *, retried: bool = False
+    store: ObjectStore, segment_id: int, data: SegmentBytes, epoch: int, *, retried: bool = False
 ) -> _Taken | None:
     """Create-if-absent a segment: None when our bytes are there, else what holds the slot.
 
@@ -199,7 +217,7 @@ def _create_segment(
     last_error: StoreError | None = None
     for _ in range(_RESOLVE_ATTEMPTS):
         try:
-            store.put_if_absent(key, data, metadata=metadata)
+            _put_segment(store, key, data, metadata)
             return None
         except AlreadyExistsError:
             pass
@@ -216,7 +234,8 @@ def _create_segment(
             if ours and (uncertain or retried):
                 # Only this writer holds this epoch: the bytes there are ours unless it reused
                 # the id or the store lost them, which the comparison tells apart.
-                return None if store.get(key) == bytes(data) else _Taken(found, other_bytes=True)
+                ours_there = store.get(key) == (data if isinstance(data, bytes) else b"".join(data))
+                return None if ours_there else _Taken(found, other_bytes=True)
         except StoreError as exc:
             last_error = exc
             continue
@@ -235,12 +254,13 @@ def _create_segment(
 def write_segment(
     store: ObjectStore,
     segment_id: int,
-    data: bytes,
+    data: SegmentBytes,
     *,
     writer_epoch: int,
     retried: bool = False,
 ) -> None:
-    """Create journal segment ``segment_id`` holding ``data`` on behalf of ``writer_epoch``, once.
+    """Create journal segment ``segment_id`` holding ``data`` (whole, or pieces in order) on
+    behalf of ``writer_epoch``, once.
 
     The slot is taken with create-if-absent. When it is already occupied, the reader rule judges
     the epoch there against the writer's (:meth:`EpochRule.judge`): a newer epoch raises

@@ -8,8 +8,9 @@ point read wants) whose chunks are not cached is read alone, sized to the record
 itself, even when it crosses a chunk boundary, so a cold get of a 100-byte value reads about
 150 bytes, never a 256 KiB chunk; a larger range reads and caches whole chunks.
 :meth:`ChunkedFetch.direct` reads past the cache (a scan that reads each record once must not
-evict what point reads use). The table store (:mod:`inkpen.manifest.table_store`) picks which
-one a reader gets.
+evict what point reads use). On a store whose ranged reads are cheap (``in_parts``), a
+journal reader reads a large record in parts, past the cache (:func:`reads_in_parts`). The
+table store (:mod:`inkpen.manifest.table_store`) picks which one a reader gets.
 """
 
 from __future__ import annotations
@@ -18,20 +19,30 @@ from collections.abc import Sequence
 from typing import cast
 
 from inkpen.formats.cache import LruCache
-from inkpen.objectstore.base import ObjectStore
+from inkpen.objectstore.base import ObjectStore, is_local
 
 RANGE_OVERHEAD = 160
 """Bytes a cached range costs beyond its length (its key and the cache's bookkeeping)."""
 
 
+def reads_in_parts(store: ObjectStore) -> bool:
+    """Whether a large journal record is best read from ``store`` in parts (its head, then its
+    body into a bytes object of its own: :data:`~inkpen.formats.journal.PARTS_FROM`): true of a
+    store whose ranged reads cost a system call or a slice, not a round trip (a local
+    directory, memory: :func:`~inkpen.objectstore.base.is_local`); an object store reads a
+    record in one request."""
+    return is_local(store)
+
+
 class DirectFetch:
     """``fetch(start, end)`` straight from the store."""
 
-    __slots__ = ("key", "store")
+    __slots__ = ("in_parts", "key", "store")
 
     def __init__(self, store: ObjectStore, key: str) -> None:
         self.store = store
         self.key = key
+        self.in_parts = reads_in_parts(store)
 
     def __call__(self, start: int, end: int) -> bytes:
         return self.store.get_range(self.key, start, end)
@@ -46,13 +57,14 @@ class DirectFetch:
 class ChunkedFetch:
     """``fetch(start, end)`` through a shared cache of aligned ``chunk``-byte pieces."""
 
-    __slots__ = ("_cache", "_chunk", "_id", "_size", "key", "store")
+    __slots__ = ("_cache", "_chunk", "_id", "_size", "in_parts", "key", "store")
 
     def __init__(
         self, store: ObjectStore, key: str, size: int, cache: LruCache, chunk: int
     ) -> None:
         self.store = store
         self.key = key
+        self.in_parts = reads_in_parts(store)
         self._size = size
         self._cache = cache
         self._chunk = chunk

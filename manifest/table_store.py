@@ -65,7 +65,13 @@ from inkpen.objectstore import ObjectStore
 from inkpen.options import Options
 
 from .clones import StoreResolver
-from .fencing import SegmentRef, accepted_segments, missing_segments_error, write_segment
+from .fencing import (
+    SegmentBytes,
+    SegmentRef,
+    accepted_segments,
+    missing_segments_error,
+    write_segment,
+)
 from .fetch import ChunkedFetch, DirectFetch
 from .model import JournalFileDescriptor, SstDescriptor
 from .paths import (
@@ -286,7 +292,7 @@ class TableStore:
     def write_segment(
         self,
         segment_id: int,
-        data: bytes,
+        data: SegmentBytes,
         *,
         writer_epoch: int,
         attempts: int = SEGMENT_WRITE_ATTEMPTS,
@@ -294,6 +300,8 @@ class TableStore:
     ) -> None:
         """Write journal segment ``segment_id``, ``data`` encoded with ``writer_epoch``, into its
         slot of this database's own store: the writer's segment write (see the module docstring).
+        ``data`` may be the pieces the segment joins into (a local directory writes them with one
+        gathering write, never joining them in memory).
 
         Each round is :func:`~inkpen.manifest.fencing.write_segment` (create-if-absent; a lost
         answer is settled by reading the slot back, the epoch found there judged by the reader
@@ -334,7 +342,7 @@ class TableStore:
             ) from caught
 
     def _write_segment(
-        self, segment_id: int, data: bytes, epoch: int, attempts: int, retried: bool
+        self, segment_id: int, data: SegmentBytes, epoch: int, attempts: int, retried: bool
     ) -> None:
         """The rounds of :meth:`write_segment`.
 

@@ -230,6 +230,45 @@ def check_range(start: int, end: int) -> None:
         raise UsageError(f"byte range [{start}, {end}) is invalid: need 0 <= start <= end")
 
 
+def is_local(store: ObjectStore) -> bool:
+    """Whether ``store`` (seen through any wrappers) answers with system calls or in memory, not
+    with round trips: a local directory or a memory store, whose classes say so with
+    ``local = True``. A reader then reads a large journal record in parts
+    (:func:`~inkpen.manifest.fetch.reads_in_parts`), and a writer lets several large values
+    share one journal segment (``max_batch_bytes``)."""
+    return bool(getattr(innermost(store), "local", False))
+
+
+def put_pieces_if_absent(
+    store: ObjectStore,
+    key: str,
+    pieces: Sequence[bytes],
+    *,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """``put_if_absent`` of the bytes ``pieces`` join into, in order.
+
+    A store whose class defines ``put_pieces_if_absent`` beside its own ``put_if_absent`` (a
+    local directory writes pieces with gathering writes; the counting wrapper passes them on)
+    is given the pieces; any other store is given them joined, so that a class that overrides
+    ``put_if_absent`` alone (a wrapper injecting faults, a subclass watching writes) still sees
+    every create.
+    """
+    cls = type(store)
+    if _defined_by(cls, "put_pieces_if_absent") is _defined_by(cls, "put_if_absent"):
+        cls.put_pieces_if_absent(store, key, pieces, metadata=metadata)  # type: ignore[attr-defined]
+    else:
+        store.put_if_absent(key, b"".join(pieces), metadata=metadata)
+
+
+def _defined_by(cls: type, name: str) -> type | None:
+    """The class of ``cls``'s method resolution order that defines ``name``, or None."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    return None
+
+
 def innermost(store: ObjectStore) -> ObjectStore:
     """The store under any wrappers (anything with an ``inner`` store), so that a copy can tell
     whether its source is really a store of its own kind and copy server-side."""

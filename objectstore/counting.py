@@ -14,7 +14,14 @@ from typing import TypeVar
 
 from inkpen.errors import UsageError
 
-from .base import DEFAULT_PAGE_SIZE, ListPage, ObjectInfo, ObjectStore, StoreBase
+from .base import (
+    DEFAULT_PAGE_SIZE,
+    ListPage,
+    ObjectInfo,
+    ObjectStore,
+    StoreBase,
+    put_pieces_if_absent,
+)
 
 _T = TypeVar("_T")
 
@@ -114,6 +121,20 @@ class CountingStore(StoreBase):
             self._add("puts")
             raise
         self.counts.transfer(_PUTS, _WRITTEN, memoryview(data).nbytes)
+
+    def put_pieces_if_absent(
+        self, key: str, pieces: Sequence[bytes], *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        """:meth:`put_if_absent` of the bytes ``pieces`` join into, passed on as pieces
+        (:func:`~inkpen.objectstore.base.put_pieces_if_absent`), counted as one put."""
+        try:
+            put_pieces_if_absent(self.inner, key, pieces, metadata=metadata)
+        except UsageError:
+            raise
+        except BaseException:
+            self._add("puts")
+            raise
+        self.counts.transfer(_PUTS, _WRITTEN, sum(map(len, pieces)))
 
     def put(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> None:
         try:

@@ -27,7 +27,7 @@ import stat
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import Literal
+from typing import Literal, cast
 from urllib.parse import SplitResult, quote, unquote
 
 from inkpen.errors import AlreadyExistsError, NotFoundError, StoreError, UsageError
@@ -76,6 +76,10 @@ class LocalStore(StoreBase):
     else sidecars; a root that already has sidecars keeps using them), ``"xattr"`` or
     ``"sidecar"``.
     """
+
+    local = True
+    """Its requests are system calls (a ranged read is a ``pread`` on a cached descriptor), not
+    round trips (:func:`~inkpen.objectstore.base.is_local`)."""
 
     def __init__(
         self,
@@ -144,6 +148,17 @@ class LocalStore(StoreBase):
 
     def put(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> None:
         self._write(key, data, metadata, exclusive=False)
+
+    def put_pieces_if_absent(
+        self, key: str, pieces: Sequence[bytes], *, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        """:meth:`put_if_absent` of the bytes ``pieces`` join into, in order, written with
+        gathering writes (``os.writev``): the pieces are never joined in memory (a journal
+        segment of large values is its records' bodies as the puts gave them)."""
+        for piece in pieces:
+            if not isinstance(piece, bytes):
+                raise UsageError(f"object data must be bytes, got a {type(piece).__name__} piece")
+        self._write(key, pieces, metadata, exclusive=True)
 
     def delete(self, key: str) -> None:
         self._check_open()
@@ -297,11 +312,16 @@ class LocalStore(StoreBase):
         return SidecarMetadata(self._root)
 
     def _write(
-        self, key: str, data: bytes, metadata: Mapping[str, str] | None, *, exclusive: bool
+        self,
+        key: str,
+        data: bytes | Sequence[bytes],
+        metadata: Mapping[str, str] | None,
+        *,
+        exclusive: bool,
     ) -> None:
         self._check_open()
         final = self._path(key)
-        body = check_data(data)
+        body = data if isinstance(data, list | tuple) else check_data(cast(bytes, data))
         checked = check_metadata(metadata)
         temp, written = self._write_temp(key, body, checked)
         try:
@@ -310,7 +330,7 @@ class LocalStore(StoreBase):
             _unlink_quietly(temp)
 
     def _write_temp(
-        self, key: str, body: bytes, metadata: Mapping[str, str]
+        self, key: str, body: bytes | Sequence[bytes], metadata: Mapping[str, str]
     ) -> tuple[str, os.stat_result]:
         """Write ``body`` to a fresh private file, attach ``metadata``, fsync it."""
         temp = os.path.join(self._temp_dir, uuid.uuid4().hex)
@@ -510,11 +530,27 @@ def _changed_at(st: os.stat_result) -> float:
     return max(st.st_mtime, st.st_ctime)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+_IOV_MAX = 1024
+"""The most buffers one ``writev`` takes (Linux's ``IOV_MAX``)."""
+
+
+def _write_all(fd: int, data: bytes | Sequence[bytes]) -> None:
+    """Write ``data`` (bytes, or pieces written in order with ``os.writev``) whole."""
+    if isinstance(data, bytes):
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        return
+    pending = [memoryview(piece) for piece in data if piece]
+    at = 0
+    while at < len(pending):
+        written = os.writev(fd, pending[at : at + _IOV_MAX])
+        while written and written >= len(pending[at]):
+            written -= len(pending[at])
+            at += 1
+        if written:
+            pending[at] = pending[at][written:]
 
 
 def _stat_or_none(path: str) -> os.stat_result | None:

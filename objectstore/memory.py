@@ -69,6 +69,10 @@ def drop_space(name: str) -> None:
 class MemoryStore(StoreBase):
     """Objects held in a process-wide dict, keyed by space name; all operations take one lock."""
 
+    local = True
+    """Its requests are slices and dict operations, not round trips
+    (:func:`~inkpen.objectstore.base.is_local`)."""
+
     def __init__(self, name: str, *, prefix: str = "") -> None:
         self._name = name
         self._prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""

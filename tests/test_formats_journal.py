@@ -9,17 +9,22 @@ import struct
 import zlib
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
+import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inkpen.errors import CorruptionError
+from inkpen.formats import journal
 from inkpen.formats.journal import (
     EMPTY_JOURNAL_SIZE,
     FORMAT_VERSION,
     HEADER_SIZE,
     INDEX_BLOCK,
+    PARTS_FROM,
+    PREPARE_FROM,
     JournalEntry,
     JournalHeader,
     JournalReader,
@@ -27,14 +32,17 @@ from inkpen.formats.journal import (
     build_journal,
     decode_journal,
     iter_journal,
+    prepare_record,
     read_header,
 )
 from inkpen.formats.keys import MAX_KEY_BYTES, LedgerValue, index_key, object_key
 from inkpen.formats.manifest_codec import encode_manifest
 from inkpen.formats.sst import build_sst
-from support.fetching import CountingFetch, memory_fetch
+from support.fetching import CountingFetch, PartsFetch, memory_fetch
 
 NAME = "journal/00000000000000000187.jnl"
+VERSIONS = [1, 2, 3]
+"""Every journal format version: writers write the last, readers read them all."""
 U64 = st.integers(0, 2**64 - 1)
 index_specs = st.lists(
     st.tuples(st.sampled_from([0, 1]), st.binary(max_size=20), st.binary(max_size=20)),
@@ -56,9 +64,6 @@ raw_entries = st.lists(
     ),
     max_size=40,
 )
-
-
-VERSIONS = [1, 2, FORMAT_VERSION]
 
 
 def kind_in(version: int, kind: Kind) -> Kind:
@@ -485,12 +490,45 @@ def layout_entries(layout: str) -> list[JournalEntry]:
     return entries
 
 
-@pytest.mark.parametrize("layout", ["small", "large", "mixed"])
-def test_version_2_blocks_hold_about_4_kib_and_each_get_reads_one(layout: str) -> None:
-    entries = layout_entries(layout)
-    data = build_journal(entries, writer_epoch=1)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_version_checksums_its_records_as_documented(version: int) -> None:
+    """Version 3 records carry CRC-32C, versions 1 and 2 CRC-32 (checked here with the two
+    packages directly); the header and the index region carry CRC-32 in every version. A file
+    whose version says one checksum and whose records carry the other is damaged."""
+    entries = layout_entries("mixed")[:40]
+    data = build_journal(entries, writer_epoch=1, version=version)
     header = read_header(data, NAME)
-    assert header.version == FORMAT_VERSION
+    record_checksum = crc32c.crc32c if version >= 3 else zlib.crc32
+    pos = HEADER_SIZE
+    while pos < header.hash_offset:
+        key_length, value_length = struct.unpack_from(">II", data, pos)
+        crc_at = pos + 8 + key_length + value_length
+        assert struct.unpack_from(">I", data, crc_at)[0] == record_checksum(data[pos:crc_at])
+        pos = crc_at + 4
+    assert struct.unpack_from(">I", data, 56)[0] == zlib.crc32(data[:56])
+    assert struct.unpack(">I", data[-4:])[0] == zlib.crc32(data[header.hash_offset : -4])
+    if version == 1:
+        return
+    other = bytearray(data)  # the same records under the other block-index version
+    struct.pack_into(">H", other, 6, 5 - version)
+    struct.pack_into(">I", other, 56, zlib.crc32(other[:56]))
+    reader = open_reader(bytes(other))
+    for entry in entries:
+        with pytest.raises(CorruptionError, match="checksum mismatch"):
+            reader.value(entry.sqn, entry.kind, entry.ledger_key)
+    with pytest.raises(CorruptionError, match="checksum mismatch"):
+        decode_journal(bytes(other), NAME)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("layout", ["small", "large", "mixed"])
+def test_version_2_and_3_blocks_hold_about_4_kib_and_each_get_reads_one(
+    layout: str, version: int
+) -> None:
+    entries = layout_entries(layout)
+    data = build_journal(entries, writer_epoch=1, version=version)
+    header = read_header(data, NAME)
+    assert header.version == version
     blocks = blocks_of(data)
     records: list[tuple[int, int]] = []  # (offset, length) of every record, walked here
     pos = HEADER_SIZE
@@ -545,8 +583,9 @@ def test_the_empty_and_one_entry_files_of_version_2() -> None:
     assert reader.get(7, Kind.TOMBSTONE, b"k") == entry
     assert reader.get(6, Kind.TOMBSTONE, b"k") is None
     assert reader.get(8, Kind.TOMBSTONE, b"k") is None
-    with pytest.raises(ValueError, match="version"):
-        build_journal([entry], writer_epoch=1, version=FORMAT_VERSION + 1)
+    for version in (0, 4):
+        with pytest.raises(ValueError, match="version"):
+            build_journal([entry], writer_epoch=1, version=version)
     trimmed = JournalEntry(8, Kind.VALUE_IN_LEDGER, b"k", None, (), None, 0)
     for version in (1, 2):  # a record kind those versions do not have
         with pytest.raises(ValueError, match="needs journal format version 3"):
@@ -611,6 +650,12 @@ def test_lookups_of_every_version_equal_a_model(
     assert [reader.read_at(o, n) for o, n in reader.locations()] == [
         e._replace(sqn=e.sqn + sqn_base) for e in entries
     ]
+    # Every record read in parts where it can be (a block of one record), whole elsewhere.
+    with mock.patch.object(journal, "PARTS_FROM", 1):
+        in_parts = JournalReader.open(NAME, len(data), PartsFetch(data), sqn_base=sqn_base)
+        for ask in asks:
+            found = model.get(ask)
+            assert in_parts.value(*ask) == (None if found is None else (found.value or b""))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -631,3 +676,191 @@ def test_a_sample_draws_distinct_entries_in_file_order(version: int) -> None:
             blocks = {(start, end) for _, start, end in blocks_of(data)}
             assert set(fetch.calls) <= blocks and len(set(fetch.calls)) == len(fetch.calls)
     assert reader.sample(random.Random(1), 0) == []
+
+
+# --- large records read in parts ---------------------------------------------------------------
+
+
+def record_layout(data: bytes, offset: int) -> tuple[int, int, int]:
+    """``(body start, CRC start, end)`` of the record at ``offset``, from the documented layout."""
+    key_length, value_length = struct.unpack_from(">II", data, offset)
+    value_at = offset + 8 + key_length
+    (specs_length,) = struct.unpack_from(">I", data, value_at + 17)
+    crc_at = value_at + value_length
+    return value_at + 21 + specs_length, crc_at, crc_at + 4
+
+
+LARGE_ENTRIES = [
+    # incompressible, exactly at the size a record is read in parts from
+    JournalEntry(3, Kind.OBJECT, b"k-random", random.Random(3).randbytes(PARTS_FROM), (), 9, 1),
+    # compressible, with index specs
+    JournalEntry(
+        5, Kind.OBJECT, b"k-text", b"inkpen " * 40_000, ((1, b"f", b"t"), (0, b"g", b"")), None, 2
+    ),
+    # a key and specs that outgrow the first read of the head
+    JournalEntry(
+        6,
+        Kind.OBJECT,
+        b"K" * 5000,
+        random.Random(6).randbytes(100_000),
+        tuple((1, b"field_bin", b"term-%05d" % i) for i in range(600)),
+        None,
+        3,
+    ),
+    # a block of one record, too small to be read in parts
+    JournalEntry(7, Kind.OBJECT, b"k-less", random.Random(7).randbytes(PARTS_FROM - 99), (), 0, 4),
+    JournalEntry(8, Kind.TOMBSTONE, b"k-random", None, (), None, 5),
+]
+
+
+def record_offsets(data: bytes) -> list[int]:
+    header = read_header(data, NAME)
+    offsets = []
+    pos = HEADER_SIZE
+    while pos < header.hash_offset:
+        offsets.append(pos)
+        pos = record_layout(data, pos)[2]
+    return offsets
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_large_record_is_read_in_parts_and_its_body_is_the_bytes_read(version: int) -> None:
+    data = build_journal(LARGE_ENTRIES, writer_epoch=1, version=version)
+    fetch = PartsFetch(data)
+    reader = JournalReader.open(NAME, len(data), fetch)
+    for entry, offset in zip(LARGE_ENTRIES, record_offsets(data), strict=True):
+        body_at, crc_at, end = record_layout(data, offset)
+        fetch.calls.clear()
+        fetch.answers.clear()
+        got = reader.value(entry.sqn, entry.kind, entry.ledger_key)
+        assert got == (entry.value or b"")
+        if end - offset < PARTS_FROM:  # read whole, in one read of exactly the record
+            assert fetch.calls[-1:] == [(offset, end)]
+            continue
+        # three ranges of one request: the head as far as a body without index specs starts
+        # (lengths, SQN, kind, ledger key, value fields), the rest, the CRC
+        head_end = offset + 8 + 9 + len(entry.ledger_key) + 21
+        assert fetch.calls == [(offset, head_end), (head_end, crc_at), (crc_at, end)]
+        assert (body_at == head_end) is (not entry.index_specs)
+        if entry.sqn == 3:  # no specs, stored as it is: the body answered is the very read
+            assert got is fetch.answers[1]
+    # The other read paths agree.
+    assert [reader.get(e.sqn, e.kind, e.ledger_key) for e in LARGE_ENTRIES] == LARGE_ENTRIES
+    assert reader.value(3, Kind.OBJECT, b"k-text") is None
+    assert reader.value(5, Kind.OBJECT, b"k-random") is None
+    assert reader.value(3, Kind.TOMBSTONE, b"k-random") is None
+
+
+def test_a_block_of_several_records_is_walked_not_read_in_parts() -> None:
+    entries = [
+        JournalEntry(sqn, Kind.OBJECT, b"k%d" % sqn, b"v" * 100, (), None, 0) for sqn in (1, 2, 3)
+    ]
+    data = build_journal(entries, writer_epoch=1)
+    with mock.patch.object(journal, "PARTS_FROM", 1):
+        fetch = PartsFetch(data)
+        reader = JournalReader.open(NAME, len(data), fetch)
+        for entry in entries:
+            fetch.calls.clear()
+            assert reader.value(entry.sqn, entry.kind, entry.ledger_key) == entry.value
+            # the head read finds the block holds more than one record: the block is walked
+            assert fetch.calls[-1] == (HEADER_SIZE, read_header(data, NAME).hash_offset)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_damage_to_a_large_record_read_in_parts_is_detected(version: int) -> None:
+    entries = LARGE_ENTRIES[:3]
+    data = build_journal(entries, writer_epoch=1, version=version)
+    offsets = record_offsets(data)
+    ends = [*offsets[1:], read_header(data, NAME).hash_offset]
+    records = list(zip(entries, offsets, ends, strict=True))
+    interesting: set[int] = set(range(0, HEADER_SIZE))
+    for _, offset, end in records:
+        body_at = record_layout(data, offset)[0]
+        interesting |= set(range(offset, offset + 96))  # lengths, SQN, kind, the key's start
+        interesting |= set(range(offset, body_at, 31))  # through the key and the specs
+        interesting |= set(range(body_at - 64, body_at + 64))  # the fields, the specs' end
+        interesting |= set(range(body_at, end, 997))  # through the body
+        interesting |= set(range(end - 64, end))  # the body's end and the CRC
+    interesting |= set(range(records[-1][2], len(data)))  # the index region
+    for flipped in sorted(interesting):
+        damaged = flip(data, flipped, 0x40)
+        try:
+            reader = JournalReader.open(NAME, len(damaged), PartsFetch(damaged))
+        except CorruptionError as exc:
+            assert exc.object_name == NAME and exc.offset is not None and exc.offset <= flipped
+            continue
+        for entry, offset, end in records:
+            try:
+                got = reader.value(entry.sqn, entry.kind, entry.ledger_key)
+            except CorruptionError as exc:
+                assert exc.object_name == NAME
+                assert exc.offset is not None and exc.offset <= flipped, (flipped, exc)
+                continue
+            assert not offset <= flipped < end, f"byte {flipped} flipped went unnoticed"
+            assert got == entry.value
+
+
+# --- large records encoded in the caller's thread ----------------------------------------------
+
+
+def prepared_for(entry: JournalEntry) -> Any:
+    assert entry.value is not None
+    return prepare_record(
+        entry.ledger_key, entry.value, entry.index_specs, entry.expiry_ms, entry.last_modified_ms
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(raw_entries, U64, st.sampled_from(VERSIONS), st.data())
+def test_records_prepared_in_the_callers_thread_build_the_same_bytes(
+    raws: list[tuple[Any, ...]], epoch: int, version: int, data: st.DataObject
+) -> None:
+    entries = to_entries(1, raws)
+    plain = build_journal(entries, writer_epoch=epoch, version=version)
+    objects = [e for e in entries if e.kind is Kind.OBJECT]
+    chosen = data.draw(st.lists(st.sampled_from(objects), unique=True)) if objects else []
+    prepared = [prepared_for(e) if e in chosen else None for e in entries]
+    assert build_journal(entries, writer_epoch=epoch, version=version, prepared=prepared) == plain
+    # One prepared for other fields than its entry's is not used: the entry is encoded afresh.
+    stale = [
+        None if p is None else prepare_record(p.ledger_key, p.value, ((1, b"other", b""),), 7, 8)
+        for p in prepared
+    ]
+    assert build_journal(entries, writer_epoch=epoch, version=version, prepared=stale) == plain
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        random.Random(9).randbytes(PREPARE_FROM),  # stored as it is
+        b"inkpen " * 100_000,  # stored compressed
+        random.Random(10).randbytes(3 << 20),
+    ],
+    ids=["random", "repetitive", "3-mib"],
+)
+def test_a_prepared_large_record_reads_back_on_every_path(body: bytes) -> None:
+    entries = [
+        JournalEntry(4, Kind.OBJECT, b"small", b"v", (), None, 1),
+        JournalEntry(9, Kind.OBJECT, b"large", body, ((1, b"f_bin", b"t"),), 2**40, 2),
+        JournalEntry(10, Kind.TOMBSTONE, b"small", None, (), None, 3),
+    ]
+    prepared = [None, prepared_for(entries[1]), None]
+    assert prepared[1].body is body or len(prepared[1].body) < len(body)
+    data = build_journal(entries, writer_epoch=5, prepared=prepared)
+    assert data == build_journal(entries, writer_epoch=5)
+    assert decode_journal(data, NAME)[1] == entries
+    for fetch in (CountingFetch(data), PartsFetch(data)):
+        reader = JournalReader.open(NAME, len(data), fetch)
+        assert [reader.get(e.sqn, e.kind, e.ledger_key) for e in entries] == entries
+        assert reader.value(9, Kind.OBJECT, b"large") == body
+
+
+def test_a_prepared_record_refuses_what_a_journal_refuses() -> None:
+    with pytest.raises(TypeError, match="bytes"):
+        prepare_record("k", b"v", (), None, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bytes"):
+        prepare_record(b"k", "v", (), None, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="op 0 or 1"):
+        prepare_record(b"k", b"v", ((2, b"f", b"t"),), None, 0)
+    with pytest.raises(ValueError, match="expiry_ms"):
+        prepare_record(b"k", b"v", (), 2**64, 0)

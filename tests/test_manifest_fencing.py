@@ -425,6 +425,26 @@ def test_table_store_segment_write_maps_what_a_store_lets_through(store: ObjectS
     ]
 
 
+def test_a_segment_given_as_pieces_is_written_and_read_back_as_their_join(
+    store: ObjectStore,
+) -> None:
+    """A segment's pieces (large values' records, not joined): a local directory writes them
+    as they are, any other store (and any wrapper: its ``put_if_absent`` still runs) gets them
+    joined; a retried write compares the slot with their join."""
+    whole = segment_bytes(1, 3)
+    pieces = [whole[:60], whole[60:61], b"", whole[61:]]
+    tables = TableStore(store)
+    tables.write_segment(5, pieces, writer_epoch=3)
+    assert store.get(segment_key(5)) == whole
+    tables.write_segment(5, pieces, writer_epoch=3, retried=True)  # an earlier try landed
+    with pytest.raises(InkpenError, match="holds other bytes of writer epoch"):
+        tables.write_segment(5, [segment_bytes(2, 3)], writer_epoch=3, retried=True)
+    faulty = FaultyStore(store, FaultPlan(seed=1, before={"put_if_absent": 1.0}))
+    with pytest.raises(StoreError) as refused:  # the wrapper's put_if_absent ran
+        TableStore(faulty).write_segment(6, pieces, writer_epoch=3)
+    assert refused.value.definite and segment_epoch(store, 6) is None
+
+
 def test_segment_epoch_falls_back_to_the_header(store: ObjectStore) -> None:
     store.put_if_absent(segment_key(4), segment_bytes(1, 7))  # no metadata
     assert segment_epoch(store, 4) == 7

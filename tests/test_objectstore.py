@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import random
 import threading
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -39,7 +40,7 @@ from inkpen.objectstore import (
     ObjectStore,
     open_store,
 )
-from inkpen.objectstore.base import StoreBase
+from inkpen.objectstore.base import StoreBase, put_pieces_if_absent
 from inkpen.objectstore.local import TEMP_DIR, LocalStore
 from inkpen.objectstore.local_fs import write_error
 from inkpen.objectstore.s3 import S3Store
@@ -674,6 +675,83 @@ def test_local_overlong_key_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="too long"):
         store.put("x" * 300, b"v")
     assert _keys(store) == []
+
+
+def test_local_pieces_are_written_as_the_bytes_they_join_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path / "db")
+    rng = random.Random(3)
+    pieces = [rng.randbytes(rng.choice([0, 1, 17, 4096, 70_000])) for _ in range(3000)]
+    store.put_pieces_if_absent("seg/1", pieces, metadata={"writer-epoch": "4"})
+    assert store.get("seg/1") == b"".join(pieces)  # more pieces than one writev takes
+    assert store.head("seg/1").metadata == {"writer-epoch": "4"}
+    with pytest.raises(AlreadyExistsError):
+        store.put_pieces_if_absent("seg/1", [b"other"])
+    assert store.get("seg/1") == b"".join(pieces)
+    with pytest.raises(UsageError, match="a str piece"):
+        store.put_pieces_if_absent("seg/2", [b"a", "b"])  # type: ignore[list-item]
+    # A writev that writes less than it was given, stopping anywhere (inside a piece, at a
+    # piece's end): the rest is written by the calls after it.
+    real = os.writev
+    cuts = random.Random(4)
+
+    def short_writev(fd: int, buffers: list[memoryview]) -> int:
+        total = sum(len(b) for b in buffers)
+        limit = cuts.choice([1, 16, 4096, 65_537, total])
+        taken: list[memoryview] = []
+        for buffer in buffers:
+            if limit <= 0:
+                break
+            taken.append(buffer[:limit])
+            limit -= len(taken[-1])
+        return real(fd, taken)
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    store.put_pieces_if_absent("seg/3", pieces)
+    assert store.get("seg/3") == b"".join(pieces)
+    assert _keys(store) == ["seg/1", "seg/3"]
+
+
+def test_pieces_reach_only_a_store_class_that_writes_them_with_its_creates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``put_pieces_if_absent`` hands pieces to a local directory, through the counting wrapper
+    (one put, every byte counted); a class that overrides ``put_if_absent`` alone (watching
+    writes, injecting faults) and a store that cannot write pieces get them joined."""
+    local = LocalStore(tmp_path / "db")
+    given: list[str] = []
+    real = LocalStore.put_pieces_if_absent
+
+    def spy(self: LocalStore, key: str, pieces: Any, **kwargs: Any) -> None:
+        given.append(key)
+        real(self, key, pieces, **kwargs)
+
+    monkeypatch.setattr(LocalStore, "put_pieces_if_absent", spy)
+    pieces = [b"head", b"", os.urandom(100_000), b"tail"]
+    counting = CountingStore(local)
+    put_pieces_if_absent(counting, "a", pieces, metadata={"m": "1"})
+    assert given == ["a"] and local.get("a") == b"".join(pieces)
+    assert local.head("a").metadata == {"m": "1"}
+    counted = counting.snapshot()
+    assert (counted["puts"], counted["bytes_written"]) == (1, 100_008)
+    watched: list[str] = []
+
+    class Watching(CountingStore):
+        def put_if_absent(
+            self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None
+        ) -> None:
+            watched.append(key)
+            super().put_if_absent(key, data, metadata=metadata)
+
+    put_pieces_if_absent(Watching(local), "b", pieces)
+    put_pieces_if_absent(FaultyStore(local, FaultPlan(seed=1)), "c", pieces)
+    memory = open_store(f"memory://pieces-{uuid.uuid4().hex}")
+    put_pieces_if_absent(memory, "d", pieces)
+    assert given == ["a"] and watched == ["b"]
+    assert [local.get("b"), local.get("c"), memory.get("d")] == [b"".join(pieces)] * 3
+    with pytest.raises(AlreadyExistsError):
+        put_pieces_if_absent(counting, "a", [b"other"])
 
 
 # -- S3 only -------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from inkpen.actors.journal.changes import PendingChange
 from inkpen.actors.journal.guards import CommitGuard
 from inkpen.actors.journal.inker import Inker
 from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
-from inkpen.actors.journal.intake import WriteGroup, WriteIntake
+from inkpen.actors.journal.intake import WriteGroup, WriteIntake, batch_limit
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.heap import limit_heap_growth
 from inkpen.actors.kernel.in_flight import InFlight
@@ -66,7 +66,7 @@ from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.manifest.table_store import TableStore
-from inkpen.objectstore.base import ObjectStore
+from inkpen.objectstore.base import ObjectStore, is_local
 from inkpen.objectstore.counting import CountingStore
 from inkpen.options import Options
 
@@ -201,7 +201,7 @@ class Engine:
             meter=meter,
         )
         manifest = claim.versioned.manifest
-        intake = WriteIntake(options.max_batch_bytes)
+        intake = WriteIntake(batch_limit(options.max_batch_bytes, is_local(store)))
         commits = CommitRecord(options.transaction_window_keys)
         started_refs: list[pykka.ActorRef[Any]] = []
 

@@ -1,14 +1,15 @@
 """Turning calls into changes: validation, journal entries and the ledger entries they imply.
 
 A put or delete is checked and encoded in the caller's thread (so a rejected call touches nothing
-and costs no actor message), becomes a :class:`PendingChange` waiting in the Inker's intake, a
-:class:`~inkpen.formats.journal.JournalEntry` once the Inker gives it an SQN, and finally the ledger
-entries the Bookie caches: the object's key with its metadata, plus one entry per index spec and
-its REVERSE twin. (Before a delete or a put with a ttl is written, the Inker adds the specs it
-implies for the object's other index entries: :mod:`inkpen.actors.read.conditions`.)
-:func:`ledger_entries` is the single place that last step is defined; start-up replay and the
-rebuild of a ledger from a backup use it too, so the ledger rebuilt from the journal is exactly the
-ledger built by live writes.
+and costs no actor message; a large value's journal record is encoded there too, but for its SQN:
+:func:`~inkpen.formats.journal.prepare_record`), becomes a :class:`PendingChange` waiting in the
+Inker's intake, a :class:`~inkpen.formats.journal.JournalEntry` once the Inker gives it an SQN,
+and finally the ledger entries the Bookie caches: the object's key with its metadata, plus one
+entry per index spec and its REVERSE twin. (Before a delete or a put with a ttl is written, the
+Inker adds the specs it implies for the object's other index entries:
+:mod:`inkpen.actors.read.conditions`.) :func:`ledger_entries` is the single place that last step
+is defined; start-up replay and the rebuild of a ledger from a backup use it too, so the ledger
+rebuilt from the journal is exactly the ledger built by live writes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, NamedTuple
 
 from inkpen.checks import MAX_SQN, check_seconds
 from inkpen.errors import UsageError
-from inkpen.formats.journal import JournalEntry, Kind
+from inkpen.formats.journal import PREPARE_FROM, JournalEntry, Kind, PreparedRecord, prepare_record
 from inkpen.formats.keys import (
     ACTIVE,
     TOMBSTONE,
@@ -68,6 +69,10 @@ class PendingChange(NamedTuple):
     """A merge: the name of the merge operator that folds ``value`` (the operand) onto the
     key's current value. The Inker folds it just before the change gets its SQN
     (:mod:`inkpen.actors.read.conditions`), so the journal entry holds the folded value."""
+    prepared: PreparedRecord | None = None
+    """A put of a large value (:data:`~inkpen.formats.journal.PREPARE_FROM`): its journal
+    record encoded but for the SQN, in the caller's thread, so that the Inker does not
+    compress, checksum or copy the value on its one thread."""
 
     def entry(self, sqn: int) -> JournalEntry:
         """The journal entry of this change at ``sqn``."""
@@ -183,6 +188,7 @@ class ChangeMaker:
         weight = len(lk) + len(value) + 64
         if specs:
             weight += sum(len(f) + len(t) for _, f, t in specs)
+        condition = None if if_sqn is None else check_if_sqn(if_sqn)
         return _new_tuple(
             PendingChange,
             (
@@ -196,8 +202,11 @@ class ChangeMaker:
                 now_ms,
                 content_hash(value),
                 weight,
-                None if if_sqn is None else check_if_sqn(if_sqn),
+                condition,
                 None,
+                prepare_record(lk, value, specs, expiry_ms, now_ms)
+                if len(value) >= PREPARE_FROM
+                else None,
             ),
         )
 

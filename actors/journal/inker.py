@@ -83,8 +83,9 @@ from inkpen.actors.kernel.views import (
 )
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
-from inkpen.formats.journal import JournalEntry, build_journal
+from inkpen.formats.journal import JournalEntry, build_journal, build_journal_parts
 from inkpen.logs import get_logger
+from inkpen.manifest.fencing import SegmentBytes
 from inkpen.manifest.model import Checkpoint, Manifest, VersionedManifest
 from inkpen.manifest.paths import segment_key
 
@@ -225,7 +226,7 @@ class _Unsettled:
     and what to install once they are known to be there."""
 
     segment_id: int
-    data: bytes
+    data: SegmentBytes
     entries: tuple[JournalEntry, ...]
     changes: list[PendingChange]
     since: float
@@ -417,8 +418,17 @@ class Inker(FileOwner):
                 batch.complete()  # every unit was rejected: nothing to write
                 return
         try:
-            entries = tuple(change.entry(first + i) for i, change in enumerate(batch.changes))
-            data = build_journal(entries, writer_epoch=self.epoch)
+            changes = batch.changes
+            entries = tuple(change.entry(first + i) for i, change in enumerate(changes))
+            data: SegmentBytes
+            if any(c.prepared for c in changes):
+                # Large values: their records' pieces as the puts' threads made them, written
+                # without being joined where the store can (a local directory).
+                data = build_journal_parts(
+                    entries, writer_epoch=self.epoch, prepared=[c.prepared for c in changes]
+                )
+            else:
+                data = build_journal(entries, writer_epoch=self.epoch)
         except Exception as exc:  # validation lets nothing through that fails here; be safe
             log.error("journal.encode_failed", error=repr(exc))
             batch.fail(
@@ -468,24 +478,29 @@ class Inker(FileOwner):
             first_sqn=first,
             last_sqn=self.sqn,
             entries=len(entries),
-            bytes=len(data),
+            bytes=self.segments[-1].size,
             ms=round((time.monotonic() - started) * 1000, 2),
         )
         self._after_write()
 
     def _install(
-        self, batch: WriteGroup, segment_id: int, data: bytes, entries: tuple[JournalEntry, ...]
+        self,
+        batch: WriteGroup,
+        segment_id: int,
+        data: SegmentBytes,
+        entries: tuple[JournalEntry, ...],
     ) -> None:
         """A segment is durable: give out its SQNs, publish it, have the Bookie apply it."""
         first = entries[0].sqn
         self.sqn = entries[-1].sqn
         self.next_segment = segment_id + 1
-        table = SegmentTable(segment_id, first, self.sqn, {e.sqn: e for e in entries}, len(data))
+        size = len(data) if isinstance(data, bytes) else sum(map(len, data))
+        table = SegmentTable(segment_id, first, self.sqn, {e.sqn: e for e in entries}, size)
         self.segments.append(table)
         self._note_bodies(table)
         self.ctx.board.journal = self.ctx.board.journal.with_segment(table)
         self.segments_written += 1
-        self.bytes_written += len(data)
+        self.bytes_written += size
         self.conditions.written(batch, entries)
         if self.bookie is None or not send(self.bookie, ApplyBatch(batch, entries)):
             batch.fail(ActorGone("the Bookie has stopped"))

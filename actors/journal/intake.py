@@ -37,6 +37,21 @@ from inkpen.logs import get_logger
 
 log = get_logger("inkpen.journal")
 
+LOCAL_BATCH_BYTES = 32 * 1024 * 1024
+"""A batch's bytes by default on a local directory (or in memory): several large values share
+one segment, one write and one fsync (group commit by bytes); a segment of large values is
+written from their own bytes, never joined (section 7 of DESIGN.md)."""
+OBJECT_STORE_BATCH_BYTES = 4 * 1024 * 1024
+"""A batch's bytes by default on an object store, where a segment is one request."""
+
+
+def batch_limit(max_batch_bytes: int | None, local: bool) -> int:
+    """The intake's ``max_batch_bytes``: the option when it is set, else the default of the
+    store (``local``: :func:`~inkpen.objectstore.base.is_local`)."""
+    if max_batch_bytes is not None:
+        return max_batch_bytes
+    return LOCAL_BATCH_BYTES if local else OBJECT_STORE_BATCH_BYTES
+
 
 class WriteGroup:
     """Changes bound for one journal segment, and the callers waiting for it to be settled.
