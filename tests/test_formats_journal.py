@@ -815,7 +815,7 @@ def prepared_for(entry: JournalEntry) -> Any:
 def test_records_prepared_in_the_callers_thread_build_the_same_bytes(
     raws: list[tuple[Any, ...]], epoch: int, version: int, data: st.DataObject
 ) -> None:
-    entries = to_entries(1, raws)
+    entries = to_entries(1, raws, version)
     plain = build_journal(entries, writer_epoch=epoch, version=version)
     objects = [e for e in entries if e.kind is Kind.OBJECT]
     chosen = data.draw(st.lists(st.sampled_from(objects), unique=True)) if objects else []
