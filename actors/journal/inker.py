@@ -598,8 +598,10 @@ class Inker(FileOwner):
     def _bodies(self) -> LedgerBodies | None:
         """Which bodies a roll may leave out now: those of puts this writer made into ledger
         entries holding the value, up to the ledger's persisted SQN (and never above a live
-        feed cursor, whose consumer still reads those values from the journal)."""
-        if self.bodies_after is None:
+        feed cursor, whose consumer still reads those values from the journal). None in a
+        head-only store: its journal only serves recovery and is dropped whole once persisted
+        (:meth:`inkpen.Bookie.trim_journal`), so leaving bodies out would only add rewrites."""
+        if self.bodies_after is None or self.ctx.options.head_only is not None:
             return None
         manifest = self.ctx.keeper.latest.manifest
         through = manifest.ledger.persisted_sqn
