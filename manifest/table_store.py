@@ -438,6 +438,12 @@ class TableStore:
         """The whole stored file ``descriptor`` names (a merge's input)."""
         return self.read_object(descriptor.name, root=descriptor.root)
 
+    def read_range(self, name: str, start: int, end: int, *, root: str | None = None) -> bytes:
+        """Bytes ``[start, end)`` of the stored file ``name`` of ``root`` (None: this database's
+        own), clipped at its end (a merge reads its inputs a run at a time). Raises
+        :class:`~inkpen.errors.NotFoundError` when absent."""
+        return self.store_for(root).get_range(name, start, end)
+
     def read_object(self, name: str, *, root: str | None = None) -> bytes:
         """The whole stored SST, journal file or segment ``name`` of ``root`` (None: this
         database's own), as stored, whatever a manifest says of it (``inkpen verify`` checks
