@@ -15,8 +15,8 @@ each output file to as soon as it is built, to be stored before the next one is 
 neither process holds a merge's inputs or outputs at once: the caller holds one read run or one
 output file at a time, the worker one read run per input it is merging from and the file it is
 building. (Before, the writer held a merge's inputs, the request frame that carried them, the
-answer frame and the outputs together: four times the merge's size, 60 MB and more at 5,000,000
-objects.)
+answer frame and the outputs together: its RSS rose by 90 MB as a 53 MB merge began during a
+5,000,000-object load.)
 
 The workers are plain child processes running ``python -m inkpen.actors.kernel.compute_worker``,
 shared by every Bookie of the process and started on first use. They never import the application's
