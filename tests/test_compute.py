@@ -193,13 +193,20 @@ def streamed(
     basement: bool,
     chunk: int,
     host: RecordingHost | None = None,
+    paths: dict[str, str] | None = None,
 ) -> RecordingHost:
+    """``merge`` over inputs served by a recording host; those named in ``paths`` are local files
+    the job may read itself."""
+
+    def local(name: str) -> str | None:
+        return None if paths is None else paths.get(name)
+
     files = {name: data for name, data, _ in (*sources, *targets)}
     host = host or RecordingHost(files)
     count = compute.merge(
         workers,
-        [(name, None, len(data), base) for name, data, base in sources],
-        [(name, None, len(data), base) for name, data, base in targets],
+        [(name, None, len(data), base, local(name)) for name, data, base in sources],
+        [(name, None, len(data), base, local(name)) for name, data, base in targets],
         basement=basement,
         now_ms=1_000,
         shape=SHAPE,
@@ -286,6 +293,44 @@ def test_a_worker_killed_mid_merge_is_replaced_and_the_merge_reruns_here() -> No
     assert killed[0] not in compute._pool._all
     again = streamed(1, sources, targets, basement=False, chunk=4096)  # a fresh worker serves
     assert [data for data, _ in again.emitted] == [data for data, _ in expected]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_inputs_that_are_local_files_are_read_by_the_job_itself(
+    workers: int, tmp_path: Path
+) -> None:
+    """No round trip to the host for them, the same files out; a local file that is gone or
+    short is read through the host instead (which knows what is wrong with it)."""
+    sources, targets = inputs(6)
+    expected = compute.merge_ssts(sources, targets, False, 1_000, SHAPE)
+    paths: dict[str, str] = {}
+    for name, data, _ in (*sources, *targets):
+        path = tmp_path / name.replace("/", "_")
+        path.write_bytes(data)
+        paths[name] = str(path)
+    host = streamed(workers, sources, targets, basement=False, chunk=4096, paths=paths)
+    assert [data for data, _ in host.emitted] == [data for data, _ in expected]
+    assert not [args for kind, args in host.calls if kind == "read"]
+    gone, short = sources[1][0], targets[0][0]
+    os.unlink(paths[gone])
+    Path(paths[short]).write_bytes(dict((n, d) for n, d, _ in targets)[short][:-100])
+    host = streamed(workers, sources, targets, basement=False, chunk=4096, paths=paths)
+    assert [data for data, _ in host.emitted] == [data for data, _ in expected]
+    assert {args[0] for kind, args in host.calls if kind == "read"} == {gone, short}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_GETPIPE_SZ is Linux's")
+def test_a_workers_pipes_are_widened() -> None:
+    import fcntl
+
+    worker = compute._Worker()
+    try:
+        assert worker.call("encode_journal", ([], 1))
+        for pipe in (worker.process.stdin, worker.process.stdout):
+            assert pipe is not None
+            assert fcntl.fcntl(pipe.fileno(), 1032) >= compute.PIPE_BYTES  # F_GETPIPE_SZ
+    finally:
+        worker.close()
 
 
 def test_large_bytes_travel_out_of_band_and_arrive_as_the_receivers_own_objects() -> None:

@@ -259,9 +259,10 @@ class Compactor:
 
     def _run_job(self, job: MergeJob[SstDescriptor]) -> tuple[SstDescriptor, ...]:
         """The job's new files (none for a move), stored and in flight until the commit: the
-        merge (:func:`~inkpen.actors.kernel.compute.merge`) reads its inputs through this
-        compactor's table store a run at a time and hands over each output to be stored as soon
-        as it is built. A merge that fails deletes what it had stored."""
+        merge (:func:`~inkpen.actors.kernel.compute.merge`) reads its inputs a run at a time
+        (from their files on a local directory, else through this compactor's table store) and
+        hands over each output to be stored as soon as it is built. A merge that fails deletes
+        what it had stored."""
         if job.move:
             return ()
         options = self.options
@@ -270,8 +271,8 @@ class Compactor:
         try:
             compute.merge(
                 options.compute_workers,
-                [_source(d) for d in job.sources],
-                [_source(d) for d in targets],
+                [_source(self.tables, d) for d in job.sources],
+                [_source(self.tables, d) for d in targets],
                 basement=job.basement,
                 now_ms=int(options.clock() * 1000),
                 shape=SstShape.of(options),
@@ -581,8 +582,9 @@ def open_compactor(
         raise
 
 
-def _source(descriptor: SstDescriptor) -> compute.SstSource:
-    return descriptor.name, descriptor.root, descriptor.size, descriptor.sqn_base
+def _source(tables: TableStore, d: SstDescriptor) -> compute.SstSource:
+    """A merge input: read by the worker from its file when it is one of a local directory."""
+    return d.name, d.root, d.size, d.sqn_base, tables.local_path(d.name, root=d.root)
 
 
 class _MergeOutputs(compute.MergeHost):

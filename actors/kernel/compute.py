@@ -11,12 +11,15 @@ in a worker process (option ``compute_workers``; 0 runs it in the calling thread
 A merge is not handed its inputs whole, nor does it answer its outputs as a list: it runs
 through :func:`merge` with a :class:`MergeHost` of the caller's, which the job asks for each input
 range it reads (in runs of :data:`READ_CHUNK` bytes, a file at a time for the targets) and hands
-each output file to as soon as it is built, to be stored before the next one is built. So
-neither process holds a merge's inputs or outputs at once: the caller holds one read run or one
-output file at a time, the worker one read run per input it is merging from and the file it is
-building. (Before, the writer held a merge's inputs, the request frame that carried them, the
-answer frame and the outputs together: its RSS rose by 90 MB as a 53 MB merge began during a
-5,000,000-object load.)
+each output file to as soon as it is built, to be stored before the next one is built. An input
+that is a file of a local directory store is read by the job itself, the same runs with
+``os.pread`` (the caller names its path: :data:`SstSource`), so that its runs cost the caller no
+round trip, which waits for the caller's interpreter lock; a run that cannot be read so is asked
+of the host after all. So neither process holds a merge's inputs or outputs at once: the caller
+holds one read run or one output file at a time, the worker one read run per input it is merging
+from and the file it is building. (Before, the writer held a merge's inputs, the request frame
+that carried them, the answer frame and the outputs together: its RSS rose by 90 MB as a 53 MB
+merge began during a 5,000,000-object load.)
 
 The workers are plain child processes running ``python -m inkpen.actors.kernel.compute_worker``,
 shared by every Bookie of the process and started on first use. They never import the application's
@@ -25,7 +28,9 @@ guard. Messages are pickle frames on the worker's stdin and stdout, whose large 
 (from :data:`OUT_OF_BAND` bytes) travel beside the frame, out of band, and arrive as the
 receiver's objects with no copy: a request ``("job", name, args)``; the worker's questions to the
 caller's host ``("call", name, args)``, each answered ``("reply", ok, value)``; and the answer
-``("done", ok, result or error)``. Only the module-level jobs below can be asked for, and only
+``("done", ok, result or error)``. The pipes are widened to :data:`PIPE_BYTES` where Linux
+allows it, so a megabyte crosses in one read rather than sixteen, each of which waits for the
+caller's interpreter lock. Only the module-level jobs below can be asked for, and only
 the host calls :data:`HOST_CALLS`. A worker that dies is replaced on the next request, and the job
 meanwhile runs in the calling thread (a merge's host first drops what the lost worker's run had
 stored: :meth:`MergeHost.restart`), so a lost worker costs time, never a result.
@@ -63,6 +68,9 @@ OUT_OF_BAND = 64 * 1024
 READ_CHUNK = 1024 * 1024
 """Bytes a merge asks its host for at once, for each input it reads (a file's data blocks are
 read in order, so one run serves the blocks that follow)."""
+PIPE_BYTES = 1024 * 1024
+"""The capacity asked for the workers' pipes (Linux's ``F_SETPIPE_SZ``; 64 KiB otherwise)."""
+_F_SETPIPE_SZ = 1031
 
 
 def _out_of_band(value: Any, depth: int) -> Any:
@@ -118,6 +126,16 @@ def _portable(exc: BaseException) -> BaseException:
     return exc
 
 
+def _widen(pipe: IO[bytes] | None) -> None:
+    """Ask for a pipe of :data:`PIPE_BYTES` (Linux); elsewhere, or if refused, it stays as it is."""
+    if pipe is None or not sys.platform.startswith("linux"):
+        return
+    import fcntl
+
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(pipe.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
+
+
 class MergeHost(Protocol):
     """The caller's side of a :func:`merge`: it reads the inputs and stores the outputs.
 
@@ -160,6 +178,8 @@ class _Worker:
                 **heap.worker_environment(),
             },
         )
+        for pipe in (self.process.stdin, self.process.stdout):
+            _widen(pipe)
 
     def call(self, name: str, args: tuple[Any, ...], host: MergeHost | None = None) -> Any:
         """Run job ``name`` here; answers its result or raises its error. Raises EOFError,
@@ -321,9 +341,10 @@ def merge(
 SstInput = tuple[str, bytes, int]
 """An input SST held whole, for :func:`merge_ssts`: (name, the whole object, sqn_base)."""
 
-SstSource = tuple[str, str | None, int, int]
-"""An input SST of :func:`merge`, read through its host: (name, root, size, sqn_base); ``root``
-is the descriptor's (None: this database's own files)."""
+SstSource = tuple[str, str | None, int, int, str | None]
+"""An input SST of :func:`merge`: (name, root, size, sqn_base, path). ``root`` is the
+descriptor's (None: this database's own files); ``path`` the local file that holds it, which the
+job reads itself, or None: read through the host."""
 
 
 def _reader(item: SstInput) -> SstReader:
@@ -414,20 +435,33 @@ def merge_ssts(
 
 
 class _ChunkedInput:
-    """One merge input read through the host in runs of ``chunk`` bytes: a reader reads its data
-    blocks in order, so the run in hand serves the blocks after the first; only the latest run
-    is kept."""
+    """One merge input read in runs of ``chunk`` bytes, from its local file when it has one, else
+    through the host: a reader reads its data blocks in order, so the run in hand serves the
+    blocks after the first; only the latest run is kept."""
 
-    __slots__ = ("_at", "_chunk", "_data", "_host", "name", "root", "size")
+    __slots__ = (
+        "_at",
+        "_chunk",
+        "_data",
+        "_fd",
+        "_host",
+        "name",
+        "path",
+        "root",
+        "size",
+        "sqn_base",
+    )
 
-    def __init__(self, host: MergeHost, name: str, root: str | None, size: int, chunk: int) -> None:
+    def __init__(
+        self, host: MergeHost, source: SstSource, chunk: int, files: list[_ChunkedInput]
+    ) -> None:
         self._host = host
-        self.name = name
-        self.root = root
-        self.size = size
+        self.name, self.root, self.size, self.sqn_base, self.path = source
         self._chunk = chunk
         self._at = 0
         self._data = b""
+        self._fd: int | None = None
+        files.append(self)
 
     def fetch(self, start: int, end: int) -> bytes:
         at, data = self._at, self._data
@@ -435,14 +469,36 @@ class _ChunkedInput:
             if start == at and end == at + len(data):
                 return data
             return data[start - at : end - at]
-        data = self._host.read(
-            self.name, self.root, start, min(self.size, max(end, start + self._chunk))
-        )
+        data = self._run(start, min(self.size, max(end, start + self._chunk)))
         self._at, self._data = start, data
         return data[: end - start] if len(data) > end - start else data
 
-    def reader(self, sqn_base: int) -> SstReader:
-        return SstReader.open(self.name, self.size, self.fetch, sqn_base=sqn_base)
+    def _run(self, start: int, end: int) -> bytes:
+        if self.path is not None:
+            try:
+                if self._fd is None:
+                    self._fd = os.open(self.path, os.O_RDONLY)
+                data = os.pread(self._fd, end - start, start)
+            except OSError:
+                self.close()
+                self.path = None  # the host says what is wrong (a missing file, say)
+            else:
+                if len(data) == end - start:
+                    return data
+                self.close()
+                self.path = None  # shorter than asked: let the host's read decide
+        return self._host.read(self.name, self.root, start, end)
+
+    def close(self) -> None:
+        """Close the local file, if open, and drop the run in hand."""
+        self._data = b""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def reader(self) -> SstReader:
+        return SstReader.open(self.name, self.size, self.fetch, sqn_base=self.sqn_base)
 
 
 def merge_files(
@@ -455,29 +511,33 @@ def merge_files(
     host: MergeHost,
 ) -> int:
     """The merge job of :func:`merge` (sources newest first, targets in key order): inputs read
-    through ``host`` in runs of ``read_chunk`` bytes (every source at once, the targets one after
-    another), each output handed to ``host.emit`` once built; answers how many. The files are
-    those :func:`merge_ssts` builds from the same inputs held whole."""
-
-    def streamed(source: SstSource) -> SstReader:
-        name, root, size, sqn_base = source
-        return _ChunkedInput(host, name, root, size, read_chunk).reader(sqn_base)
+    in runs of ``read_chunk`` bytes, from their local files or through ``host`` (every source at
+    once, the targets one after another), each output handed to ``host.emit`` once built;
+    answers how many. The files are those :func:`merge_ssts` builds from the same inputs held
+    whole."""
+    files: list[_ChunkedInput] = []
 
     def chained(items: list[SstSource]) -> Iterator[tuple[bytes, LedgerValue]]:
         for item in items:
-            yield from streamed(item).iter_range()
+            file = _ChunkedInput(host, item, read_chunk, files)
+            yield from file.reader().iter_range()
+            file.close()
 
-    merged = merge_entries(
-        [streamed(s).iter_range() for s in sources],
-        chained(targets) if targets else None,
-        basement=basement,
-        now_ms=now_ms,
-    )
-    emitted = 0
-    for data, info in iter_ssts(merged, shape):
-        host.emit(data, info)
-        emitted += 1
-    return emitted
+    try:
+        merged = merge_entries(
+            [_ChunkedInput(host, s, read_chunk, files).reader().iter_range() for s in sources],
+            chained(targets) if targets else None,
+            basement=basement,
+            now_ms=now_ms,
+        )
+        emitted = 0
+        for data, info in iter_ssts(merged, shape):
+            host.emit(data, info)
+            emitted += 1
+        return emitted
+    finally:
+        for file in files:
+            file.close()
 
 
 _new_tuple = tuple.__new__

@@ -12,13 +12,14 @@ Penciller commits it as a manifest change alone, no bytes rewritten. Otherwise t
 (:func:`inkpen.actors.kernel.compute.merge`, off the interpreter that serves reads and writes)
 merges the inputs in key order (the highest SQN of a key wins) into new SST files of about
 ``sst_target_bytes``; the clerk is the merge's host: it reads the inputs for it a run at a time
-through the table store, and stores each output file through its own SST clerk (recorded in
-flight before it is written) as soon as the merge hands it over, so the writer never holds a
-merge's inputs or outputs whole. Tombstones and expired entries are dropped only when the job's
-target is the **basement** (no level below it holds files), since above it they must keep
-shadowing older entries. A merge that fails after storing some outputs stops their clerks and
-takes them out of the in-flight set (GC removes them as orphans); so does a merge whose worker
-was lost, before it runs again in the clerk's thread.
+through the table store (the worker reads an input that is a local directory's file itself),
+and stores each output file through its own SST clerk (recorded in flight before it is written)
+as soon as the merge hands it over, so the writer never holds a merge's inputs or outputs whole.
+Tombstones and expired entries are dropped only when the job's target is the **basement** (no
+level below it holds files), since above it they must keep shadowing older entries. A merge
+that fails after storing some outputs stops their clerks and takes them out of the in-flight set
+(GC removes them as orphans); so does a merge whose worker was lost, before it runs again in the
+clerk's thread.
 
 The clerk answers :class:`MergeDone` (or :class:`MergeIdle` when there is nothing to do, or when
 the merge failed: then ``missing`` names an input the store no longer holds); the Penciller
@@ -43,6 +44,7 @@ from inkpen.errors import NotFoundError
 from inkpen.formats.sst import SstInfo, SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
+from inkpen.manifest.table_store import TableStore
 from inkpen.options import Options
 
 log = get_logger("inkpen.penciller")
@@ -133,11 +135,12 @@ class PencillerClerk(InkpenActor):
         options = self.ctx.options
         targets = sorted(job.targets, key=lambda h: h.descriptor.first_key)
         outputs = _MergeOutputs(self.ctx, self.penciller)
+        tables = self.ctx.tables
         try:
             compute.merge(
                 options.compute_workers,
-                [_source(h) for h in job.sources],
-                [_source(h) for h in targets],
+                [_source(tables, h) for h in job.sources],
+                [_source(tables, h) for h in targets],
                 basement=job.basement,
                 now_ms=self.ctx.now_ms(),
                 shape=SstShape.of(options),
@@ -149,9 +152,10 @@ class PencillerClerk(InkpenActor):
         return tuple(outputs.written)
 
 
-def _source(handle: SstHandle) -> compute.SstSource:
-    descriptor = handle.descriptor
-    return descriptor.name, descriptor.root, descriptor.size, descriptor.sqn_base
+def _source(tables: TableStore, handle: SstHandle) -> compute.SstSource:
+    """A merge input: read by the worker from its file when it is one of a local directory."""
+    d = handle.descriptor
+    return d.name, d.root, d.size, d.sqn_base, tables.local_path(d.name, root=d.root)
 
 
 class _MergeOutputs(compute.MergeHost):
