@@ -22,6 +22,7 @@ runs each size in a process of its own.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -37,6 +38,7 @@ from typing import Any
 
 import inkpen
 from inkpen.actors.kernel.heap import limit_heap_growth
+from inkpen.cli.workloads import Latencies, SharedSeconds, bench_keys
 from inkpen.options import Options
 
 BUCKET = b"bench"
@@ -72,57 +74,49 @@ def _store_size(root: str) -> tuple[int, int]:
     return total, count
 
 
-def _keys(n: int) -> list[bytes]:
-    keys = [b"key%013d" % i for i in range(n)]
-    random.Random(1).shuffle(keys)
-    return keys
-
-
 def load(args: argparse.Namespace, root: str, progress: Any = None) -> dict[str, Any]:
+    """The load: the benchmark's own bookkeeping stays the same size whatever N is (keys made
+    when asked for, 8 bytes each; latencies in histograms), so the peak RSS printed is the
+    writer's, not the benchmark's."""
     options: dict[str, Any] = {"flush_policy": "interval", "flush_interval": args.flush_ms / 1e3}
     options.update(json.loads(args.options))
     value = random.Random(3).randbytes(args.value_size)
-    keys = _keys(args.n)
-    queue = list(reversed(keys))
-    latencies: list[float] = []
-    done = [0]
+    keys = bench_keys(args.n)
+    total = len(keys)
+    turns = itertools.count()  # next() on it is atomic: each index goes to one client
     stop = threading.Event()
-    per_second: list[int] = []
     rss = {"writer": 0.0, "workers": 0.0}
 
     def sampler() -> None:
-        last = 0
-        tick = time.perf_counter()
-        while not stop.is_set():
-            stop.wait(0.2)
+        while not stop.wait(0.2):
             me = os.getpid()
             rss["writer"] = max(rss["writer"], _rss_mb(me))
             rss["workers"] = max(rss["workers"], sum(_rss_mb(c) for c in _children(me)))
-            now = time.perf_counter()
-            if now - tick >= 1.0:
-                tick += 1.0
-                per_second.append(done[0] - last)
-                last = done[0]
-                if progress is not None:
-                    progress(done[0])
+            if progress is not None:
+                progress(sum(recorded.whole.counts))
 
     book = inkpen.open(root, **options)
 
     def client() -> None:
         clock = time.perf_counter
-        while True:
-            try:
-                key = queue.pop()
-            except IndexError:
-                return
-            began = clock()
-            book.put(BUCKET, key, value)
-            latencies.append(clock() - began)
-            done[0] += 1
+        mine = recorded.client()
+        try:
+            while True:
+                index = next(turns)
+                if index >= total:
+                    return
+                key = keys[index]
+                began = clock()
+                book.put(BUCKET, key, value)
+                finished = clock()
+                mine.record(finished, finished - began)
+        finally:
+            mine.close()
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(args.concurrency)]
     watcher = threading.Thread(target=sampler, daemon=True)
     started = time.perf_counter()
+    recorded = SharedSeconds(started)
     watcher.start()
     for t in threads:
         t.start()
@@ -134,7 +128,9 @@ def load(args: argparse.Namespace, root: str, progress: Any = None) -> dict[str,
     close_s = time.perf_counter() - close_began
     stop.set()
     watcher.join()
-    latencies.sort()
+    timing = recorded.merged(seconds)
+    latencies = Latencies.merged(timing.seconds)
+    per_second = timing.counts
     steady = per_second[10:-1] or per_second
     median = statistics.median(steady) if steady else 0
     size, objects = _store_size(root)
@@ -155,9 +151,9 @@ def load(args: argparse.Namespace, root: str, progress: Any = None) -> dict[str,
         "second_half_per_s": round(
             sum(per_second[len(per_second) // 2 :]) / max(1, len(per_second) - len(per_second) // 2)
         ),
-        "p50_ms": round(latencies[len(latencies) // 2] * 1e3, 2),
-        "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1e3, 2),
-        "max_ms": round(latencies[-1] * 1e3, 1),
+        "p50_ms": round(latencies.quantile(0.5) * 1e3, 2),
+        "p99_ms": round(latencies.quantile(0.99) * 1e3, 2),
+        "max_ms": round(latencies.max * 1e3, 1),
         "writer_peak_rss_mb": round(rss["writer"], 1),
         "workers_peak_rss_mb": round(rss["workers"], 1),
         "close_s": round(close_s, 2),

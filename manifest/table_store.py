@@ -62,6 +62,7 @@ from inkpen.formats.journal import JournalEntry, JournalReader, build_journal, d
 from inkpen.formats.sst import SstInfo, SstReader
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
+from inkpen.objectstore.local import LocalStore
 from inkpen.options import Options
 
 from .clones import StoreResolver
@@ -445,6 +446,19 @@ class TableStore:
     def read(self, descriptor: SstDescriptor | JournalFileDescriptor) -> bytes:
         """The whole stored file ``descriptor`` names (a merge's input)."""
         return self.read_object(descriptor.name, root=descriptor.root)
+
+    def read_range(self, name: str, start: int, end: int, *, root: str | None = None) -> bytes:
+        """Bytes ``[start, end)`` of the stored file ``name`` of ``root`` (None: this database's
+        own), clipped at its end (a merge reads its inputs a run at a time). Raises
+        :class:`~inkpen.errors.NotFoundError` when absent."""
+        return self.store_for(root).get_range(name, start, end)
+
+    def local_path(self, name: str, *, root: str | None = None) -> str | None:
+        """The file that holds ``name`` of ``root`` when its store is a local directory with
+        nothing wrapped around it (which a process on this machine may read directly, as a
+        merge's worker does), else None: read it through the store."""
+        store = self.store_for(root)
+        return store.path_of(name) if isinstance(store, LocalStore) else None
 
     def read_object(self, name: str, *, root: str | None = None) -> bytes:
         """The whole stored SST, journal file or segment ``name`` of ``root`` (None: this

@@ -7,6 +7,7 @@ import json
 import random
 import struct
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,14 @@ from inkpen.cli.bench import flush_options
 from inkpen.cli.bench_plot import METADATA_KEY
 from inkpen.cli.limits import io_per_op, pread_rate, process_io
 from inkpen.cli.scale import RATIO_FIGURES
-from inkpen.cli.workloads import LOAD_SEED, Latencies, bench_keys, get_sample
+from inkpen.cli.workloads import (
+    LOAD_SEED,
+    Latencies,
+    PerSecond,
+    SharedSeconds,
+    bench_keys,
+    get_sample,
+)
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from inkpen.objectstore.seaweed import SeaweedServer
@@ -327,6 +335,48 @@ def test_latency_histogram_quantiles_are_within_one_percent_of_the_exact_ones() 
     for q in (0.5, 0.9, 0.99):
         exact = ordered[int(len(ordered) * q)]
         assert exact <= whole.quantile(q) <= exact * 1.0201
+
+
+def test_shared_seconds_from_many_threads_equal_one_histogram_per_second_and_client() -> None:
+    """The load's recorder keeps one histogram per second of the run (not per client), and
+    counts exactly what per-client recorders merged at the end count (the oracle)."""
+    rng = random.Random(11)
+    clients = 8
+    started = 1000.0
+    operations = [
+        [(started + rng.uniform(0, 6.5), rng.lognormvariate(-5, 1)) for _ in range(2_000)]
+        for _ in range(clients)
+    ]
+    for ops in operations:
+        ops.sort()
+    shared = SharedSeconds(started)
+    go = threading.Barrier(clients)
+
+    def client(ops: list[tuple[float, float]]) -> None:
+        mine = shared.client()
+        go.wait()
+        for done, seconds in ops:
+            mine.record(done, seconds)
+        mine.close()
+
+    threads = [threading.Thread(target=client, args=(ops,)) for ops in operations]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(shared.whole.seconds) == 7  # one histogram per second, whatever the clients
+    parts = []
+    for ops in operations:
+        part = PerSecond(started)
+        for done, seconds in ops:
+            part.record(done, seconds)
+        parts.append(part)
+    expected = PerSecond.merged(parts, 6.5)
+    got = shared.merged(6.5)
+    assert got.counts == expected.counts
+    assert sum(got.counts) == clients * 2_000
+    for mine, theirs in zip(got.seconds, expected.seconds, strict=True):
+        assert (mine.counts, mine.count, mine.max) == (theirs.counts, theirs.count, theirs.max)
 
 
 def test_pread_rate_reads_the_files_of_a_directory_and_skips_small_ones(tmp_path: Path) -> None:

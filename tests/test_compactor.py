@@ -428,3 +428,40 @@ def test_an_external_writer_opens_without_a_compactor_when_replay_overflows_l0(
     assert len(_levels(store_url)[0]) <= EXTERNAL["max_l0_files"]
     with inkpen.open(store_url, **EXTERNAL) as again:
         assert again.get_many("b", list(model)) == list(model.values())
+
+
+def test_a_compactor_merge_that_fails_after_storing_outputs_deletes_them(
+    store_url: str, store: ObjectStore
+) -> None:
+    """Outputs are stored as the merge hands them over; a merge that fails later deletes the
+    ones it stored and commits nothing, and the next round merges as if it never happened."""
+    with inkpen.open(store_url, **{**EXTERNAL, "sst_target_bytes": 1024}) as book:
+        for i in range(40):
+            book.put("b", f"a{i:03d}".encode(), b"x" * 60)
+        book.flush()
+        before = _levels(store_url)
+        assert before[0], "nothing in L0 to merge"
+        ssts_before = {info.key for info in store.list("ledger/")}
+        with inkpen.open_compactor(store_url, **{**TINY, "sst_target_bytes": 1024}) as compactor:
+            real = compactor.tables.write_sst
+            stored: list[str] = []
+
+            def second_fails(data: bytes, info: Any, *, name: str | None = None) -> Any:
+                if stored:
+                    raise inkpen.StoreError("the store refused this output (a test)", definite=True)
+                descriptor = real(data, info, name=name)
+                stored.append(descriptor.name)
+                return descriptor
+
+            compactor.tables.write_sst = second_fails  # type: ignore[method-assign]
+            with pytest.raises(inkpen.StoreError, match="refused this output"):
+                compactor.run_once()
+            assert stored, "the merge failed before storing anything"
+            assert _levels(store_url) == before
+            assert {info.key for info in store.list("ledger/")} == ssts_before
+            assert not compactor._in_flight_names()
+            compactor.tables.write_sst = real  # type: ignore[method-assign]
+            report = compactor.run_once()
+        assert report.merges >= 1 and report.l0_files == 0
+        for i in range(40):
+            assert book.get("b", f"a{i:03d}".encode()) == b"x" * 60

@@ -2,10 +2,11 @@
 holds; the text picture says the same; neither changes the database.
 
 The database has several ledger levels (tiny SSTs), many journal files with dead bytes (values
-written again, kept in the journal rather than the ledger), a named checkpoint, a feed cursor, and a writer that stopped as a crash would
-(unrolled segments and its writer checkpoint left behind). The oracle is the latest manifest as
-inkpen's manifest layer reads it. The page's script draws every box from the JSON inside the
-page, so a box in the dumped DOM is one the script drew.
+written again, kept in the journal rather than the ledger), a named checkpoint, a feed cursor,
+and a writer that stopped as a crash would (unrolled segments and its writer checkpoint left
+behind). The oracle is the latest manifest as inkpen's manifest layer reads it. The page's
+script draws every box from the JSON inside the page, so a box in the dumped DOM is one the
+script drew.
 
 Chromium is Debian's ``chromium`` package, which ``scripts/test`` installs when it runs as root;
 without it the browser tests are skipped, except under ``CI=true``, where they fail.

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import inkpen
+from inkpen.actors.files import start
 from inkpen.actors.kernel import compute
+from inkpen.actors.ledger import penciller_clerk
 from inkpen.actors.ledger.penciller_clerk import policy_for
 from inkpen.errors import UsageError
 from inkpen.formats.keys import ACTIVE, TOMBSTONE, LedgerValue, object_key
@@ -299,4 +301,41 @@ def test_the_engine_uses_the_policy_its_options_name(store_url: str) -> None:
             assert book.get("mp", k) == v
     finally:
         policy.gate.set()
+        book.close()
+
+
+def test_a_merge_that_fails_after_storing_outputs_lets_them_go_and_is_retried(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clerk stores each output as the merge hands it over: when a later one fails, the
+    ones stored leave the in-flight set (GC's orphans; no manifest names them) and their clerks
+    stop; the merge is retried, and every write reads back."""
+    real = start.write_new_sst
+    stored: list[str] = []
+    failed: list[str] = []
+
+    def second_fails(ctx: Any, owner: Any, data: bytes, info: SstInfo) -> Any:
+        if len(stored) == 1 and not failed:
+            failed.append("once")
+            raise inkpen.StoreError("the store refused this output (a test)", definite=True)
+        handle = real(ctx, owner, data, info)
+        stored.append(handle.name)
+        return handle
+
+    monkeypatch.setattr(penciller_clerk, "write_new_sst", second_fails)
+    book = inkpen.open(store_url, **{**TINY, "sst_target_bytes": 1024})
+    try:
+        model = {f"k{i:04d}": b"v%d" % i * 8 for i in range(300)}
+        for key, value in model.items():
+            book.put("mp", key, value)
+        book.compact_ledger()
+        assert failed, "no merge wrote two outputs"
+        ctx = book._engine.ctx
+        named = {h.name for h in ctx.board.ledger.handles()}
+        assert stored[0] not in named  # the failed merge's output was never committed
+        assert stored[0] not in ctx.in_flight.names()
+        assert book.stats()["merges"] > 0
+        for key, value in model.items():
+            assert book.get("mp", key) == value
+    finally:
         book.close()

@@ -56,7 +56,7 @@ from inkpen.actors.ledger.penciller_clerk import policy_for
 from inkpen.checks import check_seconds
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, JournalReader
-from inkpen.formats.sst import SstShape
+from inkpen.formats.sst import SstInfo, SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, GcReport, run_gc
@@ -258,24 +258,30 @@ class Compactor:
         check_writer_mode(manifest, self.epoch, self._tolerated)
 
     def _run_job(self, job: MergeJob[SstDescriptor]) -> tuple[SstDescriptor, ...]:
-        """The job's new files (none for a move), stored and in flight until the commit."""
+        """The job's new files (none for a move), stored and in flight until the commit: the
+        merge (:func:`~inkpen.actors.kernel.compute.merge`) reads its inputs a run at a time
+        (from their files on a local directory, else through this compactor's table store) and
+        hands over each output to be stored as soon as it is built. A merge that fails deletes
+        what it had stored."""
         if job.move:
             return ()
         options = self.options
         targets = sorted(job.targets, key=lambda d: d.first_key)
-        built = compute.run(
-            options.compute_workers,
-            compute.merge_ssts,
-            [self._input(d) for d in job.sources],
-            [self._input(d) for d in targets],
-            job.basement,
-            int(options.clock() * 1000),
-            SstShape.of(options),
-        )
-        return tuple(self.tables.write_sst(data, info) for data, info in built)
-
-    def _input(self, descriptor: SstDescriptor) -> compute.SstInput:
-        return descriptor.name, self.tables.read(descriptor), descriptor.sqn_base
+        outputs = _MergeOutputs(self)
+        try:
+            compute.merge(
+                options.compute_workers,
+                [_source(self.tables, d) for d in job.sources],
+                [_source(self.tables, d) for d in targets],
+                basement=job.basement,
+                now_ms=int(options.clock() * 1000),
+                shape=SstShape.of(options),
+                host=outputs,
+            )
+        except BaseException:
+            outputs.restart()
+            raise
+        return tuple(outputs.written)
 
     def _commit(
         self, job: MergeJob[SstDescriptor], outputs: tuple[SstDescriptor, ...]
@@ -580,3 +586,32 @@ def open_compactor(
         if owns:
             store.close()
         raise
+
+
+def _source(tables: TableStore, d: SstDescriptor) -> compute.SstSource:
+    """A merge input: read by the worker from its file when it is one of a local directory."""
+    return d.name, d.root, d.size, d.sqn_base, tables.local_path(d.name, root=d.root)
+
+
+class _MergeOutputs(compute.MergeHost):
+    """A compactor merge's host (:class:`~inkpen.actors.kernel.compute.MergeHost`): inputs read
+    and outputs stored through the compactor's table store (which records each output in flight
+    before it is written)."""
+
+    def __init__(self, compactor: Compactor) -> None:
+        self.compactor = compactor
+        self.written: list[SstDescriptor] = []
+
+    def read(self, name: str, root: str | None, start: int, end: int) -> bytes:
+        return self.compactor.tables.read_range(name, start, end, root=root)
+
+    def emit(self, data: bytes, info: SstInfo) -> None:
+        self.written.append(self.compactor.tables.write_sst(data, info))
+
+    def restart(self) -> None:
+        """Delete the outputs stored so far (no manifest names them) and forget them."""
+        written, self.written = tuple(self.written), []
+        compactor = self.compactor
+        compactor._drop(written)
+        with compactor._lock:
+            compactor._in_flight.difference_update(d.name for d in written)

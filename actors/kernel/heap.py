@@ -1,7 +1,7 @@
 """Large allocations go straight back to the operating system: glibc's mmap threshold, fixed.
 
 A writer's large buffers are short-lived: a segment's bytes, a roll's entries on their way to a
-compute worker, a merge's input and output SSTs, a journal file's index on open. glibc
+compute worker, a merge's input runs and output SSTs, a journal file's index on open. glibc
 serves an allocation at or above its *mmap threshold* with its own mapping, unmapped when freed,
 and everything smaller from its heaps (arenas), which keep freed memory for reuse. By default
 the threshold starts at 128 KiB and rises to the size of each mapped block freed, up to 32 MiB,

@@ -8,12 +8,18 @@ is fuller than L0, otherwise one file of the deepest level over its target) for 
 alternation), and runs whatever job it chose.
 
 A **move** job (a source file with no overlap in the level below) is answered at once: the
-Penciller commits it as a manifest change alone, no bytes rewritten. Otherwise the clerk reads
-the inputs, has them merged in key order (the highest SQN of a key wins) into new SST files of
-about ``sst_target_bytes`` by the compute pool (:mod:`inkpen.actors.kernel.compute`, off the
-interpreter that serves reads and writes), and writes each through its own SST clerk. Tombstones
-and expired entries are dropped only when the job's target is the **basement** (no level below it
-holds files), since above it they must keep shadowing older entries.
+Penciller commits it as a manifest change alone, no bytes rewritten. Otherwise the compute pool
+(:func:`inkpen.actors.kernel.compute.merge`, off the interpreter that serves reads and writes)
+merges the inputs in key order (the highest SQN of a key wins) into new SST files of about
+``sst_target_bytes``; the clerk is the merge's host: it reads the inputs for it a run at a time
+through the table store (the worker reads an input that is a local directory's file itself),
+and stores each output file through its own SST clerk (recorded in flight before it is written)
+as soon as the merge hands it over, so the writer never holds a merge's inputs or outputs whole.
+Tombstones and expired entries are dropped only when the job's target is the **basement** (no
+level below it holds files), since above it they must keep shadowing older entries. A merge
+that fails after storing some outputs stops their clerks and takes them out of the in-flight set
+(GC removes them as orphans); so does a merge whose worker was lost, before it runs again in the
+clerk's thread.
 
 The clerk answers :class:`MergeDone` (or :class:`MergeIdle` when there is nothing to do, or when
 the merge failed: then ``missing`` names an input the store no longer holds); the Penciller
@@ -38,6 +44,7 @@ from inkpen.errors import NotFoundError
 from inkpen.formats.sst import SstInfo, SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
+from inkpen.manifest.table_store import TableStore
 from inkpen.options import Options
 
 log = get_logger("inkpen.penciller")
@@ -123,32 +130,53 @@ class PencillerClerk(InkpenActor):
         send(message.reply_to, MergeDone(job, added, seconds))
 
     def _merge(self, job: MergeJob[SstHandle]) -> tuple[SstHandle, ...]:
-        """Read the inputs, merge them in the compute pool, write each output via its clerk."""
+        """Merge the inputs in the compute pool, as its host: read them a run at a time, write
+        each output via its own clerk as it comes."""
         options = self.ctx.options
         targets = sorted(job.targets, key=lambda h: h.descriptor.first_key)
-        built = compute.run(
-            options.compute_workers,
-            compute.merge_ssts,
-            [self._input(h) for h in job.sources],
-            [self._input(h) for h in targets],
-            job.basement,
-            self.ctx.now_ms(),
-            SstShape.of(options),
-        )
-        written: list[SstHandle] = []
+        outputs = _MergeOutputs(self.ctx, self.penciller)
+        tables = self.ctx.tables
         try:
-            for data, info in built:
-                written.append(self._write(data, info))
+            compute.merge(
+                options.compute_workers,
+                [_source(tables, h) for h in job.sources],
+                [_source(tables, h) for h in targets],
+                basement=job.basement,
+                now_ms=self.ctx.now_ms(),
+                shape=SstShape.of(options),
+                host=outputs,
+            )
         except Exception:
-            for handle in written:
-                stop(handle.clerk)
+            outputs.restart()
             raise
-        return tuple(written)
+        return tuple(outputs.written)
 
-    def _input(self, handle: SstHandle) -> compute.SstInput:
-        descriptor = handle.descriptor
-        data = self.ctx.tables.read(descriptor)
-        return descriptor.name, data, descriptor.sqn_base
 
-    def _write(self, data: bytes, info: SstInfo) -> SstHandle:
-        return write_new_sst(self.ctx, self.penciller, data, info)
+def _source(tables: TableStore, handle: SstHandle) -> compute.SstSource:
+    """A merge input: read by the worker from its file when it is one of a local directory."""
+    d = handle.descriptor
+    return d.name, d.root, d.size, d.sqn_base, tables.local_path(d.name, root=d.root)
+
+
+class _MergeOutputs(compute.MergeHost):
+    """The clerk's side of a merge (:class:`~inkpen.actors.kernel.compute.MergeHost`): inputs
+    read through the writer's table store, each output stored and opened by a new SST clerk."""
+
+    def __init__(self, ctx: EngineContext, penciller: pykka.ActorRef[Any]) -> None:
+        self.ctx = ctx
+        self.penciller = penciller
+        self.written: list[SstHandle] = []
+
+    def read(self, name: str, root: str | None, start: int, end: int) -> bytes:
+        return self.ctx.tables.read_range(name, start, end, root=root)
+
+    def emit(self, data: bytes, info: SstInfo) -> None:
+        self.written.append(write_new_sst(self.ctx, self.penciller, data, info))
+
+    def restart(self) -> None:
+        """Stop the clerks of the outputs stored so far; no manifest will name them (GC removes
+        them as orphans once they leave the in-flight set)."""
+        written, self.written = self.written, []
+        for handle in written:
+            stop(handle.clerk)
+        self.ctx.in_flight.discard(h.name for h in written)
