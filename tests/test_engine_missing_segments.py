@@ -129,6 +129,41 @@ def test_a_lost_write_the_ledger_recorded_is_never_read_as_data(store_url: str) 
             book.get("b", "k")
 
 
+def test_the_writes_after_a_lost_one_replay_as_their_journal_entries_hold_them(
+    store_url: str,
+) -> None:
+    """A delete's journal entry removes the index entries its object had when it was written.
+    When the segment of a put that removed one of them is lost, the entry the put removed comes
+    back (the delete never named it), and the key put again answers for it. A put with a ttl
+    likewise shortens only the entries its object had when it was written: one a lost put had
+    removed comes back without an expiry."""
+    book = inkpen.open(store_url, **UNROLLED)
+    store = open_store(store_url)
+    book.put("b", "k", b"1", indexes=[("add", "f_bin", "a"), ("add", "f_bin", "c")])
+    before = set(segments(store))
+    book.put("b", "k", b"2", indexes=[("remove", "f_bin", "a")])  # lost below
+    (lost,) = set(segments(store)) - before
+    book.delete("b", "k")  # removes (c, k): the only entry k has now
+    book.put("b", "k", b"3", indexes=[("add", "f_bin", "d")])
+    book.put("b", "t", b"4", indexes=[("add", "f_bin", "e")])
+    before = set(segments(store))
+    book.put("b", "t", b"5", indexes=[("remove", "f_bin", "e")])  # lost too
+    (lost_too,) = set(segments(store)) - before
+    book.put("b", "t", b"6", ttl=3600)  # names nothing, and t has no entry to shorten now
+    book.put("b", "newest", b"7")
+    assert list(book.index_query("b", "f_bin", "", "z", return_terms=True)) == [(b"d", b"k")]
+    book.abandon()
+    store.delete(segments(store)[lost])
+    store.delete(segments(store)[lost_too])
+    with inkpen.open(store_url, allow_missing_segments=True, **UNROLLED) as book:
+        assert book.get("b", "k") == b"3"
+        assert list(book.index_query("b", "f_bin", "", "z", return_terms=True)) == [
+            (b"a", b"k"),
+            (b"d", b"k"),
+            (b"e", b"t"),
+        ]
+
+
 def test_info_names_a_missing_segment(tmp_path: Path) -> None:
     url = str(tmp_path / "db")
     lost, _ = crash_with_unrolled_segments(url)

@@ -58,7 +58,7 @@ from inkpen.objectstore.memory import drop_space
 from inkpen.objectstore.seaweed import SeaweedServer
 from support.engine import TINY, FakeClock
 from support.hooks import HookedStore
-from support.model import IndexSpec, Model, expected_hash
+from support.model import IndexSpec, Journaled, Model, expected_hash
 from support.profiles import machine_settings
 from support.waiting import wait_until
 
@@ -182,7 +182,7 @@ class BookieMachine(RuleBasedStateMachine):
         self.snaps: list[tuple[inkpen.Snapshot, Model, bool]] = []
         self.checkpoints: list[tuple[str, Model]] = []
         self.written: set[bytes] = set()
-        self.history: list[tuple[int, Callable[[Model], None]]] | None = []
+        self.history: list[tuple[int, Callable[[Model], None], Journaled]] | None = []
         """Every acknowledged write, by SQN, as a change of a model (None once writes from
         several threads made the SQNs the engine's choice): what a lost segment takes away."""
         self.sizes: dict[str, Any] = TINY
@@ -513,10 +513,16 @@ class BookieMachine(RuleBasedStateMachine):
             self.expect(lambda: self.book.get(bucket, key), None, "get after delete")
 
     def remember(self, change: Callable[[Model], None]) -> None:
-        """Apply an acknowledged write to the model and note it in the history."""
-        change(self.model)
+        """Apply an acknowledged write to the model and note it in the history, with the index
+        specs its journal entry holds (replay applies those, not the change's rules again)."""
+        journaled: Journaled = []
+        self.model.journaled = journaled
+        try:
+            change(self.model)
+        finally:
+            self.model.journaled = None
         if self.history is not None:
-            self.history.append((self.model.writes, change))
+            self.history.append((self.model.writes, change, journaled))
 
     def apply_changes(self, changes: list[tuple[Any, ...]]) -> None:
         for change in changes:
@@ -1213,12 +1219,18 @@ class BookieMachine(RuleBasedStateMachine):
             for checkpoint, _ in self.checkpoints:
                 remove_checkpoint(ManifestStore(store), checkpoint)
             self.checkpoints.clear()
+        # What replay makes of the writes left: each as its journal entry holds it. A delete
+        # removes the index entries its object had when it was written, a put with a ttl adds
+        # those it shortened then, whatever the lost writes had done to them.
         left = Model()
-        for sqn, change in self.history:
+        for sqn, change, journaled in self.history:
             if sqn not in sqns:
                 left.writes = sqn - 1
+                index = dict(left.index)
                 change(left)
-        self.history = [(sqn, change) for sqn, change in self.history if sqn not in sqns]
+                left.index = index
+                left.replay_index(journaled)
+        self.history = [entry for entry in self.history if entry[0] not in sqns]
         self.model = left
         book = self.open_raw(allow_missing_segments=True)
         self.epoch += 1

@@ -33,6 +33,18 @@ IndexId = tuple[bytes, bytes, bytes, bytes]
 """(bucket, field, term, object key)."""
 
 
+class Removed:
+    """The mark of a remove spec in :attr:`Model.journaled`."""
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+
+REMOVED = Removed()
+Journaled = list[tuple[IndexId, "int | Removed | None"]]
+"""The index specs of one journal entry, as :attr:`Model.journaled` lists them."""
+
+
 def encode(text: str | bytes) -> bytes:
     return text.encode("utf-8") if isinstance(text, str) else text
 
@@ -61,9 +73,26 @@ class Model:
     """Active index entries and their expiry (ms since the epoch, None: never)."""
     writes: int = 0
     """Acknowledged writes: the SQN of the latest one."""
+    journaled: Journaled | None = field(default=None, repr=False, compare=False)
+    """When a list: each change appends the index specs the engine writes in its journal entry
+    (the ones it names, and those the entries following their object add): (entry, expiry) for
+    an add, (entry, REMOVED) for a remove. Replaying them (:meth:`replay_index`) is how replay
+    sees that change, whatever the entries are by then."""
 
     def copy(self) -> Model:
         return Model(dict(self.objects), dict(self.index), self.writes)
+
+    def _note(self, entry: IndexId, expiry: int | Removed | None) -> None:
+        if self.journaled is not None:
+            self.journaled.append((entry, expiry))
+
+    def replay_index(self, journaled: Journaled) -> None:
+        """Apply index specs as a journal entry holds them (see :attr:`journaled`)."""
+        for entry, expiry in journaled:
+            if isinstance(expiry, Removed):
+                self.index.pop(entry, None)
+            else:
+                self.index[entry] = expiry
 
     # -- changes --------------------------------------------------------------------------------
 
@@ -74,8 +103,10 @@ class Model:
             entry = (bucket, encode(index_field), encode(term), key)
             if op == "add":
                 self.index[entry] = expiry_ms
+                self._note(entry, expiry_ms)
             else:
                 self.index.pop(entry, None)
+                self._note(entry, REMOVED)
 
     def _entries_of(self, bucket: bytes, key: bytes) -> list[IndexId]:
         return [entry for entry in self.index if entry[0] == bucket and entry[3] == key]
@@ -100,6 +131,7 @@ class Model:
                 expiry = self.index[entry]
                 if (entry[1], entry[2]) not in named and (expiry is None or expiry > expiry_ms):
                     self.index[entry] = expiry_ms
+                    self._note(entry, expiry_ms)
         self._apply_specs(b, k, specs, expiry_ms)
 
     def renumber(self, bucket: bytes, key: bytes, sqn: int) -> None:
@@ -112,6 +144,9 @@ class Model:
         self.objects.pop((b, k), None)
         for entry in self._entries_of(b, k):  # named or not
             del self.index[entry]
+            self._note(entry, REMOVED)
+        for _, index_field, term in specs:  # named ones it has not: still in the journal entry
+            self._note((b, encode(index_field), encode(term), k), REMOVED)
 
     # -- reads ----------------------------------------------------------------------------------
 
