@@ -71,6 +71,9 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 _USER_METADATA = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _STATUS = re.compile(r"status code: (\d{3})")
 _HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
+_RETRIES = re.compile(r"after (\d+) retries")
+_WRITES = frozenset({"put", "put_if_absent", "delete", "copy"})
+"""The actions whose failed request may have taken effect."""
 _CONFLICT_ROUNDS = 6
 _CONFLICT_BACKOFF = 0.05
 _CREDENTIAL_LIFETIME = timedelta(minutes=5)
@@ -385,6 +388,17 @@ def map_obstore_error(exc: Exception, *, action: str, key: str | None, where: st
     if status is not None:
         return StoreError(f"{subject} was rejected ({reason})", definite=True, key=key)
     if _http_kind(text) == "Connect" or "tcp connect error" in text:
+        retries = _retries(text)
+        if retries and action in _WRITES:
+            # object_store reports the last attempt's failure only: an earlier one may have been
+            # sent whole and lost its answer (the server went down after taking it), and taken
+            # effect. Only a connect failure with no retry before it sent nothing.
+            return StoreError(
+                f"{subject} could not connect after {retries} retries ({reason}); an earlier "
+                "attempt may have reached the store and taken effect",
+                definite=False,
+                key=key,
+            )
         return StoreError(
             f"{subject} could not connect: {reason}; check that the endpoint is right and running",
             definite=True,
@@ -397,6 +411,12 @@ def _status(exc: Exception) -> int | None:
     """The HTTP status object_store reports in ``exc``'s message, if any."""
     found = _STATUS.search(str(exc))
     return int(found.group(1)) if found else None
+
+
+def _retries(text: str) -> int:
+    """How many times object_store sent the request again before the error it reports."""
+    found = _RETRIES.search(text)
+    return int(found.group(1)) if found else 0
 
 
 def _http_kind(text: str) -> str | None:

@@ -13,15 +13,18 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
+import obstore
 import pytest
+from obstore.store import S3Store as RawS3Store
 
 import inkpen
 from inkpen.errors import AlreadyExistsError, StoreError, UsageError
 from inkpen.objectstore import open_store
 from inkpen.objectstore.base import PUT_ID_METADATA_KEY
 from inkpen.objectstore.s3 import S3Store
-from inkpen.objectstore.s3_obstore import ObstoreS3Store
+from inkpen.objectstore.s3_obstore import ObstoreS3Store, map_obstore_error
 from support.seaweed import SeaweedServer, free_loopback_ports
 
 pytestmark = pytest.mark.s3
@@ -173,3 +176,40 @@ def test_a_database_on_obstore_reopens_on_boto3(urls: tuple[str, str]) -> None:
         assert book.get(b"b", b"k007") == model[b"k007"]
     with inkpen.open(boto_url) as book:
         assert {key: book.get(b"b", key) for key in model} == model
+
+
+def test_a_write_that_could_not_connect_after_a_retry_may_have_landed() -> None:
+    """object_store reports only its last attempt's failure: a refused connection after a
+    retry may hide an earlier attempt that was sent whole and lost its answer, so a write
+    failing so is of unknown outcome; with no retry, or for a read, it is definite."""
+    (port,) = free_loopback_ports(1)
+
+    def refused(retries: int) -> Exception:
+        raw = RawS3Store(
+            "bucket",
+            endpoint=f"http://127.0.0.1:{port}",
+            region="us-east-1",
+            access_key_id="key",
+            secret_access_key="secret",
+            client_options={"allow_http": True},
+            retry_config={
+                "max_retries": retries,
+                "backoff": {"init_backoff": timedelta(milliseconds=5)},
+                "retry_timeout": timedelta(seconds=30),
+            },
+        )
+        with pytest.raises(Exception) as caught:
+            obstore.put(raw, "k", b"v", mode="create")
+        return caught.value
+
+    def mapped(exc: Exception, action: str) -> StoreError:
+        error = map_obstore_error(exc, action=action, key="k", where="here")
+        assert isinstance(error, StoreError)
+        return error
+
+    assert mapped(refused(0), "put_if_absent").definite is True
+    after_retries = refused(2)
+    for action in ("put_if_absent", "put", "delete", "copy"):
+        unknown = mapped(after_retries, action)
+        assert unknown.definite is False and "after 2 retries" in str(unknown)
+    assert mapped(after_retries, "get").definite is True
