@@ -16,17 +16,18 @@ Where ``object_store`` differs from S3's own API, this module bridges it:
 - **head** returns no user metadata in object_store, so ``head`` is a ``GET`` with the head
   option, whose attributes carry it (one request, as with boto3).
 - **ranged reads** past the end are an error (416) in object_store; here they give ``b""``.
-- **create-if-absent** is a put with ``mode="create"`` (``If-None-Match: *``). object_store
-  retries by itself, so as with boto3 a refusal is never taken at face value: the store reads
-  the put id (``inkpen-put-id``) on the object, and its own id means an earlier attempt of this
-  very call landed. A refusal whose object is gone when read back (deleted since, or a conflict
-  in flight: 409) is tried again after a short random pause.
-- **a create that got no answer**: object_store re-sends a create whose connection closed
-  cleanly before the answer (412 then follows), but not one whose connection was reset or timed
-  out after the request went out (a create is not idempotent to it); it reports a transport
-  error although the object may have landed. The store then reads the put id back as after a
-  refusal: its own id is a success, another's is "already exists", no object means the create
-  is sent once more.
+- **create-if-absent** is a put with ``mode="create"`` (``If-None-Match: *``), sent through a
+  client that never retries by itself: object_store reports only its last attempt's failure,
+  and "could not connect" after a re-sent create may hide a first attempt that landed, so the
+  store re-sends a create itself, only while nothing went out (no connection, or 503), and a
+  connect failure stays a definite one. As with boto3 a refusal is never taken at face value:
+  the store reads the put id (``inkpen-put-id``) on the object, and its own id means an earlier
+  attempt of this very call landed. A refusal whose object is gone when read back (deleted
+  since, or a conflict in flight: 409) is tried again after a short random pause.
+- **a create that got no answer** (the connection closed, was reset or timed out after the
+  request went out): object_store reports a transport error although the object may have
+  landed. The store then reads the put id back as after a refusal: its own id is a success,
+  another's is "already exists", no object means the create is sent once more.
 
 Failures map to :mod:`inkpen.errors` as with boto3 (see :mod:`.s3_errors`), from the HTTP status
 object_store reports; an error with no status is a definite failure when the connection was
@@ -42,7 +43,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inkpen.errors import AlreadyExistsError, InkpenError, NotFoundError, StoreError, UsageError
 
@@ -61,6 +62,9 @@ from .base import (
 )
 from .s3_common import MAX_POOL_CONNECTIONS, S3Base
 
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig
+
 try:
     import obstore
     from obstore import exceptions as ob_errors
@@ -74,6 +78,8 @@ _HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
 _RETRIES = re.compile(r"after (\d+) retries")
 _WRITES = frozenset({"put", "put_if_absent", "delete", "copy"})
 """The actions whose failed request may have taken effect."""
+_CREATE_BACKOFF = 0.1
+"""The first pause before a create is sent again (it doubles each time, up to 2 s)."""
 _CONFLICT_ROUNDS = 6
 _CONFLICT_BACKOFF = 0.05
 _CREDENTIAL_LIFETIME = timedelta(minutes=5)
@@ -103,24 +109,32 @@ class ObstoreS3Store(S3Base):
         if settings.endpoint:
             config["endpoint"] = settings.endpoint
             config["virtual_hosted_style_request"] = False
+        client_options: ClientConfig = {
+            "allow_http": True,
+            "connect_timeout": timedelta(seconds=settings.connect_timeout),
+            "read_timeout": timedelta(seconds=settings.read_timeout),
+            "pool_max_idle_per_host": str(MAX_POOL_CONNECTIONS),
+        }
+        retry_timeout = timedelta(
+            seconds=settings.max_attempts * (settings.connect_timeout + settings.read_timeout)
+        )
+        credentials = _boto_credentials()
         self._store = _ObS3Store(
             bucket,
-            client_options={
-                "allow_http": True,
-                "connect_timeout": timedelta(seconds=settings.connect_timeout),
-                "read_timeout": timedelta(seconds=settings.read_timeout),
-                "pool_max_idle_per_host": str(MAX_POOL_CONNECTIONS),
-            },
-            retry_config={
-                "max_retries": settings.max_attempts - 1,
-                "retry_timeout": timedelta(
-                    seconds=settings.max_attempts
-                    * (settings.connect_timeout + settings.read_timeout)
-                ),
-            },
-            credential_provider=_boto_credentials(),
+            client_options=client_options,
+            retry_config={"max_retries": settings.max_attempts - 1, "retry_timeout": retry_timeout},
+            credential_provider=credentials,
             **config,
         )
+        # Creates go through a client that never sends a request twice (see _create).
+        self._once = _ObS3Store(
+            bucket,
+            client_options=client_options,
+            retry_config={"max_retries": 0, "retry_timeout": retry_timeout},
+            credential_provider=credentials,
+            **config,
+        )
+        self._attempts = settings.max_attempts
         self._check_bucket()
 
     # -- writes ------------------------------------------------------------------------------
@@ -136,7 +150,7 @@ class ObstoreS3Store(S3Base):
         resent = False
         for round_ in range(_CONFLICT_ROUNDS):
             try:
-                obstore.put(self._store, full, body, mode="create", attributes=tagged)
+                self._create(full, body, tagged)
                 return
             except (ob_errors.AlreadyExistsError, ob_errors.PreconditionError):
                 unanswered = None
@@ -310,6 +324,23 @@ class ObstoreS3Store(S3Base):
         self, exc: Exception, action: str, key: str | None, *, where: str | None = None
     ) -> InkpenError:
         return map_obstore_error(exc, action=action, key=key, where=where or self._where)
+
+    def _create(self, full: str, body: bytes, tagged: Mapping[str, str]) -> None:
+        """One create, sent again (up to ``max_attempts`` times, after a growing pause) only
+        while nothing went out: the connection was never made, or the server refused it busy
+        (503). object_store reports only its last attempt's failure, so had it re-sent a create
+        itself, "could not connect" could follow an attempt that went out whole and landed;
+        sending them from here keeps a connect failure a definite one."""
+        for attempt in range(self._attempts):
+            try:
+                obstore.put(self._once, full, body, mode="create", attributes=dict(tagged))
+                return
+            except Exception as exc:
+                text = str(exc)
+                unsent = _http_kind(text) == "Connect" or "tcp connect error" in text
+                if attempt + 1 >= self._attempts or not (unsent or _status(exc) == 503):
+                    raise
+            time.sleep(random.uniform(0.5, 1.0) * min(_CREATE_BACKOFF * 2**attempt, 2.0))
 
     def _put_id_of(self, key: str, full: str, unanswered: InkpenError | None) -> str | None:
         """The put id on the object now at ``full``; None when there is no object.
