@@ -31,7 +31,13 @@ from typing import Any
 
 import botocore.session
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ProxyConnectionError,
+)
 from botocore.loaders import Loader, create_loader
 
 from inkpen.errors import AlreadyExistsError, InkpenError, StoreError, UsageError
@@ -81,7 +87,25 @@ class S3Store(S3Base):
                 s3={"addressing_style": "path"} if settings.endpoint else None,
             ),
         )
+        # Whether an attempt of the create under way on this thread may have gone out (see
+        # _note_attempt): botocore raises only its last attempt's failure.
+        self._attempts = threading.local()
+        self._client.meta.events.register("needs-retry.s3.PutObject", self._note_attempt)
         self._check_bucket()
+
+    def _note_attempt(self, response: Any = None, caught_exception: Any = None, **_: Any) -> None:
+        """botocore's ``needs-retry`` hook, called after every attempt of a ``PutObject``: an
+        attempt that got an answer, or failed other than by never connecting, may have landed.
+        (It decides nothing: botocore's own retry handler answers the event.)"""
+        never_sent = isinstance(
+            caught_exception, EndpointConnectionError | ConnectTimeoutError | ProxyConnectionError
+        )
+        if response is not None or (caught_exception is not None and not never_sent):
+            self._attempts.may_have_landed = True
+
+    def _landed_maybe(self) -> bool:
+        """Whether an attempt of this thread's latest create may have gone out."""
+        return bool(getattr(self._attempts, "may_have_landed", False))
 
     @property
     def client(self) -> Any:
@@ -98,6 +122,7 @@ class S3Store(S3Base):
         put_id = uuid.uuid4().hex
         tagged = {**check_metadata(metadata), PUT_ID_METADATA_KEY: put_id}
         for round_ in range(_CONFLICT_ROUNDS):
+            self._attempts.may_have_landed = False
             try:
                 self._client.put_object(
                     Bucket=self._bucket, Key=full, Body=body, Metadata=tagged, IfNoneMatch="*"
@@ -109,7 +134,15 @@ class S3Store(S3Base):
                     raise self._error(exc, "put_if_absent", key) from None
                 retried = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
             except BotoCoreError as exc:
-                raise self._error(exc, "put_if_absent", key) from None
+                error = self._error(exc, "put_if_absent", key)
+                if isinstance(error, StoreError) and error.definite and self._landed_maybe():
+                    # "could not connect" on a retry: an earlier attempt may have landed
+                    raise StoreError(
+                        f"{error}; an earlier attempt of it went out and may have taken effect",
+                        definite=False,
+                        key=key,
+                    ) from None
+                raise error from None
             owner = self._put_id_of(key, full)
             if owner == put_id:
                 return  # an earlier attempt of this very call landed
