@@ -52,11 +52,11 @@ from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.journal.retention import Judgement, file_chunks
 from inkpen.actors.kernel import compute
 from inkpen.actors.kernel.views import LedgerView, SstHandle
-from inkpen.actors.ledger.penciller_clerk import policy_for
+from inkpen.actors.ledger.penciller_clerk import policy_for, run_merge
 from inkpen.checks import check_seconds
 from inkpen.errors import FencedError, InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, JournalReader
-from inkpen.formats.sst import SstInfo, SstShape
+from inkpen.formats.sst import SstInfo
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.manifest.gc import MIN_AGE_WITHOUT_WRITER, GcOptions, GcReport, run_gc
@@ -265,22 +265,16 @@ class Compactor:
         what it had stored."""
         if job.move:
             return ()
-        options = self.options
-        targets = sorted(job.targets, key=lambda d: d.first_key)
         outputs = _MergeOutputs(self)
-        try:
-            compute.merge(
-                options.compute_workers,
-                [_source(self.tables, d) for d in job.sources],
-                [_source(self.tables, d) for d in targets],
-                basement=job.basement,
-                now_ms=int(options.clock() * 1000),
-                shape=SstShape.of(options),
-                host=outputs,
-            )
-        except BaseException:
-            outputs.restart()
-            raise
+        run_merge(
+            self.tables,
+            self.options,
+            job.sources,
+            job.targets,
+            basement=job.basement,
+            now_ms=int(self.options.clock() * 1000),
+            host=outputs,
+        )
         return tuple(outputs.written)
 
     def _commit(
@@ -586,11 +580,6 @@ def open_compactor(
         if owns:
             store.close()
         raise
-
-
-def _source(tables: TableStore, d: SstDescriptor) -> compute.SstSource:
-    """A merge input: read by the worker from its file when it is one of a local directory."""
-    return d.name, d.root, d.size, d.sqn_base, tables.local_path(d.name, root=d.root)
 
 
 class _MergeOutputs(compute.MergeHost):

@@ -30,6 +30,7 @@ it in one manifest change.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ from inkpen.errors import NotFoundError
 from inkpen.formats.sst import SstInfo, SstShape
 from inkpen.logs import get_logger
 from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
+from inkpen.manifest.model import SstDescriptor
 from inkpen.manifest.table_store import TableStore
 from inkpen.options import Options
 
@@ -58,6 +60,41 @@ def policy_for(options: Options) -> MergePolicy:
     return LeveledMergePolicy(
         options.l1_target_files, options.level_fanout, l0_trigger=max(1, options.max_l0_files // 2)
     )
+
+
+def run_merge(
+    tables: TableStore,
+    options: Options,
+    sources: Sequence[SstDescriptor],
+    targets: Sequence[SstDescriptor],
+    *,
+    basement: bool,
+    now_ms: int,
+    host: compute.MergeHost,
+) -> None:
+    """One merge job through the compute pool (:func:`~inkpen.actors.kernel.compute.merge`),
+    ``host`` reading its inputs and storing its outputs: the sources newest first, the targets
+    put in key order; an input that is a file of a local directory is read by the worker itself
+    (:meth:`TableStore.local_path`). A merge that fails has ``host`` drop what it stored
+    (``host.restart``) before the error goes on. The writer's clerk and the compactor both
+    merge through here."""
+
+    def source(d: SstDescriptor) -> compute.SstSource:
+        return d.name, d.root, d.size, d.sqn_base, tables.local_path(d.name, root=d.root)
+
+    try:
+        compute.merge(
+            options.compute_workers,
+            [source(d) for d in sources],
+            [source(d) for d in sorted(targets, key=lambda d: d.first_key)],
+            basement=basement,
+            now_ms=now_ms,
+            shape=SstShape.of(options),
+            host=host,
+        )
+    except BaseException:
+        host.restart()
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,30 +169,17 @@ class PencillerClerk(InkpenActor):
     def _merge(self, job: MergeJob[SstHandle]) -> tuple[SstHandle, ...]:
         """Merge the inputs in the compute pool, as its host: read them a run at a time, write
         each output via its own clerk as it comes."""
-        options = self.ctx.options
-        targets = sorted(job.targets, key=lambda h: h.descriptor.first_key)
         outputs = _MergeOutputs(self.ctx, self.penciller)
-        tables = self.ctx.tables
-        try:
-            compute.merge(
-                options.compute_workers,
-                [_source(tables, h) for h in job.sources],
-                [_source(tables, h) for h in targets],
-                basement=job.basement,
-                now_ms=self.ctx.now_ms(),
-                shape=SstShape.of(options),
-                host=outputs,
-            )
-        except Exception:
-            outputs.restart()
-            raise
+        run_merge(
+            self.ctx.tables,
+            self.ctx.options,
+            [h.descriptor for h in job.sources],
+            [h.descriptor for h in job.targets],
+            basement=job.basement,
+            now_ms=self.ctx.now_ms(),
+            host=outputs,
+        )
         return tuple(outputs.written)
-
-
-def _source(tables: TableStore, handle: SstHandle) -> compute.SstSource:
-    """A merge input: read by the worker from its file when it is one of a local directory."""
-    d = handle.descriptor
-    return d.name, d.root, d.size, d.sqn_base, tables.local_path(d.name, root=d.root)
 
 
 class _MergeOutputs(compute.MergeHost):
