@@ -95,3 +95,28 @@ def test_the_first_enabled_event_formats_through_structlog() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == 'event=probe.shown level=info n=2 words="a b"'
+
+
+def test_inkpen_help_imports_no_command() -> None:
+    loaded = _top(
+        _loaded_after(
+            "import sys\n"
+            "from inkpen.cli import main\n"
+            "try:\n"
+            "    main(['--help'])\n"
+            "except SystemExit:\n"
+            "    pass\n"
+        )
+    )
+    assert not loaded & {"rich", "boto3", "botocore", "obstore", "pyspark", "structlog"}
+    assert "inkpen.cli.info" not in loaded
+
+
+def test_each_command_summary_is_the_first_paragraph_of_its_help() -> None:
+    import inkpen.cli
+
+    for name in inkpen.cli.COMMANDS:
+        command = inkpen.cli.load_command(name)
+        first = (command.help or "").strip().split("\n\n")[0]
+        assert inkpen.cli.COMMANDS[name].summary == " ".join(first.split()), name
+        assert command.name == name
