@@ -23,8 +23,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 
-import crc32c
-
 _ONE = 1 << 31
 """The polynomial 1 (x**0) in the bit-reversed representation the CRCs use."""
 _MAX_LENGTH_BITS = 60
@@ -124,9 +122,24 @@ of work); below, giving it up and taking it back costs more than the checksum wh
 want the lock (a 256 KiB get spent a quarter of its time there)."""
 
 
+_crc32c_impl: Callable[[bytes | memoryview, int, int], int] | None = None
+
+
 def _crc32c(data: bytes | memoryview, value: int = 0) -> int:
-    """``crc32c.crc32c``, holding the interpreter lock below :data:`_RELEASE_FROM`."""
-    return crc32c.crc32c(data, value, 1 if len(data) >= _RELEASE_FROM else 0)
+    """``crc32c.crc32c``, holding the interpreter lock below :data:`_RELEASE_FROM`; the package
+    is imported on the first checksum (its own import reads package metadata: tens of ms)."""
+    impl = _crc32c_impl
+    if impl is None:
+        impl = _load_crc32c()
+    return impl(data, value, 1 if len(data) >= _RELEASE_FROM else 0)
+
+
+def _load_crc32c() -> Callable[[bytes | memoryview, int, int], int]:
+    global _crc32c_impl
+    import crc32c
+
+    _crc32c_impl = crc32c.crc32c
+    return _crc32c_impl
 
 
 CRC32 = Crc("CRC-32", 0xEDB88320, zlib.crc32)

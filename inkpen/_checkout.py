@@ -12,25 +12,28 @@ Importing this module answers that case. When ``inkpen`` was imported from a fol
 mapping and puts a finder on ``sys.meta_path`` that answers exactly the mapped subpackages
 (``inkpen.actors`` -> ``<root>/actors``, ...) from the checkout. Their own submodules are then
 found the ordinary way, through each subpackage's ``__path__``. An installed inkpen (the wheel, or
-the link tree) has its subpackages inside: nothing is changed.
+the link tree) has its subpackages inside: nothing is changed, and nothing but :mod:`os` is used
+to find that out (``import inkpen`` stays quick).
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
+import os
 import sys
-import tomllib
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import importlib.machinery
+    from pathlib import Path
+    from types import ModuleType
 
 PACKAGE = "inkpen"
 
 
-class CheckoutRooms(importlib.abc.MetaPathFinder):
-    """Finds ``inkpen.<room>`` for each room pyproject.toml maps to a folder of the checkout."""
+class CheckoutRooms:
+    """Finds ``inkpen.<room>`` for each room pyproject.toml maps to a folder of the checkout (a
+    meta path finder: ``find_spec`` is all ``sys.meta_path`` asks of one)."""
 
     def __init__(self, rooms: Mapping[str, Path]) -> None:
         self.rooms = dict(rooms)
@@ -44,6 +47,8 @@ class CheckoutRooms(importlib.abc.MetaPathFinder):
         folder = self.rooms.get(fullname)
         if folder is None:
             return None
+        import importlib.util
+
         return importlib.util.spec_from_file_location(
             fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
         )
@@ -55,6 +60,8 @@ def checkout_rooms(package_dir: Path) -> dict[str, Path]:
     pyproject = root / "pyproject.toml"
     if (package_dir / "actors").is_dir() or not pyproject.is_file():
         return {}
+    import tomllib
+
     try:
         config = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError):
@@ -74,9 +81,14 @@ def checkout_rooms(package_dir: Path) -> dict[str, Path]:
 
 def install() -> None:
     """Put the finder on ``sys.meta_path`` when ``inkpen`` is imported from a checkout (once)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.isdir(os.path.join(here, "actors")):
+        return  # installed: the subpackages are inside
     if any(isinstance(finder, CheckoutRooms) for finder in sys.meta_path):
         return
-    rooms = checkout_rooms(Path(__file__).parent)
+    from pathlib import Path
+
+    rooms = checkout_rooms(Path(here))
     if rooms:
         sys.meta_path.append(CheckoutRooms(rooms))
 

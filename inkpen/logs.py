@@ -18,6 +18,9 @@ and the record carries the event name and fields as ``inkpen_event`` and ``inkpe
 attributes, for a formatter or filter that wants them structured (structlog's
 ``ProcessorFormatter`` renders the message as any foreign record).
 
+structlog is imported on the first event a logger lets through (an application that never
+enables inkpen's loggers never loads it): the level check comes first, on the stdlib logger.
+
 Levels: INFO is quiet — summaries of open, close, flushes to L0, merges, rolls, compactions, GC
 passes, backups — and WARNING is for what an operator should look at. Per-operation detail
 (each segment written, each manifest commit, each file deleted, checkpoints refreshed) is DEBUG.
@@ -26,14 +29,10 @@ passes, backups — and WARNING is for what an operator should look at. Per-oper
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
-import structlog
-
-_RENDER = structlog.processors.LogfmtRenderer(
-    key_order=["event", "level"], sort_keys=True, bool_as_flag=False
-)
+_Processor = Callable[[Any, str, MutableMapping[str, Any]], Any]
 
 
 def _text(value: Any) -> Any:
@@ -44,52 +43,74 @@ def _text(value: Any) -> Any:
     return value
 
 
-def _to_record(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
-    """The last processor: the stdlib call's arguments (message, and the fields as extras)."""
-    fields = {k: v for k, v in event_dict.items() if k not in ("event", "level")}
-    flat = {k: _text(v) for k, v in event_dict.items()}
-    return (
-        (_RENDER(_logger, _method, flat),),
-        {"extra": {"inkpen_event": event_dict.get("event"), "inkpen_fields": fields}},
-    )
+_processors: list[_Processor] | None = None
 
 
-_PROCESSORS: list[Any] = [
-    structlog.stdlib.filter_by_level,
-    structlog.stdlib.add_log_level,
-    structlog.processors.format_exc_info,
-    _to_record,
-]
+def _chain() -> list[_Processor]:
+    """inkpen's processor chain, built (and structlog imported) on the first event let through."""
+    global _processors
+    if _processors is None:
+        import structlog
+
+        render = structlog.processors.LogfmtRenderer(
+            key_order=["event", "level"], sort_keys=True, bool_as_flag=False
+        )
+
+        def to_record(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
+            """The last processor: the stdlib call's arguments (message, fields as extras)."""
+            fields = {k: v for k, v in event_dict.items() if k not in ("event", "level")}
+            flat = {k: _text(v) for k, v in event_dict.items()}
+            return (
+                (render(logger, method, flat),),
+                {"extra": {"inkpen_event": event_dict.get("event"), "inkpen_fields": fields}},
+            )
+
+        _processors = [
+            structlog.stdlib.add_log_level,
+            structlog.processors.format_exc_info,
+            to_record,
+        ]
+    return _processors
 
 
 class InkpenLogger:
     """A named event logger: structlog's processors in front of the stdlib logger ``name``."""
 
-    __slots__ = ("_bound", "_name")
+    __slots__ = ("_bound", "_logger")
 
     def __init__(self, name: str) -> None:
-        self._name = name
-        self._bound = structlog.wrap_logger(
-            logging.getLogger(name),
-            processors=_PROCESSORS,
-            wrapper_class=structlog.stdlib.BoundLogger,
-        )
+        self._logger = logging.getLogger(name)
+        self._bound: Any = None
 
     @property
     def name(self) -> str:
-        return self._name
+        return self._logger.name
+
+    def _emit(self, method: str, event: str, fields: dict[str, Any]) -> None:
+        bound = self._bound
+        if bound is None:
+            import structlog
+
+            bound = self._bound = structlog.wrap_logger(
+                self._logger, processors=_chain(), wrapper_class=structlog.stdlib.BoundLogger
+            )
+        getattr(bound, method)(event, **fields)
 
     def debug(self, event: str, **fields: Any) -> None:
-        self._bound.debug(event, **fields)
+        if self._logger.isEnabledFor(logging.DEBUG):
+            self._emit("debug", event, fields)
 
     def info(self, event: str, **fields: Any) -> None:
-        self._bound.info(event, **fields)
+        if self._logger.isEnabledFor(logging.INFO):
+            self._emit("info", event, fields)
 
     def warning(self, event: str, **fields: Any) -> None:
-        self._bound.warning(event, **fields)
+        if self._logger.isEnabledFor(logging.WARNING):
+            self._emit("warning", event, fields)
 
     def error(self, event: str, **fields: Any) -> None:
-        self._bound.error(event, **fields)
+        if self._logger.isEnabledFor(logging.ERROR):
+            self._emit("error", event, fields)
 
 
 def get_logger(name: str) -> InkpenLogger:

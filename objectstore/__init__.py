@@ -14,11 +14,35 @@ Two wrappers work around any store: :class:`FaultyStore` injects seeded failures
 
 from __future__ import annotations
 
-from .backends import Backend, StoreURL, register
-from .base import ListPage, ObjectInfo, ObjectStore, StoreBase
-from .counting import CountingStore
-from .faults import FaultPlan, FaultyStore, InjectedFault
-from .url import open_store, parse_store_url
+from typing import TYPE_CHECKING
+
+from inkpen._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .backends import Backend, StoreURL, register
+    from .base import ListPage, ObjectInfo, ObjectStore, StoreBase
+    from .counting import CountingStore
+    from .faults import FaultPlan, FaultyStore, InjectedFault
+    from .url import open_store, parse_store_url
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Backend": ".backends",
+        "StoreURL": ".backends",
+        "register": ".backends",
+        "ListPage": ".base",
+        "ObjectInfo": ".base",
+        "ObjectStore": ".base",
+        "StoreBase": ".base",
+        "CountingStore": ".counting",
+        "FaultPlan": ".faults",
+        "FaultyStore": ".faults",
+        "InjectedFault": ".faults",
+        "open_store": ".url",
+        "parse_store_url": ".url",
+    },
+)
 
 __all__ = [
     "Backend",

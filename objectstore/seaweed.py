@@ -23,6 +23,14 @@ looked for next to the running interpreter, then on ``PATH``. Every port the ser
 one picked here on 127.0.0.1, every file it writes (data, metadata, its log, its local sockets)
 is under the directory it is given, except the gRPC sockets SeaweedFS always puts in the system
 temp directory, which :meth:`SeaweedServer.stop` removes. Nothing listens beyond loopback.
+
+The server never outlives the process that started it. ``weed`` runs under a small watchdog
+process (:data:`_WATCHDOG`), whose standard input is a pipe from the starting process: when that
+process ends in any way (a clean exit, SIGTERM, SIGKILL), the kernel closes the pipe, and the
+watchdog kills ``weed``, reaps it and exits. The watchdog also carries out :meth:`~SeaweedServer.
+stop` (SIGTERM, then SIGKILL after a grace period) and :meth:`~SeaweedServer.kill` (SIGKILL), and
+reaps ``weed`` before it exits itself, so once the starting process has waited for the watchdog
+the server is gone and its ports are free.
 """
 
 from __future__ import annotations
@@ -60,6 +68,34 @@ _PORT_NAMES = (
     "filer",
     "filer_grpc",
 )
+
+
+_WATCHDOG = """
+import os, select, signal, subprocess, sys
+grace, pid_file, command = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
+server = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+with open(pid_file + ".new", "w") as out:
+    out.write(str(server.pid))
+os.replace(pid_file + ".new", pid_file)
+asked = []
+signal.signal(signal.SIGTERM, lambda *_: asked.append(signal.SIGTERM))
+signal.signal(signal.SIGUSR1, lambda *_: asked.append(signal.SIGKILL))
+while server.poll() is None and not asked:
+    if select.select([0], [], [], 0.1)[0] and not os.read(0, 4096):
+        asked.append(signal.SIGKILL)  # the starting process has ended
+if asked and server.poll() is None:
+    server.send_signal(asked[0])
+    try:
+        server.wait(grace if asked[0] == signal.SIGTERM else None)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+code = server.wait()
+sys.exit(code if code >= 0 else 128 - code)
+"""
+"""The process ``weed`` runs under: it ends ``weed`` when its parent ends (its standard input
+closes), on SIGTERM (SIGTERM, then SIGKILL after ``grace``) and on SIGUSR1 (SIGKILL), reaping it
+before exiting; when ``weed`` exits on its own, it exits with ``weed``'s status."""
 
 
 class SeaweedUnavailable(RuntimeError):
@@ -104,6 +140,14 @@ class SeaweedServer:
         return self.directory / "weed.log"
 
     @property
+    def server_pid(self) -> int | None:
+        """The process id of ``weed`` itself (under its watchdog), once it has started."""
+        try:
+            return int((self.directory / "weed.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    @property
     def client(self) -> Any:
         """A boto3 S3 client for the server (dummy credentials, path-style addressing)."""
         if self._client is None:
@@ -139,9 +183,7 @@ class SeaweedServer:
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crash or a power cut would, keeping its data
         directory and ports for :meth:`restart`."""
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=STOP_GRACE)
+        _end(self.process, signal.SIGUSR1, STOP_GRACE)
 
     def restart(self, *, timeout: float = START_TIMEOUT) -> None:
         """Start the server again (after :meth:`kill`) on the same ports and data directory and
@@ -160,13 +202,7 @@ class SeaweedServer:
         """Stop the server (SIGTERM, then SIGKILL after a grace period) and remove its files."""
         if self._client is not None:
             self._client.close()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=STOP_GRACE)
+        _end(self.process, signal.SIGTERM, 2 * STOP_GRACE)
         temp = Path(tempfile.gettempdir())
         for port in self.ports.values():
             for leftover in temp.glob(f"seaweedfs-*-grpc-{port}.sock"):
@@ -226,15 +262,36 @@ def start_seaweed(
 
 
 def _launch(command: list[str], directory: Path, *, append: bool) -> subprocess.Popen[bytes]:
+    """``command`` under its watchdog, in a process group of its own; the returned process is
+    the watchdog, whose standard input this process holds open until it ends."""
+    with contextlib.suppress(FileNotFoundError):
+        (directory / "weed.pid").unlink()
+    watchdog = [sys.executable, "-c", _WATCHDOG, str(STOP_GRACE), str(directory / "weed.pid")]
     with open(directory / "weed.log", "ab" if append else "wb") as log:
         return subprocess.Popen(
-            command,
+            [*watchdog, *command],
             cwd=directory,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def _end(process: subprocess.Popen[bytes], signum: int, timeout: float) -> None:
+    """Have the watchdog end the server (``signum``: SIGTERM to stop, SIGUSR1 to kill) and wait
+    for it; kill the whole process group if the watchdog does not answer in ``timeout``."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signum)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=timeout)
+    if process.stdin is not None:
+        process.stdin.close()
 
 
 def _wait_until_writable(server: SeaweedServer, timeout: float) -> None:

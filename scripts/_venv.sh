@@ -14,6 +14,10 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
   echo "inkpen needs Python >= 3.11; set PYTHON=/path/to/python3.11" >&2
   exit 1
 fi
+# Runs started together wait for each other here: one creates and installs, the others find it done.
+mkdir -p "$venv"
+exec 8>"$venv/.install.lock"
+flock -w 1800 8 || { echo "timed out waiting for another run's install into $venv" >&2; exit 1; }
 if [ ! -x "$venv/bin/python" ]; then
   echo "==> creating $venv" >&2
   "$python" -m venv "$venv"
@@ -33,6 +37,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+flock -u 8
+exec 8>&-
 # The checkout's own inkpen/ directory is not the installed package (that maps inkpen.actors to
 # actors/, and so on): never let the current directory shadow it, here or in the processes these
 # scripts start (Spark's Python workers, CLI subprocesses).

@@ -28,7 +28,10 @@ def every_command() -> list[list[str]]:
     found: list[list[str]] = []
 
     def walk(group: click.Group, prefix: list[str]) -> None:
-        for name, command in group.commands.items():
+        context = click.Context(group)
+        for name in group.list_commands(context):
+            command = group.get_command(context, name)
+            assert command is not None
             if isinstance(command, click.Group):
                 walk(command, [*prefix, name])
             else:

@@ -51,7 +51,10 @@ SKIPPED_NAMES = {
 
 def _commands() -> Iterator[tuple[tuple[str, ...], click.Command]]:
     def walk(group: click.Group, prefix: tuple[str, ...]) -> Iterator[Any]:
-        for name, command in sorted(group.commands.items()):
+        context = click.Context(group)
+        for name in sorted(group.list_commands(context)):
+            command = group.get_command(context, name)
+            assert command is not None
             if isinstance(command, click.Group):
                 yield from walk(command, (*prefix, name))
             else:
@@ -139,10 +142,12 @@ def test_extreme_values_are_usage_errors_or_used(
 ) -> None:
     if kind == "name" and (path[0], fuzzed) in SKIPPED_NAMES:
         pytest.skip(SKIPPED_NAMES[path[0], fuzzed])
-    command = main
+    command: click.Command = main
     for part in path:
         assert isinstance(command, click.Group)
-        command = command.commands[part]  # type: ignore[assignment]
+        found = command.get_command(click.Context(command), part)
+        assert found is not None
+        command = found
     runner = CliRunner()
     for value in NUMBERS if kind == "number" else NAMES:
         args: list[str] = []

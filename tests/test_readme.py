@@ -288,7 +288,7 @@ def test_the_command_table_names_every_command() -> None:
     section = README.read_text(encoding="utf-8").split("## The command line", 1)[1]
     section = section.split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([a-z-]+)", section, re.MULTILINE)
-    assert sorted(rows) == sorted(inkpen.cli.main.commands)
+    assert sorted(rows) == sorted(inkpen.cli.COMMANDS)
 
 
 def test_destroy_is_hard_unless_told_as_the_readme_says() -> None:

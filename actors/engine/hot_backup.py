@@ -39,7 +39,6 @@ from inkpen.actors.kernel.views import JournalView, LedgerView, segment_entries
 from inkpen.errors import AlreadyExistsError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
-from inkpen.manifest.copies import copy_files
 from inkpen.manifest.fencing import scan_segments
 from inkpen.manifest.gc import collect_as_writer
 from inkpen.manifest.model import (
@@ -154,6 +153,8 @@ class HotBackup:
             h.descriptor for h in ledger.handles()
         ]
         sources += [h.descriptor for h in self._journal.files]
+        from inkpen.manifest.copies import copy_files  # the copy path: loaded when first used
+
         copied, kept, copied_bytes = copy_files(self._resolver, dest, sources)
         descriptors = [dataclasses.replace(h.descriptor, root=None) for h in self._journal.files]
         entries = list(segment_entries(self._journal.segments))
