@@ -39,8 +39,10 @@ from inkpen.objectstore.seaweed import (
 )
 from support.latency_proxy import (
     DEFAULT_ROUND_TRIP_MS,
+    DURABLE_KIND_PARAMS,
     LATENCY_KIND,
     ROUND_TRIP_OPTION,
+    STORE_KIND_PARAMS,
     TIER_OPTION,
     Link,
     ProxyProcess,
@@ -52,10 +54,7 @@ from support.profiles import DEEP_PROFILE, profile_name
 settings.load_profile(profile_name())
 
 STORE_KINDS = ("memory", "local", "s3", LATENCY_KIND)
-DURABLE_KINDS = [
-    pytest.param("local", id="local"),
-    pytest.param("s3", id="s3", marks=pytest.mark.s3),
-]
+DURABLE_KINDS = DURABLE_KIND_PARAMS
 """The kinds of store that outlive a process (another process can open them too)."""
 
 _AWS_VARIABLES_TO_CLEAR = (
@@ -155,12 +154,7 @@ def make_store_url(
         drop_space(name)
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory"),
-        *DURABLE_KINDS,
-    ]
-)
+@pytest.fixture(params=STORE_KIND_PARAMS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Which kind of store this run of the test uses."""
     return str(request.param)

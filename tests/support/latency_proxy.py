@@ -13,6 +13,8 @@ otherwise), so that the default run keeps a small, bounded share of the tier.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from inkpen.cli.latency_proxy import (
@@ -30,6 +32,23 @@ TIER_OPTION = "--latency-tier"
 ROUND_TRIP_OPTION = "--latency-ms"
 
 
+STORE_KIND_PARAMS = [
+    pytest.param("memory", id="memory"),
+    pytest.param("local", id="local"),
+    pytest.param("s3", id="s3", marks=pytest.mark.s3),
+]
+"""The kinds ``conftest.py``'s ``store_kind`` runs a test on."""
+DURABLE_KIND_PARAMS = STORE_KIND_PARAMS[1:]
+"""The kinds another process can open too (``durable_kind``)."""
+
+
+def with_latency(kinds: Sequence[pytest.ParameterSet], *, tier: bool) -> list[pytest.ParameterSet]:
+    """``kinds`` and :data:`LATENCY_KIND` (:func:`latency_param`): parametrize ``store_kind`` or
+    ``durable_kind`` with it (a module's fixture of that name, or ``@pytest.mark.parametrize``
+    on one test, which overrides the fixture) to run tests behind the proxy too."""
+    return [*kinds, latency_param(tier=tier)]
+
+
 def latency_param(*, tier: bool) -> pytest.ParameterSet:
     """The :data:`LATENCY_KIND` parameter of a store-kind parametrised test: marked ``s3`` and
     ``latency``, and ``latency_tier`` (run only with ``--latency-tier``) when ``tier``."""
@@ -45,8 +64,10 @@ def tier_marks(*, tier: bool) -> list[pytest.MarkDecorator]:
 __all__ = [
     "COUNTERS",
     "DEFAULT_ROUND_TRIP_MS",
+    "DURABLE_KIND_PARAMS",
     "LATENCY_KIND",
     "ROUND_TRIP_OPTION",
+    "STORE_KIND_PARAMS",
     "TIER_OPTION",
     "LatencyProxy",
     "Link",
@@ -54,4 +75,5 @@ __all__ = [
     "counts_delta",
     "latency_param",
     "tier_marks",
+    "with_latency",
 ]
