@@ -10,7 +10,12 @@ Object stores:
   ``s3``; the ``s3`` run carries the ``s3`` marker), with a fresh root URL and the store opened
   on it;
 - ``durable_kind`` / ``durable_store_url``: the same for the kinds another process can open
-  too, :data:`DURABLE_KINDS` (ids ``local`` and ``s3``, the ``s3`` run marked ``s3``).
+  too, :data:`DURABLE_KINDS` (ids ``local`` and ``s3``, the ``s3`` run marked ``s3``);
+- ``latency_proxy``: the latency proxy (``inkpen.cli.latency_proxy``, in a child process) in
+  front of ``seaweed``, once per run, adding ``--latency-ms`` (default 25) per round trip;
+  ``make_store_url("s3-latency")`` makes a root behind it. Tests that run through it are marked
+  ``latency``; those also marked ``latency_tier`` run only with ``--latency-tier``
+  (``support/latency_proxy.py``).
 
 S3 runs never skip: without the ``weed`` binary they fail, saying how to install it.
 """
@@ -32,17 +37,24 @@ from inkpen.objectstore.seaweed import (
     find_weed,
     start_seaweed,
 )
+from support.latency_proxy import (
+    DEFAULT_ROUND_TRIP_MS,
+    DURABLE_KIND_PARAMS,
+    LATENCY_KIND,
+    ROUND_TRIP_OPTION,
+    STORE_KIND_PARAMS,
+    TIER_OPTION,
+    Link,
+    ProxyProcess,
+)
 from support.profiles import DEEP_PROFILE, profile_name
 
 # Every property test runs under the selected profile: no deadline (a busy machine must not fail
 # a test for being slow), derandomized under the default profile.
 settings.load_profile(profile_name())
 
-STORE_KINDS = ("memory", "local", "s3")
-DURABLE_KINDS = [
-    pytest.param("local", id="local"),
-    pytest.param("s3", id="s3", marks=pytest.mark.s3),
-]
+STORE_KINDS = ("memory", "local", "s3", LATENCY_KIND)
+DURABLE_KINDS = DURABLE_KIND_PARAMS
 """The kinds of store that outlive a process (another process can open them too)."""
 
 _AWS_VARIABLES_TO_CLEAR = (
@@ -78,6 +90,34 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]
             server.stop()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("inkpen", "inkpen's test tiers")
+    group.addoption(
+        TIER_OPTION,
+        action="store_true",
+        default=False,
+        help="also run the tests marked latency_tier: the whole latency tier (select it alone "
+        "with -m latency)",
+    )
+    group.addoption(
+        ROUND_TRIP_OPTION,
+        type=float,
+        default=DEFAULT_ROUND_TRIP_MS,
+        help="the round trip, in ms, the latency proxy adds in front of SeaweedFS "
+        f"(default {DEFAULT_ROUND_TRIP_MS:g})",
+    )
+
+
+@pytest.fixture(scope="session")
+def latency_proxy(seaweed: SeaweedServer, pytestconfig: pytest.Config) -> Iterator[ProxyProcess]:
+    """The latency proxy in front of ``seaweed`` for the whole run, in a child process."""
+    round_trip_ms = float(pytestconfig.getoption(ROUND_TRIP_OPTION))
+    if not round_trip_ms > 0:
+        pytest.fail(f"{ROUND_TRIP_OPTION} must be a positive number of ms", pytrace=False)
+    with ProxyProcess(seaweed.endpoint, Link.round_trip(round_trip_ms / 1e3)) as proxy:
+        yield proxy
+
+
 @pytest.fixture(scope="session")
 def seaweed_bucket(seaweed: SeaweedServer) -> str:
     """One bucket for the run's S3 store roots (each test gets its own prefix in it)."""
@@ -88,7 +128,8 @@ def seaweed_bucket(seaweed: SeaweedServer) -> str:
 def make_store_url(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[Callable[[str], str]]:
-    """A factory of fresh, empty store roots: ``make("memory" | "local" | "s3") -> url``."""
+    """A factory of fresh, empty store roots: ``make("memory" | "local" | "s3" |
+    "s3-latency") -> url``."""
     memory_spaces: list[str] = []
 
     def make(kind: str) -> str:
@@ -102,6 +143,10 @@ def make_store_url(
             server: SeaweedServer = request.getfixturevalue("seaweed")
             bucket: str = request.getfixturevalue("seaweed_bucket")
             return f"s3://{bucket}/{root}?endpoint={server.endpoint}"
+        if kind == LATENCY_KIND:
+            proxy: ProxyProcess = request.getfixturevalue("latency_proxy")
+            bucket = request.getfixturevalue("seaweed_bucket")
+            return f"s3://{bucket}/{root}?endpoint={proxy.endpoint}"
         raise ValueError(f"unknown store kind {kind!r}; known: {', '.join(STORE_KINDS)}")
 
     yield make
@@ -109,12 +154,7 @@ def make_store_url(
         drop_space(name)
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory"),
-        *DURABLE_KINDS,
-    ]
-)
+@pytest.fixture(params=STORE_KIND_PARAMS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Which kind of store this run of the test uses."""
     return str(request.param)
@@ -148,8 +188,14 @@ def store(store_url: str) -> Iterator[ObjectStore]:
         opened.close()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The deep Hypothesis profile runs for as long as it needs: no per-test timeout."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The deep Hypothesis profile runs for as long as it needs: no per-test timeout. Tests
+    marked ``latency_tier`` are deselected unless ``--latency-tier`` is given."""
     if profile_name() == DEEP_PROFILE:
         for item in items:
             item.add_marker(pytest.mark.timeout(0))
+    if not config.getoption(TIER_OPTION):
+        later = [item for item in items if item.get_closest_marker("latency_tier") is not None]
+        if later:
+            config.hook.pytest_deselected(items=later)
+            items[:] = [item for item in items if item.get_closest_marker("latency_tier") is None]

@@ -296,6 +296,93 @@ def test_several_counts_without_scale_are_refused() -> None:
     assert "--scale" in result.output
 
 
+LATENCY_PHASES = ["open_new", "load", "close", "open", "settle", "get", "get32", "scan", "kill"]
+
+
+@pytest.mark.s3
+@pytest.mark.latency
+def test_latency_mode_runs_every_phase_without_and_behind_the_proxy(
+    seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from inkpen.cli import scale
+
+    monkeypatch.setattr(scale, "KILL_AFTER", 100)
+    round_trip_ms = 25.0
+    lines = run_bench(
+        "--store",
+        "s3",
+        "--endpoint",
+        seaweed.endpoint,
+        "--latency-ms",
+        str(round_trip_ms),
+        "--n",
+        "300",
+        "--gets",
+        "30",
+        "--concurrency",
+        "16",
+    )
+    assert [(line["latency_ms"], line["workload"]) for line in lines] == [
+        *((0.0, phase) for phase in LATENCY_PHASES),
+        *((round_trip_ms, phase) for phase in LATENCY_PHASES),
+        (round_trip_ms, "latency"),
+    ]
+    by = {(line["latency_ms"], line["workload"]): line for line in lines}
+    for delay in (0.0, round_trip_ms):
+        behind = delay > 0
+        for phase in LATENCY_PHASES:
+            line = by[delay, phase]
+            assert line["store"] == "s3" and line["n"] == 300
+            assert ("proxy_requests" in line) == behind
+            if behind and line["requests"]:
+                assert line["proxy_requests"] > 0 and line["proxy"]["requests"] > 0
+        load = by[delay, "load"]
+        assert load["ops"] == 300 and load["puts"] > 0 and 0 < load["requests_per_op"] < 1
+        for phase in ("get", "get32"):
+            assert by[delay, phase]["ops"] == (30 if phase == "get" else 120)
+        assert by[delay, "get32"]["threads"] == 32
+        assert by[delay, "scan"]["ops"] == 300
+        assert by[delay, "kill"]["acked"] >= 100 and by[delay, "kill"]["open_s"] > 0
+        for phase in ("open_new", "close", "open", "kill"):
+            assert by[delay, phase]["requests"] > 0
+    round_trip = round_trip_ms / 1e3
+    delayed = {phase: by[round_trip_ms, phase] for phase in LATENCY_PHASES}
+    # Lower bounds the proxy sets: a put waits for its segment's write, a round trip at least;
+    # an open and a close each make requests, one after another at least once.
+    assert delayed["load"]["p50_ms"] >= round_trip_ms and delayed["load"]["p50_round_trips"] >= 1
+    for phase in ("open_new", "open", "kill"):
+        assert delayed[phase]["open_s"] >= round_trip
+    assert delayed["close"]["close_s"] >= round_trip
+    summary = by[round_trip_ms, "latency"]
+    assert summary["ratios"]["load.ops_per_s"] == pytest.approx(
+        delayed["load"]["ops_per_s"] / by[0.0, "load"]["ops_per_s"], rel=0.01
+    )
+    assert summary["load_p50_round_trips"] >= 1
+    assert set(summary["targets"]) == {
+        "load_ops_ratio",
+        "load_p50_round_trips",
+        "close_s",
+        "open_s",
+        "kill_open_s",
+        "get32_to_one_thread",
+        "scan_ops_ratio",
+    }
+    assert summary["requests_per_op"]["load"]["delayed"] == delayed["load"]["requests_per_op"]
+
+
+def test_latency_mode_needs_an_s3_store_and_its_own_phases() -> None:
+    for args, says in (
+        ([], "--store s3"),
+        (["--store", "s3", "--scale"], "--scale"),
+        (["--store", "s3", "--workloads", "load"], "--workloads"),
+        (["--store", "s3", "--idle", "1s", "--compaction", "external"], "--idle, --compaction"),
+    ):
+        result = CliRunner().invoke(main, ["bench", "--latency-ms", "25", *args])
+        assert result.exit_code == 2 and says in result.output, result.output
+    result = CliRunner().invoke(main, ["bench", "--store", "s3", "--latency-ms", "0"])
+    assert result.exit_code == 2 and "--latency-ms" in result.output
+
+
 def test_bench_load_with_a_compactor_beside_it(tmp_path: Path) -> None:
     (load,) = run_bench(
         "--n", "3000", "--workloads", "load", "--compaction", "external", "--root", str(tmp_path)

@@ -36,6 +36,7 @@ import inkpen
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.objectstore import open_store
 from support.engine import TINY, gc_leaves_no_orphans
+from support.latency_proxy import LATENCY_KIND
 from support.profiles import budget
 from support.torture_writer import BUCKET, HOT_KEYS, INDEX_FIELD, PHASES, Operation, operations
 
@@ -289,3 +290,12 @@ def test_kill_during_maintenance_on_seaweedfs(
     make_store_url: Callable[[str], str], tmp_path: Path
 ) -> None:
     torture(lambda: make_store_url("s3"), "mixed", 7, tmp_path)
+
+
+@pytest.mark.s3
+@pytest.mark.latency
+@pytest.mark.latency_tier
+def test_kill_during_maintenance_behind_latency(
+    make_store_url: Callable[[str], str], tmp_path: Path
+) -> None:
+    torture(lambda: make_store_url(LATENCY_KIND), "mixed", 11, tmp_path)

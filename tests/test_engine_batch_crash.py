@@ -21,6 +21,7 @@ import pytest
 
 import inkpen
 from support.batch_crash_writer import batch_keys, last_key
+from support.latency_proxy import LATENCY_KIND
 
 WRITER = Path(__file__).parent / "support" / "batch_crash_writer.py"
 THREADS = 4
@@ -116,3 +117,16 @@ def test_kill_s3_batch_writer_leaves_every_batch_whole_or_absent(
     rng = random.Random(1000 + round_)
     acked = run_and_kill(url, seed=round_, acks_before_kill=rng.randrange(5, 150))
     check(url, round_, acked)
+
+
+@pytest.mark.s3
+@pytest.mark.latency
+@pytest.mark.latency_tier
+@pytest.mark.parametrize("round_", range(2))
+def test_kill_batch_writer_behind_latency_leaves_every_batch_whole_or_absent(
+    round_: int, make_store_url: Callable[[str], str]
+) -> None:
+    url = make_store_url(LATENCY_KIND)
+    rng = random.Random(3000 + round_)
+    acked = run_and_kill(url, seed=200 + round_, acks_before_kill=rng.randrange(5, 150))
+    check(url, 200 + round_, acked)

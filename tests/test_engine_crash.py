@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import inkpen
+from support.latency_proxy import LATENCY_KIND
 
 WRITER = Path(__file__).parent / "support" / "crash_writer.py"
 THREADS = 4
@@ -104,3 +105,20 @@ def test_kill_s3_writer_loses_nothing_acknowledged(
     rng = random.Random(1000 + round_)
     acks = run_and_kill(url, seed=round_, acks_before_kill=rng.randrange(20, 400))
     check(url, acks)
+
+
+@pytest.mark.s3
+@pytest.mark.latency
+@pytest.mark.latency_tier
+@pytest.mark.parametrize("round_", range(3))
+def test_kill_writer_behind_latency_loses_nothing_acknowledged(
+    round_: int, make_store_url: Callable[[str], str]
+) -> None:
+    """The same on SeaweedFS behind the latency proxy: the writer is killed while its writes
+    take a round trip each, so more of them are in flight."""
+    url = make_store_url(LATENCY_KIND)
+    rng = random.Random(2000 + round_)
+    acks = run_and_kill(url, seed=200 + round_, acks_before_kill=rng.randrange(20, 300))
+    check(url, acks)
+    more = run_and_kill(url, seed=300 + round_, acks_before_kill=rng.randrange(20, 200))
+    check(url, acks + more)

@@ -21,6 +21,7 @@ from support.engine import (
     missing_objects,
 )
 from support.hooks import HookedStore
+from support.latency_proxy import STORE_KIND_PARAMS, with_latency
 from support.waiting import wait_until
 
 THROTTLED = {**TINY, "ledger_cache_entries": 4, "l0_cache_entries": 8, "max_l0_files": 1}
@@ -29,6 +30,13 @@ PUTTERS = 4
 DEADLINE = 30.0
 
 
+@pytest.fixture(params=with_latency(STORE_KIND_PARAMS, tier=True))
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Each kind of store, and SeaweedFS behind the latency proxy (the latency tier)."""
+    return str(request.param)
+
+
+@pytest.mark.parametrize("store_kind", with_latency(STORE_KIND_PARAMS, tier=False))
 def test_second_open_fences_the_first(store_url: str) -> None:
     first = inkpen.open(store_url, **TINY)
     for i in range(30):

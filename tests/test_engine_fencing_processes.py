@@ -26,6 +26,7 @@ import inkpen
 from inkpen.objectstore import open_store
 from support.cli import ok
 from support.engine import TINY, missing_objects
+from support.latency_proxy import latency_param
 
 pytestmark = pytest.mark.s3
 
@@ -134,10 +135,11 @@ def check_database(url: str, acknowledged: set[str], refused: set[str]) -> None:
         store.close()
 
 
+@pytest.mark.parametrize("kind", ["s3", latency_param(tier=True)])
 def test_writer_processes_racing_to_open_one_database(
-    make_store_url: Callable[[str], str], tmp_path: Path
+    kind: str, make_store_url: Callable[[str], str], tmp_path: Path
 ) -> None:
-    urls = [make_store_url("s3") for _ in range(ROUNDS)]
+    urls = [make_store_url(kind) for _ in range(ROUNDS)]
     children = [Child(f"w{i}", tmp_path, urls) for i in range(PROCESSES)]
     try:
         wait_until(lambda: all(c.lines("READY") for c in children), "the writers to start")
@@ -186,15 +188,16 @@ def test_writer_processes_racing_to_open_one_database(
             child.kill()
 
 
+@pytest.mark.parametrize("kind", ["s3", latency_param(tier=True)])
 def test_a_paused_writer_resumed_after_another_opened_ends_every_put(
-    make_store_url: Callable[[str], str], tmp_path: Path
+    kind: str, make_store_url: Callable[[str], str], tmp_path: Path
 ) -> None:
     """Writer A is paused (SIGSTOP) while every put of it is held by backpressure (its ledger
     writes are held back); B opens the database and writes, and goes on writing while A resumes
     (SIGCONT) and its ledger writes go on. Every put of A returns: acknowledged (and then
     present) or refused with FencedError; A's GC, resumed without knowing of B, deletes nothing
     of B's."""
-    url = make_store_url("s3")
+    url = make_store_url(kind)
     a = Child("a", tmp_path, [url], hold=True)
     try:
         wait_until(lambda: bool(a.lines("READY")), "writer A to start")

@@ -19,9 +19,16 @@ import inkpen
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.engine import SMALL
+from support.latency_proxy import DURABLE_KIND_PARAMS, with_latency
 from support.waiting import wait_until
 
 READER = Path(__file__).parent / "support" / "reader_process.py"
+
+
+@pytest.fixture(params=with_latency(DURABLE_KIND_PARAMS, tier=True))
+def durable_kind(request: pytest.FixtureRequest) -> str:
+    """A directory, SeaweedFS, and SeaweedFS behind the latency proxy (the latency tier)."""
+    return str(request.param)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import inkpen
+from support.latency_proxy import latency_param
 
 READER = Path(__file__).parent / "support" / "reader_churn.py"
 KEYS = 120
@@ -60,10 +61,11 @@ def check_fold(fold: dict[str, str], keys: list[str], acked: list[float], opened
 
 
 @pytest.mark.s3
+@pytest.mark.parametrize("kind", ["s3", latency_param(tier=True)])
 def test_readers_never_fail_while_the_writer_compacts_and_collects(
-    make_store_url: Callable[[str], str], tmp_path: Path
+    kind: str, make_store_url: Callable[[str], str], tmp_path: Path
 ) -> None:
-    url = make_store_url("s3")
+    url = make_store_url(kind)
     keys: list[str] = []
     acked: list[float] = []
     rng = random.Random(5)

@@ -24,6 +24,7 @@ from inkpen.manifest.paths import manifest_key, new_file_id, sst_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.hooks import HookedStore
+from support.latency_proxy import DURABLE_KIND_PARAMS, with_latency
 from support.logs import capture_logs
 from support.waiting import wait_until
 
@@ -40,12 +41,19 @@ QUIET = {
 """Nothing flushes or rolls unless the test says so."""
 
 
+@pytest.fixture(params=with_latency(DURABLE_KIND_PARAMS, tier=True))
+def durable_kind(request: pytest.FixtureRequest) -> str:
+    """A directory, SeaweedFS, and SeaweedFS behind the latency proxy (the latency tier)."""
+    return str(request.param)
+
+
 @pytest.fixture
 def url(durable_store_url: str) -> str:
     """A fresh store root another process can open too: a directory, or SeaweedFS."""
     return durable_store_url
 
 
+@pytest.mark.parametrize("durable_kind", with_latency(DURABLE_KIND_PARAMS, tier=False))
 def test_a_flush_between_listing_segments_and_the_checkpoint_is_covered(url: str) -> None:
     model = {f"k{i}": b"old" for i in range(5)}
     with inkpen.open(url, **QUIET) as book:

@@ -58,6 +58,7 @@ from inkpen.objectstore.memory import drop_space
 from inkpen.objectstore.seaweed import SeaweedServer
 from support.engine import TINY, FakeClock
 from support.hooks import HookedStore
+from support.latency_proxy import LATENCY_KIND, ProxyProcess
 from support.model import IndexSpec, Journaled, Model, expected_hash
 from support.profiles import machine_settings
 from support.waiting import wait_until
@@ -1858,5 +1859,34 @@ def test_machine_on_seaweedfs(seaweed: SeaweedServer, seaweed_bucket: str) -> No
                 store.close()
 
     tally = run_machine(OnSeaweed, "s3")
+    print(dict(tally))
+    assert tally["full_checks"] > 0
+
+
+@pytest.mark.s3
+@pytest.mark.latency
+@pytest.mark.latency_tier
+def test_machine_behind_latency(
+    seaweed: SeaweedServer, seaweed_bucket: str, latency_proxy: ProxyProcess
+) -> None:
+    """The machine on SeaweedFS behind the latency proxy: every request takes a round trip, so
+    flushes, merges, rolls and GC overlap the writes more than on loopback."""
+
+    class BehindLatency(BookieMachine):
+        kind = LATENCY_KIND
+
+        def new_url(self) -> str:
+            root = f"machine-{uuid.uuid4().hex}"
+            return f"s3://{seaweed_bucket}/{root}?endpoint={latency_proxy.endpoint}"
+
+        def discard(self, url: str) -> None:
+            store = open_store(url.replace(latency_proxy.endpoint, seaweed.endpoint))
+            try:
+                for info in store.list(""):
+                    store.delete(info.key)
+            finally:
+                store.close()
+
+    tally = run_machine(BehindLatency, LATENCY_KIND)
     print(dict(tally))
     assert tally["full_checks"] > 0

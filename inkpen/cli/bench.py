@@ -25,6 +25,11 @@ alike; ``--rounds R`` repeats them), every JSON line saying ``"metrics": true | 
 and the cost in percent. Every workload line has the process's CPU seconds (``cpu_s``, all
 threads) and ``cpu_us_per_op``: on a busy machine they move less than the throughput.
 
+``--store s3 --latency-ms MS`` runs :mod:`inkpen.cli.latency`: the workloads and the opens and
+closes between them, first straight to the server, then through a latency proxy that adds MS per
+round trip (:mod:`inkpen.cli.latency_proxy`), with the requests each operation made and the
+ratios of the two.
+
 ``--idle SECONDS`` measures something else: a Bookie that has written a little and then sits
 idle should make no store requests at all (only checkpoint refreshes, which a writer does not
 need); it prints the requests counted while idle.
@@ -77,6 +82,10 @@ MAX_OBJECTS = 10**10
 MAX_VALUE_BYTES = 1024 * 1024 * 1024
 """The largest ``--value-size``: the ``max_value_bytes`` option's own upper bound."""
 MAX_CONCURRENCY = 4096
+DEFAULT_COUNT_GETS = 20_000
+LATENCY_GETS = 1_000
+"""``--gets`` with ``--latency-ms`` when none is given: a cold get costs a round trip or more."""
+MAX_LATENCY_MS = 10_000.0
 MAX_FLUSH_MS = 60_000
 """The longest ``--flush-ms``: the ``flush_interval`` option's upper bound of 60 s."""
 WORKLOADS = ("load", "get", "scan")
@@ -259,9 +268,9 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
 @click.option(
     "--gets",
     type=COUNT,
-    default=20_000,
-    show_default=True,
-    help="Keys the get workload reads.",
+    default=None,
+    help=f"Keys the get workload reads (default {DEFAULT_COUNT_GETS}; {LATENCY_GETS} with "
+    "--latency-ms).",
 )
 @click.option(
     "--workloads",
@@ -294,6 +303,15 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
     help="--metrics both: repeat the off, on, on, off runs this many times.",
 )
 @click.option(
+    "--latency-ms",
+    type=click.FloatRange(0, MAX_LATENCY_MS, min_open=True),
+    default=None,
+    help="--store s3: run every phase twice, straight to --endpoint and then through a latency "
+    "proxy adding this many ms per round trip (half each way, with jitter), and print the "
+    "requests per operation, close and open times, cold gets from 1 and 32 threads, an open "
+    "after a SIGKILL and the ratios delayed / no delay.",
+)
+@click.option(
     "--idle",
     type=Duration(),
     default=None,
@@ -318,11 +336,12 @@ def bench(
     value_size: int,
     concurrency: int,
     flush_ms: int,
-    gets: int,
+    gets: int | None,
     workloads: str,
     compaction: str,
     metrics: str,
     rounds: int,
+    latency_ms: float | None,
     idle: float | None,
     plot_file: Path | None,
 ) -> None:
@@ -335,6 +354,7 @@ def bench(
       inkpen bench --scale --n 100000,1000000
       inkpen bench --n 100000 --metrics both
       inkpen bench --n 200000 --plot bench.png
+      inkpen bench --store s3 --endpoint http://127.0.0.1:8333 --latency-ms 25 --n 20000
     """
     counts = parse_counts(count, scale)
     chosen = [w.strip() for w in workloads.split(",") if w.strip()]
@@ -362,6 +382,10 @@ def bench(
                 param_hint="--plot",
             )
         require_matplotlib()
+    if latency_ms is not None:
+        _check_latency_choices(store_kind, scale, idle, plot_file, metrics, compaction, chosen)
+    if gets is None:
+        gets = LATENCY_GETS if latency_ms is not None else DEFAULT_COUNT_GETS
     series: list[Series] | None = [] if plot_file is not None else None
     options = flush_options(flush_ms)
     if metrics != "both":
@@ -388,6 +412,25 @@ def bench(
             raise click.ClickException(str(exc)) from exc
         if plot_file is not None and series is not None:
             plot(series, plot_file, title)
+        return
+    if latency_ms is not None:
+        from .latency import run_latency  # when used: `-m inkpen.cli.latency_proxy` stays clean
+
+        try:
+            run_latency(
+                lambda target: bench_store("s3", None, target, bucket),
+                endpoint,
+                counts[0],
+                options,
+                value_size,
+                concurrency,
+                gets,
+                {**common, "flush_ms": flush_ms},
+                BUCKET,
+                latency_ms,
+            )
+        except BenchmarkFailed as exc:
+            raise click.ClickException(str(exc)) from exc
         return
     if idle is not None:
         with bench_store(store_kind, root, endpoint, bucket) as inner:
@@ -421,6 +464,41 @@ def bench(
         plot(series, plot_file, f"{title}, N={counts[0]:,}")
     if metrics == "both":
         _emit(metrics_cost(runs, common))
+
+
+def _check_latency_choices(
+    store_kind: str,
+    scale: bool,
+    idle: float | None,
+    plot_file: Path | None,
+    metrics: str,
+    compaction: str,
+    chosen: list[str],
+) -> None:
+    """``--latency-ms`` runs its own phases on an S3 store: refuse what does not go with it."""
+    if store_kind != "s3":
+        raise click.BadParameter(
+            "the latency proxy sits in front of an S3 server; add --store s3 (and --endpoint)",
+            param_hint="--latency-ms",
+        )
+    others = [
+        name
+        for name, given in (
+            ("--scale", scale),
+            ("--idle", idle is not None),
+            ("--plot", plot_file is not None),
+            ("--metrics both", metrics == "both"),
+            ("--compaction external", compaction == "external"),
+            ("--workloads", sorted(chosen) != sorted(WORKLOADS)),
+        )
+        if given
+    ]
+    if others:
+        raise click.BadParameter(
+            f"--latency-ms runs every phase of its own protocol; it does not go with "
+            f"{', '.join(others)} (leave {'them' if len(others) > 1 else 'it'} out)",
+            param_hint="--latency-ms",
+        )
 
 
 METRICS_ORDER = (False, True, True, False)
