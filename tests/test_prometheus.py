@@ -54,7 +54,7 @@ def book(make_store_url: Callable[[str], str]) -> Iterator[inkpen.Bookie]:
 def test_a_scrape_names_the_counts_of_the_calls_made(
     book: inkpen.Bookie, registry: CollectorRegistry
 ) -> None:
-    collector = inkpen.prometheus.register(book, registry)
+    collector = inkpen.prometheus.register(book, registry, labels={})  # one database: no labels
     puts, gets = 150, 40
     for i in range(puts):
         book.put("b", f"k{i:03d}", b"v" * 10)
@@ -117,14 +117,16 @@ def test_a_scrape_names_the_counts_of_the_calls_made(
 
 
 def test_the_default_registry_and_a_closed_handle(make_store_url: Callable[[str], str]) -> None:
-    book = inkpen.open(make_store_url("memory"))
+    url = make_store_url("memory")
+    book = inkpen.open(url)
     collector = inkpen.prometheus.register(book)
+    db = {"database": url.removeprefix("memory://")}  # by default, the URL's last path part
     try:
         book.put("b", "k", b"v")
-        assert REGISTRY.get_sample_value("inkpen_puts_total") == 1
-        assert REGISTRY.get_sample_value("inkpen_level_files", {"level": "0"}) == 0
+        assert REGISTRY.get_sample_value("inkpen_puts_total", db) == 1
+        assert REGISTRY.get_sample_value("inkpen_level_files", {**db, "level": "0"}) == 0
         book.close()
-        assert REGISTRY.get_sample_value("inkpen_puts_total") is None  # its series end
+        assert REGISTRY.get_sample_value("inkpen_puts_total", db) is None  # its series end
     finally:
         REGISTRY.unregister(collector)
         book.close()
@@ -138,13 +140,13 @@ def test_a_reader_and_an_asyncio_handle(
     async def write() -> float | None:
         async with inkpen.aio.open(url) as book:
             own = CollectorRegistry()
-            inkpen.prometheus.register(book, own)  # its synchronous handle is asked
+            inkpen.prometheus.register(book, own, labels={})  # its synchronous handle is asked
             await asyncio.gather(*(book.put("b", f"k{i}", b"xy") for i in range(30)))
             return own.get_sample_value("inkpen_puts_total")
 
     assert asyncio.run(write()) == 30
     with inkpen.open_reader(url) as reader:
-        inkpen.prometheus.register(reader, registry)
+        inkpen.prometheus.register(reader, registry, labels={})
         for i in range(7):
             assert reader.get("b", f"k{i}") == b"xy"
         _, samples = scrape(registry)
@@ -164,7 +166,7 @@ def test_metrics_off_is_exported_as_such(
     make_store_url: Callable[[str], str], registry: CollectorRegistry
 ) -> None:
     with inkpen.open(make_store_url("memory"), metrics=False) as book:
-        inkpen.prometheus.register(book, registry)
+        inkpen.prometheus.register(book, registry, labels={})
         book.put("b", "k", b"v")
         _, samples = scrape(registry)
     assert value(samples, "inkpen_metrics_enabled") == 0

@@ -178,7 +178,7 @@ def check_spark(tmp: Path, scope: dict[str, Any], out: str) -> None:
 
 
 def check_metrics(tmp: Path, scope: dict[str, Any], out: str) -> None:
-    assert out.splitlines() == ["1 1 1", "['inkpen_puts_total 1.0']"]
+    assert out.splitlines() == ["1 1 1", """['inkpen_puts_total{database="myapp-db"} 1.0']"""]
     assert objects(str(tmp / "myapp-db")) == {(b"users", b"alice"): b"..."}
 
 
