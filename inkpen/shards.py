@@ -8,8 +8,9 @@ Bookie's API over all of them (its snapshots are :class:`ShardedSnapshot`, its t
 (:func:`shard_of`) and the layout (:func:`shard_url`, :func:`read_descriptor`,
 :func:`is_data_set`) are pure functions other code (the Spark pipeline, another language) calls
 to find an object's shard without opening anything. :func:`list_checkpoints`,
-:func:`create_checkpoint`, :func:`refresh_checkpoint` and :func:`delete_checkpoint` handle
-data-set checkpoints (one per shard under one id) without a handle.
+:func:`create_checkpoint`, :func:`refresh_checkpoint`, :func:`delete_checkpoint` and
+:func:`resolve_checkpoint` handle data-set checkpoints (one per shard under one id) without a
+handle; :func:`open_reader` reads every shard at one of them.
 
 ``inkpen.backup``, ``restore``, ``destroy``, ``list_databases`` and ``inkpen.prometheus``
 take data sets too; ``inkpen.aio.shards.open`` is the asyncio handle.
@@ -78,6 +79,7 @@ __all__ = [
     "open_reader",
     "read_descriptor",
     "refresh_checkpoint",
+    "resolve_checkpoint",
     "shard_name",
     "shard_of",
     "shard_url",

@@ -132,7 +132,7 @@ def test_gc_collects_every_shard(make_store_url: MakeUrl) -> None:
     assert run("verify", url).exit_code == 0
 
 
-def test_mismatched_comparisons_and_copies_are_refused(
+def test_copies_into_another_kind_of_root_are_refused(
     make_store_url: MakeUrl, tmp_path: Path
 ) -> None:
     url, other, plain = (make_store_url("local") for _ in range(3))
@@ -140,19 +140,43 @@ def test_mismatched_comparisons_and_copies_are_refused(
     shards.create(other, shards=2)
     with inkpen.open(plain) as book:
         book.put("b", "k", b"v")
-    versus_database = run("diff", url, plain)
-    assert versus_database.exit_code == 2
-    assert "is a sharded data set and" in versus_database.output
-    other_count = run("diff", url, other)
-    assert other_count.exit_code == 2 and "3 shards" in other_count.output
     into_database = run("backup", url, plain, "--no-fence")
     assert into_database.exit_code == 2
     assert "holds a plain inkpen database" in into_database.output
     into_other = run("backup", url, other, "--no-fence")
     assert into_other.exit_code == 2 and "has 2 shards" in into_other.output
-    pinned = run("verify", url, "--checkpoint", "x")
-    assert pinned.exit_code == 2 and "shard's URL" in pinned.output
+    unknown = run("verify", url, "--checkpoint", "x")
+    assert unknown.exit_code == 1 and "no data-set checkpoint with the id or name 'x'" in (
+        unknown.output
+    )
     assert not os.path.exists(shards.shard_url(other, 2))  # nothing was copied
+
+
+def test_a_data_set_compares_whole_with_a_database_or_another_count(
+    make_store_url: MakeUrl,
+) -> None:
+    url, other, plain = (make_store_url("local") for _ in range(3))
+    written = _fill(url, keys=12)
+    shards.create(other, shards=2)
+    with inkpen.open(plain) as book, shards.open(other) as resharded:
+        for key, value in written.items():
+            book.put("b", key, value)
+            resharded.put("b", key, value)
+    for against in (plain, other):  # the merged trees of the shards are a database's tree
+        same = run("diff", url, against)
+        assert (same.exit_code, same.stdout) == (0, ""), same.output
+    with inkpen.open(plain) as book:
+        book.put("b", "k003", b"changed")
+        book.delete("b", "k004")
+    differing = run("diff", url, plain)
+    assert differing.exit_code == 1, differing.output
+    assert differing.stdout.splitlines() == ["different\tb\tk003", "only-in-a\tb\tk004"]
+    verified = run("verify", url, "--against", plain, "--json")
+    assert verified.exit_code == 1, verified.output
+    (whole,) = json.loads(verified.stdout)["against"]  # one comparison: the data set whole
+    assert {d["key"] for d in whole["differences"]} == {"k003", "k004"}
+    one_shard = run("diff", url, other, "--shard", "1")  # shard 1 of each side
+    assert one_shard.exit_code == 1  # the shards of 3 and of 2 hold other keys
 
 
 @pytest.mark.parametrize("command", ["info", "verify", "gc"])
