@@ -443,6 +443,7 @@ class ShardedBookie(ShardedReads):
     # -- feed cursors (per shard) ----------------------------------------------------------------
 
     def _cursor_store(self, shard: int) -> ManifestStore:
+        """Shard ``shard``'s manifests (opening the shard: its arguments are checked first)."""
         index = check_shard_number(shard, self._n)
         handle = self._handle(index)
         if isinstance(handle, Bookie):
@@ -462,6 +463,10 @@ class ShardedBookie(ShardedReads):
         ``Bookie.create_feed_cursor``; a consumer of a data set keeps one per shard, SQNs being
         per shard). A manifest update: it fences nobody, so any shard may have one."""
         self._check_open()
+        cursors.check_name(name)
+        cursors.check_sqn(sqn)
+        cursors.check_lifetime(lifetime)
+        cursors.check_owner(owner)
         return cursors.create_feed_cursor(
             self._cursor_store(shard), name, sqn, lifetime=lifetime, owner=owner
         )
@@ -469,11 +474,14 @@ class ShardedBookie(ShardedReads):
     def advance_feed_cursor(self, name: str, sqn: int, *, shard: int) -> FeedCursor:
         """Move shard ``shard``'s named cursor forward to ``sqn`` (renewing its lifetime)."""
         self._check_open()
+        cursors.check_name(name)
+        cursors.check_sqn(sqn)
         return cursors.advance_feed_cursor(self._cursor_store(shard), name, sqn)
 
     def delete_feed_cursor(self, name: str, *, shard: int) -> None:
         """Delete shard ``shard``'s named cursor (``NotFoundError`` if there is none)."""
         self._check_open()
+        cursors.check_name(name)
         cursors.delete_feed_cursor(self._cursor_store(shard), name)
 
     def feed_cursors(self, *, shard: int) -> tuple[FeedCursor, ...]:

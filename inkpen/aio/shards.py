@@ -709,6 +709,8 @@ class AsyncShardedBookie(_AsyncShardedReads[ShardedBookie]):
     async def metrics(self, *, shard: int | None = None) -> Metrics:
         """The metrics summed over the shards opened so far, or shard ``shard``'s; read in the
         loop's thread when they wait for nothing (a shard not open yet opens in a worker)."""
+        if shard is not None:
+            check_shard_number(shard, self._sync.descriptor.shards)
         if shard is None or shard in self._sync.opened_shards:
             return self._sync.metrics(shard=shard)
         return await self._call(self._sync.metrics, shard=shard)
