@@ -173,13 +173,18 @@ class ShardedBookie(ShardedReads):
         checks its arguments before opening it, so that a refused call opens (claims) nothing."""
         return index in self._handles
 
-    def _writer(self, index: int, what: str) -> Bookie:
+    def _check_owned(self, index: int, what: str) -> None:
+        """Refuse, opening nothing, what would write shard ``index`` if this handle does not."""
         if index not in self._owned:
             raise UsageError(
                 f"{what} routes to shard {index}, which this handle does not write (it writes "
                 f"shards {shards_listed(self._owned)}); open the data set with a shards= that "
                 f"includes {index}, or send the write to the process that owns it"
             )
+
+    def _writer(self, index: int, what: str) -> Bookie:
+        """Shard ``index``'s Bookie (opened on first use); a shard not written here: refused."""
+        self._check_owned(index, what)
         handle = self._handle(index)
         assert isinstance(handle, Bookie)
         return handle
@@ -295,7 +300,7 @@ class ShardedBookie(ShardedReads):
                     self._checker.put(
                         op.bucket, op.key, op.value, op.indexes, op.ttl, if_sqn=op.if_sqn
                     )
-        self._writer(index, "this batch")  # refuses a shard not written here, opening nothing
+        self._check_owned(index, "this batch")
         return index
 
     def _one_shard(self, keys: list[tuple[bytes, bytes]], what: str, unit: str) -> int | None:

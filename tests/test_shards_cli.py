@@ -388,3 +388,24 @@ def test_info_of_a_data_set_writes_no_progress_lines_to_a_pipe(make_store_url: M
     shown = inkpen_command("info", url)  # stderr is a pipe
     assert shown.code == 0, shown.explain()
     assert shown.stderr == "" and f"shards        {SHARDS}" in shown.out
+
+
+def test_shard_makes_a_command_act_on_one_shard_as_on_a_database(make_store_url: MakeUrl) -> None:
+    url = make_store_url("local")
+    _fill(url, keys=12)
+    held = _in_shard(url, 1)
+    for command in ("backup", "clone", "restore"):
+        dest = make_store_url("local")
+        done = run(command, url, dest, "--shard", "1")
+        assert done.exit_code == 0, done.output
+        assert not shards.is_data_set(dest)  # a database: shard 1's objects alone
+        with inkpen.open_reader(dest) as reader:
+            assert {k: v for _b, k, v in reader.objects("b")} == held, command
+    rounds = run("compactor", url, "--shard", "1", "--once", "--force")
+    assert rounds.exit_code == 0, rounds.output
+    assert f"claimed for {shards.shard_url(url, 1)}" in rounds.stdout
+    assert not any(line.startswith("shard ") for line in rounds.stdout.splitlines())
+    collected = json.loads(run("gc", url, "--shard", "2", "--dry-run", "--json").stdout)
+    assert (
+        collected["url"] == open_store(shards.shard_url(url, 2)).url and "shards" not in collected
+    )

@@ -108,7 +108,7 @@ def compactor(
         ]
         if not as_json:
             for index, role in zip(labels, roles, strict=True):
-                where = url if index is None else f"shard {index} of {url}"
+                where = chosen.url if index is None else f"shard {index} of {url}"
                 click.echo(f"compactor epoch {role.epoch} claimed for {where}")
         if once:
             with progress("compactor", f"compacting {url}") as tracker:
