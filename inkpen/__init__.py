@@ -5,7 +5,7 @@ delete, index queries, folds, snapshots, checkpoints, hot backups, journal compa
 ``inkpen.open_reader(url)`` gives a read-only :class:`Reader` on a checkpoint, from any process.
 ``inkpen.aio`` has both for asyncio code (``await book.put(...)``). ``inkpen.backup``,
 ``inkpen.restore``, ``inkpen.destroy`` and ``inkpen.list_databases`` work on whole databases
-without a Bookie.
+(and sharded data sets) without a Bookie.
 ``inkpen.open_compactor(url)`` gives a :class:`Compactor`: merges and GC in a process of their
 own, beside a writer opened with ``compaction="external"``. The seams an application may fill
 are :class:`MergePolicy` (which merge comes next, over :class:`Levels`; the ``merge_policy``
@@ -13,7 +13,7 @@ option) and :class:`ObjectStore` (where the bytes live; any store may be passed 
 ``metrics()`` on a Bookie or a Reader answers :class:`Metrics` (with a :class:`Histogram` per
 kind of operation); ``inkpen.prometheus`` exports them (the ``prometheus`` extra).
 ``inkpen.shards`` spreads one application's objects over a data set of N databases, one writer
-each, routed by a stable hash of (bucket, key).
+each, routed by a stable hash of (bucket, key); ``inkpen.aio.shards`` is its asyncio handle.
 See README.md and DESIGN.md.
 
 ``import inkpen`` loads what :func:`open` needs; every other name is imported from its module on
@@ -64,7 +64,15 @@ if TYPE_CHECKING:
     from inkpen.objectstore import ObjectStore
 
     from . import aio, shards
-    from .operations import CopyReport, backup, destroy, list_databases, restore
+    from .operations import (
+        CopyReport,
+        DatabaseName,
+        DataSetCopyReport,
+        backup,
+        destroy,
+        list_databases,
+        restore,
+    )
     from .reader import Reader, open_reader
     from .snapshot import Snapshot
     from .transaction import Transaction, retrying
@@ -92,6 +100,8 @@ __getattr__, __dir__ = lazy_exports(
         "FeedCursor": "inkpen.manifest.model",
         "ObjectStore": "inkpen.objectstore.base",
         "CopyReport": ".operations",
+        "DatabaseName": ".operations",
+        "DataSetCopyReport": ".operations",
         "backup": ".operations",
         "destroy": ".operations",
         "list_databases": ".operations",
@@ -118,6 +128,8 @@ __all__ = [
     "ConflictError",
     "CopyReport",
     "CorruptionError",
+    "DataSetCopyReport",
+    "DatabaseName",
     "FeedCursor",
     "FeedGapError",
     "FencedError",

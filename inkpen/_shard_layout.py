@@ -25,6 +25,7 @@ This module is pure routing and descriptor handling: it opens no Bookie (the han
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import math
@@ -39,10 +40,12 @@ from urllib.parse import urlsplit, urlunsplit
 from inkpen.actors.journal.changes import as_bytes
 from inkpen.formats.keys import MAX_KEY_BYTES
 from inkpen.logs import get_logger
+from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import DATA_SET_KEY
 from inkpen.manifest.store import ManifestStore, RootState
 from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.url import backend_of, parse_store_url
+from inkpen.options import HEAD_ONLY_MODES
 
 from .errors import AlreadyExistsError, CorruptionError, NotFoundError, StoreError, UsageError
 
@@ -268,9 +271,11 @@ def _not_a_data_set(store: ObjectStore) -> str:
     return f"no data set at {store.url}; create one with inkpen.shards.create(url, shards=N)"
 
 
-def create(url: str, *, shards: int) -> Descriptor:
+def create(url: str, *, shards: int, head_only: str | None = None) -> Descriptor:
     """Create the data set of ``shards`` databases at ``url`` if it does not exist, and return
-    its descriptor.
+    its descriptor. ``head_only``: every shard a head-only store of this mode
+    (``"with_lookup"`` or ``"no_lookup"``, as ``inkpen.open(url, head_only=...)`` makes one),
+    which it stays; open it with the same ``head_only``.
 
     The descriptor is written once, with the store's create-if-absent put, so of concurrent
     creators exactly one writes it; then every shard's database is created (idempotently, as a
@@ -279,6 +284,8 @@ def create(url: str, *, shards: int) -> Descriptor:
     :class:`UsageError`, as is a root holding a plain database or other objects.
     """
     n = check_shard_count(shards)
+    if head_only is not None and head_only not in HEAD_ONLY_MODES:
+        raise UsageError(f"head_only must be None, 'with_lookup' or 'no_lookup', got {head_only!r}")
     with _root(url) as store:
         found = _stored(store)
         if found is None:
@@ -289,7 +296,7 @@ def create(url: str, *, shards: int) -> Descriptor:
                 f"count never changes: open it with inkpen.shards.open(url), or create a "
                 "data set of another size at another URL"
             )
-    _create_shards(url, found.shards)
+    _create_shards(url, found.shards, head_only)
     return found
 
 
@@ -353,10 +360,21 @@ def adopt_descriptor(url: str, descriptor: Descriptor) -> Descriptor:
         return found
 
 
-def _create_shards(url: str, shards: int) -> None:
+def _create_shards(url: str, shards: int, head_only: str | None) -> None:
     def one(index: int) -> None:
         with _root(shard_url(url, index)) as store:
-            ManifestStore(store).open_database(create_if_missing=True)
+            manifests = ManifestStore(store)
+            if head_only is not None and manifests.check_root_state() is RootState.EMPTY:
+                # A concurrent creator may have made it first: its mode is checked below.
+                with contextlib.suppress(AlreadyExistsError):
+                    manifests.create(Manifest(head_only=head_only))
+            found = manifests.open_database(create_if_missing=True).manifest.head_only
+            if found != head_only:
+                raise UsageError(
+                    f"shard {index} of the data set at {url} is "
+                    + ("not a head-only store" if found is None else f"head_only={found!r}")
+                    + f", not head_only={head_only!r}; create the data set with the mode it has"
+                )
 
     workers = min(8, shards)
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="inkpen-shards") as pool:

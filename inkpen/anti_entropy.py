@@ -1,7 +1,9 @@
 """Anti-entropy: find what differs between two databases without reading either in full.
 
-:func:`compare_stores` takes two read handles (Readers at checkpoints, Snapshots or Bookies) and
-works the way Riak's tictac AAE does over Leveled:
+:func:`compare_stores` takes two read handles (Readers at checkpoints, Snapshots or Bookies, or a
+sharded data set's handles, whose tree is their shards' trees merged: so a data set compares
+with a database, or with a data set of another shard count) and works the way Riak's tictac AAE
+does over Leveled:
 
 1. build each side's :class:`~inkpen.TicTacTree` of the range (a fold over ledger heads only: no
    journal reads; both sides at once);
@@ -18,19 +20,28 @@ objects).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from inkpen.actors.read.path import Head
-
-from .read_api import ReadAPI
+from inkpen.formats.tictac import TicTacTree
 
 Kind = Literal["only-in-a", "only-in-b", "different"]
 ONLY_IN_A: Kind = "only-in-a"
 ONLY_IN_B: Kind = "only-in-b"
 DIFFERENT: Kind = "different"
+
+
+class Side(Protocol):
+    """What :func:`compare_stores` reads of each side: its tree, and heads of some segments."""
+
+    def tictac_tree(self, bucket: str | bytes | None = None) -> TicTacTree: ...
+
+    def heads(
+        self, bucket: str | bytes | None = None, *, segments: Iterable[int] | None = None
+    ) -> Iterator[tuple[bytes, bytes, Head]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +72,14 @@ class Comparison:
 
 
 def _heads_of(
-    side: ReadAPI, bucket: bytes | str | None, segments: list[int]
+    side: Side, bucket: bytes | str | None, segments: list[int]
 ) -> dict[tuple[bytes, bytes, bytes], Head]:
     return {(b, k, head.subkey): head for b, k, head in side.heads(bucket, segments=segments)}
 
 
 def compare_stores(
-    a: ReadAPI,
-    b: ReadAPI,
+    a: Side,
+    b: Side,
     *,
     bucket: str | bytes | None = None,
     phase: Callable[[str], object] = lambda _: None,

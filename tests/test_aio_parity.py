@@ -1,11 +1,13 @@
 """inkpen.aio offers every public method and property of the synchronous handles, derived here by
-introspection: a method added to Bookie, Reader, Snapshot or HotBackup without its async twin
-(same name, same parameters with the same kinds, defaults and types, the matching shape) fails.
+introspection: a method added to Bookie, Reader, Snapshot, HotBackup, Transaction or a sharded
+data set's handles (ShardedBookie and what it hands out) without its async twin (same name, same
+parameters with the same kinds, defaults and types, the matching shape) fails.
 
 The shapes: what returns a fold or an iterator there returns an :class:`inkpen.aio.AsyncFold` of
 the same items here; ``__enter__``/``__exit__`` become ``__aenter__``/``__aexit__``; a method
 returning a snapshot (a context manager) answers something both awaitable and usable with
-``async with``; everything else is a coroutine returning the same type (or its async twin).
+``async with``; everything else is a coroutine returning the same type (or its async twin),
+except what is computed from the arguments alone (:data:`PURE`), a plain method in both.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 import inkpen
 import inkpen.aio
+from inkpen import shards
 from inkpen.aio import (
     AsyncBookie,
     AsyncFold,
@@ -27,7 +30,13 @@ from inkpen.aio import (
     AsyncSnapshot,
     AsyncTransaction,
 )
-from inkpen.read_api import FoldIterator
+from inkpen.aio.shards import (
+    AsyncShardedBookie,
+    AsyncShardedHotBackup,
+    AsyncShardedSnapshot,
+    AsyncShardedTransaction,
+)
+from inkpen.read_api import FoldIterator, ReadAPI
 
 PAIRS: list[tuple[type, type]] = [
     (inkpen.Bookie, AsyncBookie),
@@ -35,9 +44,16 @@ PAIRS: list[tuple[type, type]] = [
     (inkpen.Snapshot, AsyncSnapshot),
     (inkpen.HotBackup, AsyncHotBackup),
     (inkpen.Transaction, AsyncTransaction),
+    (shards.ShardedBookie, AsyncShardedBookie),
+    (shards.ShardedSnapshot, AsyncShardedSnapshot),
+    (shards.ShardedTransaction, AsyncShardedTransaction),
+    (shards.ShardedHotBackup, AsyncShardedHotBackup),
 ]
-TWINS: dict[Any, Any] = dict(PAIRS)
-"""A sync handle type a method returns -> the type its async twin returns instead."""
+TWINS: dict[Any, Any] = {**dict(PAIRS), ReadAPI: AsyncBookie | AsyncReader}
+"""A sync handle type a method returns -> the type its async twin returns instead (a shard's own
+handle, ``ShardedBookie.shard(i)``, is its Bookie or its Reader)."""
+PURE = {"shard_of"}
+"""Methods computed from their arguments alone (no I/O, nothing to wait for): plain in both."""
 DUNDERS = {"__enter__": "__aenter__", "__exit__": "__aexit__", "__call__": "__call__"}
 """The special methods that are part of a handle's public face, and their async names."""
 DEPRECATED_EXTRAS: dict[str, set[str]] = {
@@ -123,6 +139,10 @@ def compare_shape(where: str, sync_fn: Any, async_fn: Any) -> list[str]:
     typed = matching_overload(sync_fn, async_fn)
     answered = hints(typed).get("return")
     is_coroutine = inspect.iscoroutinefunction(async_fn)
+    if sync_fn.__name__ in PURE:
+        if is_coroutine or answered != returned:
+            return [f"{where}: a pure method, plain in both; want it answering {returned}"]
+        return []
     origin = typing.get_origin(returned) or returned
     if origin in ITERATORS:
         # AsyncFold of the sync fold's items, made at run time: a value no static type names

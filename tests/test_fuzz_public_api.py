@@ -22,8 +22,10 @@ import pytest
 
 import inkpen
 import inkpen.aio
+import inkpen.aio.shards
 import inkpen.operations
 import inkpen.shards
+from inkpen.aio.shards import AsyncShardedBookie, AsyncShardedSnapshot, AsyncShardedTransaction
 from inkpen.errors import NotFoundError, UsageError
 from inkpen.manifest import checkpoints as manifest_checkpoints
 from inkpen.manifest import feed_cursors as manifest_feed_cursors
@@ -74,6 +76,7 @@ LOCATIONS = {"url", "dest", "destination", "backup", "parent", "clone", "manifes
 MODULES: list[types.ModuleType] = [
     inkpen,
     inkpen.aio,
+    inkpen.aio.shards,
     inkpen.operations,
     inkpen.shards,
     manifest_feed_cursors,
@@ -84,6 +87,8 @@ SKIPPED_CLASSES = {
     "TicTacTree": "an in-memory value built and compared by the caller; it writes nothing",
     "Options": "every field is fuzzed by test_fuzzed_bad_options_are_usage_errors",
     "FeedCursor": "a record read from a manifest; its one method only compares times",
+    "DataSetCheckpoint": "a record read from the shards' manifests; its one method only "
+    "compares times",
     "HotBackup": "its only argument is a location (see test_copy_onto_itself)",
     "CheckpointLease": "made by Readers and copies around a checkpoint they created; its "
     "lifetime comes from create_checkpoint / ensure_checkpoint, fuzzed here",
@@ -154,12 +159,24 @@ class World:
     async_url: str
     other_url: str
     shards_url: str
+    async_shards_url: str
     book: inkpen.Bookie
     sharded: inkpen.shards.ShardedBookie
     runner: asyncio.Runner
     async_book: inkpen.aio.AsyncBookie
+    async_sharded: AsyncShardedBookie
     closers: list[Callable[[], object]]
     checkpoint_id: str
+
+    def url_of(self, owner: str | None) -> str:
+        """The store a call on an instance of ``owner`` may change."""
+        if owner is None:
+            return self.url
+        if owner.startswith("AsyncSharded"):
+            return self.async_shards_url
+        if owner.startswith("Sharded"):
+            return self.shards_url
+        return self.async_url if owner.startswith("Async") else self.url
 
     def _latest_manifest(self) -> Any:
         with open_store(self.url) as store:
@@ -180,6 +197,13 @@ class World:
             "AsyncSnapshot": lambda: self._async_closing(self.async_book.snapshot()),
             "Transaction": lambda: self._closing(self.book.transaction("serializable")),
             "AsyncTransaction": lambda: self._async_closing(self.async_book.transaction()),
+            "ShardedSnapshot": lambda: self._closing(self.sharded.snapshot()),
+            "ShardedTransaction": lambda: self._closing(self.sharded.transaction("serializable")),
+            "AsyncShardedBookie": lambda: self.async_sharded,
+            "AsyncShardedSnapshot": lambda: self._async_closing(self.async_sharded.snapshot()),
+            "AsyncShardedTransaction": lambda: self._async_closing(
+                self.async_sharded.transaction()
+            ),
         }
         if owner not in makers:
             pytest.fail(
@@ -245,9 +269,12 @@ def _state(url: str) -> tuple[object, ...]:
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    spaces = [f"fuzz-{uuid.uuid4().hex[:8]}" for _ in range(4)]
-    url, async_url, other_url, shards_url = (f"memory://{space}" for space in spaces)
+    spaces = [f"fuzz-{uuid.uuid4().hex[:8]}" for _ in range(5)]
+    url, async_url, other_url, shards_url, async_shards_url = (
+        f"memory://{space}" for space in spaces
+    )
     inkpen.shards.create(shards_url, shards=2)
+    inkpen.shards.create(async_shards_url, shards=2)
     with (
         inkpen.open(url, merge_operators=OPERATORS) as book,
         asyncio.Runner() as runner,
@@ -260,10 +287,27 @@ def world() -> Iterator[World]:
         async def opened() -> inkpen.aio.AsyncBookie:
             return await inkpen.aio.open(async_url, merge_operators=OPERATORS)
 
+        async def opened_sharded() -> AsyncShardedBookie:
+            sharded = await inkpen.aio.shards.open(async_shards_url)
+            await sharded.put("b", "k", b"v")
+            return sharded
+
         async_book = runner.run(opened())
+        async_sharded = runner.run(opened_sharded())
         pinned = book.checkpoint(None, name="fuzz")
         made = World(
-            url, async_url, other_url, shards_url, book, sharded, runner, async_book, [], pinned
+            url,
+            async_url,
+            other_url,
+            shards_url,
+            async_shards_url,
+            book,
+            sharded,
+            runner,
+            async_book,
+            async_sharded,
+            [],
+            pinned,
         )
         try:
             yield made
@@ -271,6 +315,7 @@ def world() -> Iterator[World]:
             for close in made.closers:
                 close()
             runner.run(async_book.close())
+            runner.run(async_sharded.close())
     for space in spaces:
         drop_space(space)
 
@@ -293,12 +338,25 @@ def _settle(world: World, result: Any) -> None:
     elif isinstance(result, FoldIterator):
         list(result)
     if isinstance(
-        result, inkpen.aio.AsyncSnapshot | inkpen.aio.AsyncReader | inkpen.aio.AsyncTransaction
+        result,
+        inkpen.aio.AsyncSnapshot
+        | inkpen.aio.AsyncReader
+        | inkpen.aio.AsyncTransaction
+        | AsyncShardedSnapshot
+        | AsyncShardedTransaction
+        | inkpen.aio.shards.AsyncShardedHotBackup,
     ):
         world.runner.run(result.close())
     elif result is not world.book and isinstance(
         result,
-        inkpen.Reader | inkpen.Snapshot | inkpen.Compactor | inkpen.Bookie | inkpen.Transaction,
+        inkpen.Reader
+        | inkpen.Snapshot
+        | inkpen.Compactor
+        | inkpen.Bookie
+        | inkpen.Transaction
+        | inkpen.shards.ShardedSnapshot
+        | inkpen.shards.ShardedTransaction
+        | inkpen.shards.ShardedHotBackup,
     ):
         result.close()
 
@@ -315,6 +373,10 @@ def test_the_fuzz_finds_the_entry_points() -> None:
         "inkpen.operations.backup",
         "inkpen._shard_layout.shard_of",
         "inkpen._shard_handle.ShardedBookie.put",
+        "inkpen._shard_handle.ShardedBookie.create_feed_cursor",
+        "inkpen._shard_parts.ShardedTransaction.put",
+        "inkpen.aio.shards.AsyncShardedBookie.put",
+        "inkpen.shards.open_reader",
         "inkpen.bookie.Bookie.transaction",
         "inkpen.transaction.Transaction.put",
         "inkpen.transaction.Transaction.index_query",
@@ -331,9 +393,7 @@ def test_extreme_values_are_refused_or_accepted_and_refusals_change_nothing(
     owner, function = ENTRY_POINTS[entry]
     signature = inspect.signature(function)
     target = world.instance(owner) if owner is not None else None
-    url = world.async_url if owner is not None and owner.startswith("Async") else world.url
-    if owner == "ShardedBookie":
-        url = world.shards_url
+    url = world.url_of(owner)
     for fuzzed, kind in _fuzzable(function):
         for value in NUMBERS if kind == "number" else NAMES:
             args: list[Any] = [] if target is None else [target]

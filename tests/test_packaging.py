@@ -19,10 +19,14 @@ import asyncio, inkpen, inkpen.aio, inkpen.objectstore.s3_obstore, obstore
 with inkpen.open("memory://wheel") as book:
     book.put("b", "k", b"v")
     assert book.get("b", "k") == b"v"
+inkpen.shards.create("memory://wheel-set", shards=2)
 async def main():
     async with inkpen.aio.open("memory://wheel-aio") as book:
         await book.put("b", "k", b"v")
         assert await book.get("b", "k") == b"v"
+    async with inkpen.aio.shards.open("memory://wheel-set") as sharded:
+        await sharded.put("b", "k", b"v")
+        assert await sharded.get("b", "k") == b"v"
 asyncio.run(main())
 print("ok", inkpen.__version__)
 """
@@ -73,7 +77,8 @@ def test_wheel_metadata_and_contents(wheel: Path) -> None:
         names = zf.namelist()
         metadata = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     assert "License-Expression: Apache-2.0" in metadata
-    assert "inkpen/py.typed" in names and "inkpen/aio.py" in names
+    assert "inkpen/py.typed" in names and "inkpen/aio/__init__.py" in names
+    assert "inkpen/aio/shards.py" in names
     assert "inkpen/operations.py" in names and "pyspark_inkpen.py" in names
     assert "Provides-Extra: spark" in metadata
     assert "Provides-Extra: prometheus" in metadata

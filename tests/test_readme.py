@@ -178,7 +178,7 @@ def check_spark(tmp: Path, scope: dict[str, Any], out: str) -> None:
 
 
 def check_metrics(tmp: Path, scope: dict[str, Any], out: str) -> None:
-    assert out.splitlines() == ["1 1 1", "['inkpen_puts_total 1.0']"]
+    assert out.splitlines() == ["1 1 1", """['inkpen_puts_total{database="myapp-db"} 1.0']"""]
     assert objects(str(tmp / "myapp-db")) == {(b"users", b"alice"): b"..."}
 
 
@@ -191,7 +191,29 @@ def check_shards(tmp: Path, scope: dict[str, Any], out: str) -> None:
         for (bucket, key), value in objects(inkpen.shards.shard_url(url, index)).items():
             assert inkpen.shards.shard_of(bucket, key, 4) == index
             held[(bucket, key)] = value
-    assert held == {(b"users", b"alice"): b"v2", (b"users", b"bob"): b"..."}
+    assert held == {
+        (b"users", b"alice"): b"v2",
+        (b"users", b"bob"): b"...",
+        (b"counters", b"visits"): b"1",
+    }
+
+
+def check_shards_api(tmp: Path, scope: dict[str, Any], out: str) -> None:
+    assert out.splitlines() == [
+        "8",
+        "9 [0, 1, 2, 3]",
+        "4",
+        "b'... edited'",
+        "[('events-hot', 4), ('events-nightly', 4), ('events', 4)]",
+    ]
+    wanted = {f"e{i}".encode(): b"..." for i in range(8)}
+    wanted[b"e1"] = b"... edited"
+    wanted[b"e9"] = b"after the snapshot"
+    for copy in ("events", "events-nightly", "events-hot"):  # the checkpoint came after e9
+        with inkpen.shards.open_reader(str(tmp / copy)) as reader:
+            assert {k: v for _b, k, v in reader.objects()} == wanted, copy
+    assert not (tmp / "events-restored").exists()  # restored, then destroyed
+    assert [cp.name for cp in inkpen.shards.list_checkpoints(str(tmp / "events"))] == ["nightly"]
 
 
 CHECKS: dict[str, Callable[[Path, dict[str, Any], str], None]] = {
@@ -204,6 +226,7 @@ CHECKS: dict[str, Callable[[Path, dict[str, Any], str], None]] = {
     'spark.read.format("inkpen")': check_spark,
     "inkpen.prometheus.register(book, registry)": check_metrics,
     'shards.create("myapp-set"': check_shards,
+    'shards.create("events"': check_shards_api,
 }
 """A text only one block has -> what that block must have done."""
 

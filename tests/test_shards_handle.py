@@ -290,7 +290,7 @@ def test_bad_calls_are_usage_errors_and_change_nothing(
         with pytest.raises(UsageError, match="not one key"):
             book.get_many("b", "k")
         with pytest.raises(UsageError, match="key order only"):
-            book.objects(order="sqn")  # type: ignore[arg-type]
+            book.objects(order="sqn")
         with pytest.raises(UsageError, match="a shard number of this data set"):
             book.changes(shard=3)
         with pytest.raises(UsageError, match=r"takes an inkpen\.Batch"):

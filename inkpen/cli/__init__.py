@@ -13,6 +13,10 @@ Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup``
 ``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``lsm``, ``manifest``,
 ``ls``, ``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``gc``, ``clone``, ``restore`` and
 ``backup --no-fence`` go through the manifest layer or a Reader and never do.
+
+Every command that takes a database URL also takes a sharded data set's URL (see
+:mod:`.data_sets`): it acts on every shard, on ``--shard I``, or on the shard a key routes to,
+or says in one line what to run instead.
 """
 
 from __future__ import annotations

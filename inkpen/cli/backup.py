@@ -29,7 +29,7 @@ from inkpen.objectstore.url import check_distinct_locations
 from inkpen.operations import stand_in_operators
 
 from . import render
-from .data_sets import shard_urls
+from .data_sets import shard_option, target
 from .progress import Tracker, progress, watched
 from .targets import checked_url, existing_store, writer
 
@@ -105,7 +105,15 @@ def _show_copies(bar: Tracker, dest: CountingStore) -> None:
     help="Copy this live checkpoint's state (implies --no-fence; writes nothing to URL).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def backup(url: str, dest: str, no_fence: bool, checkpoint: str | None, as_json: bool) -> None:
+@shard_option
+def backup(
+    url: str,
+    dest: str,
+    no_fence: bool,
+    checkpoint: str | None,
+    as_json: bool,
+    shard: int | None,
+) -> None:
     """Back up the database at URL into DEST (an empty location or an earlier backup).
 
     By default this opens URL as its writer and takes a hot backup of its journal: a Bookie
@@ -121,15 +129,20 @@ def backup(url: str, dest: str, no_fence: bool, checkpoint: str | None, as_json:
       inkpen backup 's3://prod/app?endpoint=http://127.0.0.1:8333' s3://backups/app --no-fence
 
     A sharded data set is backed up shard by shard into DEST, which gets the same descriptor
-    (with the writers of every shard fenced, or none with --no-fence).
+    (with the writers of every shard fenced, or none with --no-fence; --checkpoint ID names a
+    data-set checkpoint, each shard copied at its part of it). --shard I backs up shard I alone
+    into DEST, as a database.
     """
-    pairs = _copy_pairs(url, dest, checkpoint)
+    chosen = target(url, shard)
+    url = chosen.url
+    pairs = None if chosen.shards is None else _copy_pairs(url, dest, chosen.shards)
     if pairs is not None:
-        if no_fence:
+        pinned = _pinned(url, checkpoint)
+        if no_fence or pinned is not None:
             copies = one_by_one_pairs(
                 pairs,
                 lambda a, b: asdict(
-                    _copy(a, b, checkpoint=None, fresh=False, description=f"copying {a}")
+                    _copy(a, b, checkpoint=pinned, fresh=False, description=f"copying {a}")
                 ),
             )
         else:
@@ -137,7 +150,11 @@ def backup(url: str, dest: str, no_fence: bool, checkpoint: str | None, as_json:
         if as_json:
             render.echo_json({"url": url, "dest": dest, "shards": copies})
             return
-        how = "without opening a writer" if no_fence else "(hot backups of each shard's journal)"
+        how = (
+            "without opening a writer"
+            if no_fence or pinned is not None
+            else "(hot backups of each shard's journal)"
+        )
         click.echo(f"backed up the {len(pairs)} shards of {url} into {dest} {how}")
         for index, copied in enumerate(copies):
             click.echo(
@@ -176,7 +193,10 @@ def backup(url: str, dest: str, no_fence: bool, checkpoint: str | None, as_json:
     help="Restore this live checkpoint of BACKUP (writes nothing to BACKUP).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def restore(backup_url: str, dest: str, checkpoint: str | None, as_json: bool) -> None:
+@shard_option
+def restore(
+    backup_url: str, dest: str, checkpoint: str | None, as_json: bool, shard: int | None
+) -> None:
     """Make DEST (an empty location) a working database holding BACKUP's objects.
 
     Copies the files of BACKUP's latest state into DEST (hard links on one filesystem,
@@ -190,11 +210,16 @@ def restore(backup_url: str, dest: str, checkpoint: str | None, as_json: bool) -
       inkpen restore ./backups/monday ./restored-db
       inkpen info ./restored-db
 
-    A backup of a sharded data set is restored shard by shard into a new data set at DEST.
+    A backup of a sharded data set is restored shard by shard into a new data set at DEST
+    (--checkpoint ID: a data-set checkpoint); --shard I restores shard I alone into DEST, as a
+    database.
     """
-    pairs = _copy_pairs(backup_url, dest, checkpoint)
+    chosen = target(backup_url, shard)
+    backup_url = chosen.url
+    pairs = None if chosen.shards is None else _copy_pairs(backup_url, dest, chosen.shards)
     if pairs is not None:
-        restored = one_by_one_pairs(pairs, lambda a, b: _restore_one(a, b, None)[0])
+        pinned = _pinned(backup_url, checkpoint)
+        restored = one_by_one_pairs(pairs, lambda a, b: _restore_one(a, b, pinned)[0])
         if as_json:
             render.echo_json({"backup": backup_url, "dest": dest, "shards": restored})
             return
@@ -218,17 +243,22 @@ def restore(backup_url: str, dest: str, checkpoint: str | None, as_json: bool) -
     )
 
 
-def _copy_pairs(url: str, dest: str, checkpoint: str | None) -> list[tuple[str, str]] | None:
-    """For a data set at ``url``: ``dest`` made a data set of the same descriptor and the
-    (source, destination) URL of every shard; None when ``url`` is a database."""
-    urls = shard_urls(url)
-    if urls is None:
+def _pinned(url: str, checkpoint: str | None) -> str | None:
+    """A data-set checkpoint's id (the same in every shard), given its id or name."""
+    if checkpoint is None:
         return None
-    if checkpoint is not None:
+    found = shards.resolve_checkpoint(url, checkpoint)
+    if not found.complete:
         raise UsageError(
-            "--checkpoint names one database's checkpoint; a data set's shards each have their "
-            "own: copy a shard's URL (URL/shard-NNNN) at its checkpoint instead"
+            f"the data-set checkpoint {found.id} of {url} is held by some shards only (an "
+            "interrupted create or delete): delete it and make another"
         )
+    return found.id
+
+
+def _copy_pairs(url: str, dest: str, urls: list[str]) -> list[tuple[str, str]]:
+    """For the data set at ``url`` (shards ``urls``): ``dest`` made a data set of the same
+    descriptor, and the (source, destination) URL of every shard."""
     checked_url(dest, must_exist=False)
     check_distinct_locations(url, dest, what="copy")
     adopt_descriptor(dest, shards.read_descriptor(url))

@@ -9,21 +9,30 @@ refused call opens nothing.
 
 Buckets, keys, index fields and terms are given as text (stored as UTF-8) or as ``hex:<digits>``
 for arbitrary bytes, and shown the same way.
+
+Given a sharded data set's URL, ``get``, ``put`` and ``delete`` go to the shard the key routes to
+(``put`` and ``delete`` fence that shard's writer only), and ``ls`` lists every shard, merged in
+key order, each shard through a Reader of its own (``--shard I``: one shard only). There
+``--checkpoint`` names a data-set checkpoint (its id or name).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any
 
 import click
 
+from inkpen import shards
 from inkpen.actors.journal.changes import ChangeMaker
 from inkpen.errors import NotFoundError
 from inkpen.options import Options
+from inkpen.reader import Reader
 
 from . import render
+from .data_sets import shard_option, shard_urls, target
 from .durations import Duration
 from .params import COUNT
 from .targets import reader, writer
@@ -41,6 +50,20 @@ def _bytes(given: str, what: str) -> bytes:
 
 def _name(given: str, what: str) -> bytes:
     return render.parse_name(given, what)
+
+
+def _routed(url: str, bucket: bytes, key: bytes) -> tuple[str, bool]:
+    """The database (bucket, key) lives in: ``url`` itself, or its shard in a data set; and
+    whether ``url`` is a data set."""
+    urls = shard_urls(url)
+    if urls is None:
+        return url, False
+    return urls[shards.shard_of(bucket, key, len(urls))], True
+
+
+def _pinned(url: str, checkpoint: str | None) -> str | None:
+    """A data-set checkpoint's id (the same in every shard), given its id or name."""
+    return None if checkpoint is None else shards.resolve_checkpoint(url, checkpoint).id
 
 
 def _index_specs(adds: Iterable[str], removes: Iterable[str]) -> list[tuple[str, bytes, bytes]]:
@@ -75,7 +98,8 @@ def get(
 ) -> None:
     """Print the value of BUCKET/KEY (raw bytes), or its metadata with --head.
 
-    Exits 1 when the object does not exist. Never fences a live writer.
+    Exits 1 when the object does not exist. Never fences a live writer. Given a sharded data
+    set, reads the shard the key routes to (--checkpoint: a data-set checkpoint).
 
     \b
     Example:
@@ -83,7 +107,10 @@ def get(
       inkpen get ./.inkpen-demo/db users user00042 --head
     """
     b, k = _name(bucket, "BUCKET"), _name(key, "KEY")
-    with reader(url, checkpoint=checkpoint) as found:
+    where, in_data_set = _routed(url, b, k)
+    if in_data_set:
+        checkpoint = _pinned(url, checkpoint)
+    with reader(where, checkpoint=checkpoint) as found:
         head = found.head(b, k) if head_only else None
         value = None if head_only else found.get(b, k)
     if head is None and value is None:
@@ -113,6 +140,7 @@ def _limited(items: Iterator[Any], limit: int | None) -> Iterator[Any]:
 @click.option("-l", "--long", "long_form", is_flag=True, help="Show size, SQN and time.")
 @click.option("--limit", type=COUNT, default=None, help="List at most this many.")
 @click.option("--checkpoint", default=None, metavar="ID", help="Read at this live checkpoint.")
+@shard_option
 def ls(
     url: str,
     bucket: str | None,
@@ -122,12 +150,14 @@ def ls(
     long_form: bool,
     limit: int | None,
     checkpoint: str | None,
+    shard: int | None,
 ) -> None:
     """List buckets; or the keys of BUCKET; or, with --index, its index entries (TERM KEY).
 
     -l adds each object's size, SQN and last-modified time (to keys and to index entries).
 
-    Never fences a live writer.
+    Never fences a live writer. Given a sharded data set, lists every shard merged in key order
+    (an SQN is its shard's; --checkpoint: a data-set checkpoint).
 
     \b
     Example:
@@ -141,7 +171,13 @@ def ls(
     hi = None if end is None else _bytes(end, "--end")
     b = None if bucket is None else _name(bucket, "BUCKET")
     index = None if field is None else _name(field, "--index")
-    with reader(url, checkpoint=checkpoint) as found:
+    chosen = target(url, shard)
+    with contextlib.ExitStack() as stack:
+        found: shards.ShardedSnapshot | Reader
+        if chosen.shards is not None:
+            found = stack.enter_context(shards.open_reader(url, checkpoint=checkpoint))
+        else:
+            found = stack.enter_context(reader(chosen.url, checkpoint=checkpoint))
         if b is None:
             for name in _limited(iter(found.buckets()), limit):
                 click.echo(render.text(name))
@@ -210,7 +246,8 @@ def put(
     """Store VALUE (text) or the bytes of --file under BUCKET/KEY, durably.
 
     Opens the database as its writer: a Bookie open on it in another process is FENCED (its next
-    write fails with FencedError).
+    write fails with FencedError). Given a sharded data set, writes to the shard the key routes
+    to, fencing that shard's writer only.
 
     \b
     Example:
@@ -227,7 +264,8 @@ def put(
     specs = _index_specs(adds, removes)
     b, k = _bytes(bucket, "BUCKET"), _bytes(key, "KEY")
     CHECKS.put(b, k, data, specs, ttl)  # a refused put must not open (and fence) anything
-    with writer(url, create=create, hint="add --create to make a new database there") as book:
+    where, _in_data_set = _routed(url, b, k)
+    with writer(where, create=create, hint="add --create to make a new database there") as book:
         book.put(b, k, data, indexes=specs, ttl=ttl)
     click.echo(f"stored {bucket}/{key} ({render.size(len(data))})", err=True)
 
@@ -242,7 +280,8 @@ def put(
 def delete(url: str, bucket: str, key: str, removes: tuple[str, ...]) -> None:
     """Delete BUCKET/KEY (a durable tombstone) and the index entries named with --unindex.
 
-    Opens the database as its writer: a Bookie open on it in another process is FENCED.
+    Opens the database as its writer: a Bookie open on it in another process is FENCED. Given a
+    sharded data set, deletes in the shard the key routes to, fencing that shard's writer only.
 
     \b
     Example:
@@ -251,6 +290,7 @@ def delete(url: str, bucket: str, key: str, removes: tuple[str, ...]) -> None:
     specs = _index_specs((), removes)
     b, k = _bytes(bucket, "BUCKET"), _bytes(key, "KEY")
     CHECKS.delete(b, k, specs)
-    with writer(url) as book:
+    where, _in_data_set = _routed(url, b, k)
+    with writer(where) as book:
         book.delete(b, k, indexes=specs)
     click.echo(f"deleted {bucket}/{key}", err=True)

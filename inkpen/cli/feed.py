@@ -4,6 +4,11 @@ A feed cursor records how far a consumer of the change feed has read (an SQN); w
 journal compaction keeps every change above the lowest live cursor. Each command is one
 compare-and-swap manifest update (``list`` only reads) through the manifest layer; none bumps the
 writer epoch, so a live writer keeps running and builds its next manifest update on top.
+
+A sharded data set's SQNs are per shard, so its consumer keeps a cursor per shard, all under one
+name: given a data set's URL, ``list`` lists every shard's cursors, ``create`` makes the cursor
+in every shard (at SQN 0: another SQN belongs to one shard, so it needs ``--shard I``),
+``delete`` removes it from every shard holding it, and ``advance`` needs ``--shard I``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 import click
 
+from inkpen.errors import NotFoundError
 from inkpen.manifest.feed_cursors import (
     advance_feed_cursor,
     create_feed_cursor,
@@ -24,6 +30,7 @@ from inkpen.manifest.feed_cursors import (
 from inkpen.manifest.model import FeedCursor
 
 from . import render
+from .data_sets import each_shard, refused, shard_option, target
 from .durations import Duration
 from .params import SQN
 from .targets import database
@@ -61,27 +68,40 @@ def feed_group() -> None:
 @feed_group.command("list")
 @click.argument("url")
 @click.option("--json", "as_json", is_flag=True, help="Print the cursors as JSON.")
-def list_command(url: str, as_json: bool) -> None:
+@shard_option
+def list_command(url: str, as_json: bool, shard: int | None) -> None:
     """List the database's feed cursors, expired ones included. Reads only.
 
     Each line: name, SQN, live or EXPIRED and when it expires, its age (since it was created)
     and when it was last advanced or renewed, and its owner (who created it; "-" when the
-    database recorded none).
+    database recorded none). Given a sharded data set, every shard's cursors, each line
+    beginning with its shard.
 
     \b
     Example:
       inkpen feed list ./.inkpen-demo/db
     """
     now = time.time()
-    with database(url, live=False) as manifests:
-        found = [cursor_summary(c, now) for c in list_feed_cursors(manifests)]
+    chosen = target(url, shard)
+    if chosen.shards is not None:
+
+        def listed(shard_url: str) -> list[dict[str, Any]]:
+            with database(shard_url, live=False) as manifests:
+                return [cursor_summary(c, now) for c in list_feed_cursors(manifests)]
+
+        per_shard = each_shard("feed", url, chosen.shards, listed, quick=True)
+        found = [{"shard": i, **row} for i, rows in enumerate(per_shard) for row in rows]
+    else:
+        with database(chosen.url, live=False) as manifests:
+            found = [cursor_summary(c, now) for c in list_feed_cursors(manifests)]
     if as_json:
         render.echo_json(found)
     elif found:
         for row in found:
             state = "live" if row["live"] else "EXPIRED"
+            where = f"shard {row['shard']}\t" if "shard" in row else ""
             click.echo(
-                f"{row['name']}\tsqn {row['sqn']}\t{state}, expires "
+                f"{where}{row['name']}\tsqn {row['sqn']}\t{state}, expires "
                 f"{render.expiry(row['expires'], now)}\tage {render.span(row['age'])}, "
                 f"advanced {render.span(max(0.0, now - row['advanced']))} ago\t"
                 f"owner {row['owner'] or '-'}"
@@ -111,13 +131,41 @@ def list_command(url: str, as_json: bool) -> None:
     default=None,
     help="Who holds the cursor, shown by `feed list` (default: this user and host).",
 )
-def create(url: str, name: str, sqn: int, lifetime: float | None, owner: str | None) -> None:
+@shard_option
+def create(
+    url: str, name: str, sqn: int, lifetime: float | None, owner: str | None, shard: int | None
+) -> None:
     """Create a feed cursor NAME at --sqn.
+
+    Given a sharded data set, creates NAME in every shard at SQN 0 (SQNs are per shard: for
+    another SQN, name the shard with --shard I).
 
     \b
     Example:
       inkpen feed create ./.inkpen-demo/db exporter --sqn 0 --lifetime 7d --owner nightly-export
     """
+    chosen = target(url, shard)
+    if chosen.shards is not None:
+        if sqn != 0:
+            raise refused(
+                url,
+                len(chosen.shards),
+                f"SQNs are per shard, so --sqn {sqn} belongs to one: add --shard I, or create "
+                "the cursor at SQN 0 in every shard",
+            )
+        holder = owner or _default_owner()
+
+        def made_in(shard_url: str) -> FeedCursor:
+            with database(shard_url) as manifests:
+                return create_feed_cursor(manifests, name, 0, lifetime=lifetime, owner=holder)
+
+        made_all = each_shard("feed", url, chosen.shards, made_in, quick=True)
+        click.echo(
+            f"feed cursor {name} at sqn 0 in each of the {len(made_all)} shards, expires "
+            f"{render.expiry(made_all[0].expire_time, time.time())}"
+        )
+        return
+    url = chosen.url
     with database(url) as manifests:
         made = create_feed_cursor(
             manifests, name, sqn, lifetime=lifetime, owner=owner or _default_owner()
@@ -132,13 +180,25 @@ def create(url: str, name: str, sqn: int, lifetime: float | None, owner: str | N
 @click.argument("url")
 @click.argument("name")
 @click.argument("sqn", type=SQN)
-def advance(url: str, name: str, sqn: int) -> None:
+@shard_option
+def advance(url: str, name: str, sqn: int, shard: int | None) -> None:
     """Move feed cursor NAME forward to SQN (never back), renewing its lifetime.
+
+    A sharded data set's SQNs are per shard: name the shard whose cursor moves with --shard I.
 
     \b
     Example:
       inkpen feed advance ./.inkpen-demo/db exporter 1200
     """
+    chosen = target(url, shard)
+    if chosen.shards is not None:
+        raise refused(
+            url,
+            len(chosen.shards),
+            f"SQNs are per shard: run `inkpen feed advance {url} {name} {sqn} --shard I` for "
+            "the shard whose feed the SQN is in",
+        )
+    url = chosen.url
     with database(url) as manifests:
         done = advance_feed_cursor(manifests, name, sqn)
     click.echo(f"feed cursor {done.name} at sqn {done.sqn}")
@@ -147,13 +207,33 @@ def advance(url: str, name: str, sqn: int) -> None:
 @feed_group.command("delete")
 @click.argument("url")
 @click.argument("name")
-def delete(url: str, name: str) -> None:
+@shard_option
+def delete(url: str, name: str, shard: int | None) -> None:
     """Delete feed cursor NAME; compaction may then drop the changes only it held.
+
+    Given a sharded data set, deletes NAME from every shard that holds it.
 
     \b
     Example:
       inkpen feed delete ./.inkpen-demo/db exporter
     """
+    chosen = target(url, shard)
+    if chosen.shards is not None:
+
+        def gone_from(shard_url: str) -> bool:
+            with database(shard_url, live=False) as manifests:
+                try:
+                    delete_feed_cursor(manifests, name)
+                except NotFoundError:
+                    return False
+                return True
+
+        deleted = sum(each_shard("feed", url, chosen.shards, gone_from, quick=True))
+        if not deleted:
+            raise NotFoundError(f"no feed cursor {name!r} in any shard of {url}")
+        click.echo(f"deleted feed cursor {name} from {deleted} shards")
+        return
+    url = chosen.url
     with database(url, live=False) as manifests:
         delete_feed_cursor(manifests, name)
     click.echo(f"deleted feed cursor {name}")

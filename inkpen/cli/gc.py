@@ -6,6 +6,9 @@ and journal files and SSTs no active manifest names, each older than ``--min-age
 what protects files a live writer has written but not yet committed (a slow merge, a bulk load):
 keep it above the longest such time. Below one minute it is refused unless ``--offline`` says no
 writer has the database open. Expired checkpoints are dropped from the manifest first.
+
+Given a sharded data set it collects every shard (several at once), or shard ``--shard I``; once
+every shard of a destroyed data set is removed, it removes the data set's descriptor too.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from typing import Any
 import click
 
 from inkpen.manifest.gc import GcOptions, GcReport, run_gc
+from inkpen.operations import remove_descriptor
 
 from . import render
-from .data_sets import each_shard, shard_urls
+from .data_sets import each_shard, shard_option, target
 from .durations import Duration
 from .progress import progress
-from .targets import database
+from .targets import database, holds_nothing
 
 
 def report_document(report: GcReport) -> dict[str, Any]:
@@ -62,15 +66,23 @@ def report_document(report: GcReport) -> dict[str, Any]:
     help="No writer has the database open: allow a --min-age below 1m.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@shard_option
 def gc(
-    url: str, dry_run: bool, min_age: float, destroy_grace: float, offline: bool, as_json: bool
+    url: str,
+    dry_run: bool,
+    min_age: float,
+    destroy_grace: float,
+    offline: bool,
+    as_json: bool,
+    shard: int | None,
 ) -> None:
     """Delete what the database at URL no longer needs (see --dry-run first).
 
     Never fences a live writer. --min-age must exceed the longest time a writer takes between
     writing a file and committing it; the default of 5 minutes suits inkpen's own writers, and
     below 1 minute it is refused unless --offline vouches that no writer has the database open.
-    Given a sharded data set, collects every shard (several at once).
+    Given a sharded data set, collects every shard (several at once; --dry-run lists each
+    shard's objects), or only shard I with --shard I.
 
     \b
     Example:
@@ -78,48 +90,62 @@ def gc(
       inkpen gc ./.inkpen-demo/db --min-age 1h
     """
     options = GcOptions(min_age=min_age, destroy_grace=destroy_grace, offline=offline)
-    urls = shard_urls(url)
-    if urls is not None:
+    chosen = target(url, shard)
+    if chosen.shards is not None:
 
-        def collect(shard: str) -> GcReport:
-            with database(shard, live=False) as manifests:
+        def collect(shard_url: str) -> GcReport | None:
+            if holds_nothing(shard_url):
+                return None  # removed already: a destroyed data set's shard GC has finished
+            with database(shard_url, live=False) as manifests:
                 return run_gc(manifests.store, options=options, dry_run=dry_run)
 
-        reports = each_shard("gc", url, urls, collect)
+        reports = each_shard("gc", url, chosen.shards, collect)
+        removed = (
+            not dry_run
+            and all(r is None or r.destroyed for r in reports)
+            and remove_descriptor(url)
+        )
         if as_json:
-            render.echo_json({"url": url, "shards": [report_document(r) for r in reports]})
+            documents = [None if r is None else report_document(r) for r in reports]
+            render.echo_json({"url": url, "shards": documents, "data_set_removed": removed})
             return
         for index, found in enumerate(reports):
-            if dry_run:
-                click.echo(f"shard {index}: would delete {len(found.plan.deletes)} objects")
+            if found is None:
+                click.echo(f"shard {index}: removed already")
             else:
-                click.echo(
-                    f"shard {index}: deleted {len(found.deleted)} objects, "
-                    f"{render.size(found.bytes_deleted)}"
-                )
+                click.echo("\n".join(_lines(found, prefix=f"shard {index}: ", indent="  ")))
+        if removed:
+            click.echo(f"the destroyed data set {url} is removed: every shard and its descriptor")
         return
-    with database(url, live=False) as manifests, progress("gc", f"collecting {url}"):
+    with database(chosen.url, live=False) as manifests, progress("gc", f"collecting {url}"):
         report = run_gc(manifests.store, options=options, dry_run=dry_run)
-    document = report_document(report)
     if as_json:
-        render.echo_json(document)
+        render.echo_json(report_document(report))
         return
+    click.echo("\n".join(_lines(report)))
+
+
+def _lines(report: GcReport, *, prefix: str = "", indent: str = "") -> list[str]:
+    """What one GC pass did (or, in a dry run, would do): each object it would delete and why."""
+    document = report_document(report)
     counts = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in document["counts"].items())
-    if dry_run:
-        click.echo(f"would delete {len(report.plan.deletes)} objects ({counts})")
-        for item in document["planned"]:
-            click.echo(f"  {item['key']}: {item['reason']}")
+    if report.dry_run:
+        lines = [f"{prefix}would delete {len(report.plan.deletes)} objects ({counts})"]
+        lines.extend(f"{indent}  {item['key']}: {item['reason']}" for item in document["planned"])
         if report.plan.expired_checkpoints:
-            click.echo(
-                f"would drop expired checkpoints {', '.join(report.plan.expired_checkpoints)}"
+            lines.append(
+                f"{indent}would drop expired checkpoints "
+                f"{', '.join(report.plan.expired_checkpoints)}"
             )
-        return
-    click.echo(
-        f"deleted {len(report.deleted)} objects, {render.size(report.bytes_deleted)} ({counts})"
-    )
+        return lines
+    lines = [
+        f"{prefix}deleted {len(report.deleted)} objects, {render.size(report.bytes_deleted)} "
+        f"({counts})"
+    ]
     if report.dropped_checkpoints:
-        click.echo(f"dropped expired checkpoints {', '.join(report.dropped_checkpoints)}")
+        lines.append(f"{indent}dropped expired checkpoints {', '.join(report.dropped_checkpoints)}")
     if report.destroyed:
-        click.echo("the database was destroyed and is now removed")
+        lines.append(f"{indent}the database was destroyed and is now removed")
     if report.detached:
-        click.echo("the clone no longer needs its parent and was detached from it")
+        lines.append(f"{indent}the clone no longer needs its parent and was detached from it")
+    return lines

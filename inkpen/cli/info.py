@@ -18,7 +18,7 @@ from inkpen.manifest.model import Checkpoint, Manifest
 from inkpen.manifest.store import ManifestStore
 
 from . import render
-from .data_sets import each_shard, shard_urls
+from .data_sets import each_shard, shard_option, target
 from .targets import database, latest_manifest
 
 
@@ -184,7 +184,7 @@ def describe_data_set(url: str, urls: list[str]) -> dict[str, Any]:
             "hash": descriptor.hash,
             "created": descriptor.created,
         },
-        "shards": each_shard("info", url, urls, _describe_url),
+        "shards": each_shard("info", url, urls, _describe_url, quick=True),
     }
 
 
@@ -230,27 +230,28 @@ def _data_set_lines(found: dict[str, Any]) -> list[str]:
 @click.command()
 @click.argument("url")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def info(url: str, as_json: bool) -> None:
+@shard_option
+def info(url: str, as_json: bool, shard: int | None) -> None:
     """Show a database: manifest, epochs, journal, ledger levels, checkpoints.
 
     Reads the latest manifest and lists the journal; writes nothing and never fences a live
     writer. Given a sharded data set, shows its descriptor and one line per shard (--json: each
-    shard's full figures).
+    shard's full figures); --shard I shows shard I as a database.
 
     \b
     Example:
       inkpen info ./.inkpen-demo/db
       inkpen info 's3://my-bucket/app/db?endpoint=http://127.0.0.1:8333' --json
     """
-    urls = shard_urls(url)
-    if urls is not None:
-        found = describe_data_set(url, urls)
+    chosen = target(url, shard)
+    if chosen.shards is not None:
+        found = describe_data_set(url, chosen.shards)
         if as_json:
             render.echo_json(found)
         else:
             click.echo("\n".join(_data_set_lines(found)))
         return
-    found = _describe_url(url)
+    found = _describe_url(chosen.url)
     if as_json:
         render.echo_json(found)
     else:

@@ -43,6 +43,7 @@ from inkpen.manifest.table_store import TableStore
 from inkpen.options import Options
 
 from . import render
+from .data_sets import one_by_one, refused, shard_option, target
 from .feed import cursor_summary
 from .info import checkpoint_summary, describe
 from .lsm_page import page
@@ -474,6 +475,12 @@ def text_lines(found: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _survey_url(url: str) -> dict[str, Any]:
+    with database(url, live=False) as manifests:
+        latest = latest_manifest(manifests)
+        return survey(manifests, latest.id, latest.manifest)
+
+
 @click.command("lsm")
 @click.argument("url")
 @click.option(
@@ -485,13 +492,17 @@ def text_lines(found: dict[str, Any]) -> list[str]:
     "to view).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what the page draws as JSON.")
-def lsm(url: str, html_file: Path | None, as_json: bool) -> None:
+@shard_option
+def lsm(url: str, html_file: Path | None, as_json: bool, shard: int | None) -> None:
     """Draw a database: its levels, L0 depth, journal, checkpoints, feed cursors and epochs.
 
     Without --html, prints a compact text picture: one line per level with its SSTs' bytes
     shaded over the key span. Reads only (the latest manifest, the manifests checkpoints pin,
     and a sample of each journal file to tell live bytes from dead): it never fences a live
     writer and writes nothing to the database.
+
+    Given a sharded data set, prints each shard's picture in turn (--json: a list of them);
+    a page draws one database, so --html needs --shard I.
 
     \b
     Example:
@@ -502,9 +513,24 @@ def lsm(url: str, html_file: Path | None, as_json: bool) -> None:
         raise click.BadParameter(
             f"{html_file.parent} is not a directory to write the page in", param_hint="--html"
         )
-    with database(url, live=False) as manifests:
-        latest = latest_manifest(manifests)
-        found = survey(manifests, latest.id, latest.manifest)
+    chosen = target(url, shard)
+    if chosen.shards is not None:
+        if html_file is not None:
+            raise refused(
+                url,
+                len(chosen.shards),
+                f"a page draws one database: run `inkpen lsm {url} --shard I --html FILE` "
+                f"(I from 0 to {len(chosen.shards) - 1})",
+            )
+        surveys = one_by_one(chosen.shards, _survey_url)
+        if as_json:
+            render.echo_json({"url": url, "shards": surveys})
+            return
+        for index, found in enumerate(surveys):
+            click.echo(f"shard {index}: {found['url']}")
+            click.echo("\n".join(f"  {line}" for line in text_lines(found)))
+        return
+    found = _survey_url(chosen.url)
     if html_file is not None:
         html_file.write_text(page(found), encoding="utf-8")
         counts = ", ".join(f"L{level['level']} {level['files']}" for level in found["levels"])

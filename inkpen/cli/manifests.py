@@ -17,6 +17,7 @@ from inkpen.manifest.model import Manifest
 from inkpen.manifest.paths import manifest_key
 
 from . import render
+from .data_sets import refused, shard_option, target
 from .info import checkpoint_rows, checkpoint_summary
 from .params import MANIFEST_ID
 from .targets import database, latest_manifest
@@ -101,11 +102,17 @@ def document(manifest_id: int, manifest: Manifest) -> dict[str, Any]:
 @click.option("--id", "manifest_id", type=MANIFEST_ID, help="This version, not the latest.")
 @click.option("--list", "list_ids", is_flag=True, help="List the manifest ids the store holds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest document as JSON.")
-def manifest_command(url: str, manifest_id: int | None, list_ids: bool, as_json: bool) -> None:
+@shard_option
+def manifest_command(
+    url: str, manifest_id: int | None, list_ids: bool, as_json: bool, shard: int | None
+) -> None:
     """Print a manifest of the database (the latest unless --id), or list the ids with --list.
 
     Reads only; never fences a live writer. GC removes superseded versions that no checkpoint
     pins, so older ids may be gone.
+
+    A sharded data set has no manifest of its own: each shard has its own, with ids of its own;
+    name the shard with --shard I (`inkpen info URL` shows each shard's latest id).
 
     \b
     Example:
@@ -113,6 +120,15 @@ def manifest_command(url: str, manifest_id: int | None, list_ids: bool, as_json:
       inkpen manifest ./.inkpen-demo/db --list
       inkpen manifest ./.inkpen-demo/db --id 3 --json
     """
+    chosen = target(url, shard)
+    if chosen.shards is not None:
+        raise refused(
+            url,
+            len(chosen.shards),
+            f"manifests are per shard: run `inkpen manifest {url} --shard I` (I from 0 to "
+            f"{len(chosen.shards) - 1}), or `inkpen info {url}` for every shard's latest",
+        )
+    url = chosen.url
     with database(url, live=False) as manifests:
         if list_ids:
             ids = manifests.ids()

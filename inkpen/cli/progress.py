@@ -5,7 +5,8 @@ the operation ends. Anywhere else (cron, CI, a pipe) it writes structlog events 
 ``inkpen.cli`` logger instead, few enough to read: ``<event>.started`` with the total,
 ``<event>.progress`` each time another tenth is done (or, without a known total, at 1, 2, 4, 8...
 steps), ``<event>.phase`` when a multi-step command moves on, and ``<event>.finished`` with what
-was done and how long it took.
+was done and how long it took. A quick command (``log_lines=False``: ``info`` of a data set) shows
+its bar on a terminal and writes nothing anywhere else: its lines would be noise in a pipe.
 """
 
 from __future__ import annotations
@@ -112,6 +113,19 @@ class _LogTracker:
         return self._completed
 
 
+class _Silent:
+    """The tracker of a quick command off a terminal: it reports nothing."""
+
+    def advance(self, amount: float = 1) -> None:
+        return None
+
+    def update(self, completed: float, *, total: float | None = None) -> None:
+        return None
+
+    def phase(self, description: str) -> None:
+        return None
+
+
 def _figure(value: float) -> int | float:
     return int(value) if float(value).is_integer() else round(value, 3)
 
@@ -123,7 +137,12 @@ def on_terminal() -> bool:
 
 @contextlib.contextmanager
 def progress(
-    event: str, description: str, *, total: float | None = None, unit: Unit = "steps"
+    event: str,
+    description: str,
+    *,
+    total: float | None = None,
+    unit: Unit = "steps",
+    log_lines: bool = True,
 ) -> Iterator[Tracker]:
     """Report the progress of one long operation named ``event`` (see the module docstring)."""
     if on_terminal():
@@ -136,6 +155,9 @@ def progress(
         ]
         with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
             yield _BarTracker(bar, bar.add_task(description, total=total))
+        return
+    if not log_lines:
+        yield _Silent()
         return
     started = time.monotonic()
     tracker = _LogTracker(event, total, unit)

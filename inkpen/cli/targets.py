@@ -102,7 +102,7 @@ def reader(url: str, *, checkpoint: str | None = None) -> Iterator[inkpen.Reader
             yield found
 
 
-def _holds_nothing(url: str) -> bool:
+def holds_nothing(url: str) -> bool:
     """True when ``url`` is a directory that does not exist or a root with no objects at all."""
     parsed = parse_store_url(url)
     if backend_of(parsed).local and not os.path.isdir(parsed.location):
@@ -119,12 +119,12 @@ def writer(url: str, *, create: bool = False, hint: str = "") -> Iterator[inkpen
     """
     checked_url(url, must_exist=False)
     if not create:
-        if hint and _holds_nothing(url):
+        if hint and holds_nothing(url):
             raise NotFoundError(f"no inkpen database at {url}; {hint}")
         with database(url):
             pass  # refuses a missing, destroyed or foreign database with its own message
     names: tuple[str, ...] = ()
-    if not _holds_nothing(url):
+    if not holds_nothing(url):
         with existing_store(url) as store:
             latest = ManifestStore(store).latest()
         names = () if latest is None else latest.manifest.merge_operators

@@ -31,6 +31,7 @@ from typing import Any
 
 import click
 
+from inkpen import shards
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
@@ -47,8 +48,8 @@ from inkpen.manifest.table_store import TableStore
 
 from . import render
 from .checks import Kind, Outcome, Status, Target, check
-from .data_sets import one_by_one, paired_shards, shard_urls
-from .diff import EXIT_DIFFERENT, key_text, run_diff
+from .data_sets import one_by_one, shard_option, target
+from .diff import EXIT_DIFFERENT, key_text, pairs_to_compare, run_diff
 from .diff import report as diff_report
 from .failures import EXIT_DAMAGED
 from .progress import progress
@@ -229,20 +230,25 @@ def verify_data_set(
     against: str | None,
     as_json: bool,
 ) -> None:
-    """``inkpen verify`` of a data set: every shard in turn, then (with ``--against``) a diff
-    of each shard with the copy's shard of the same number."""
+    """``inkpen verify`` of a data set: every shard in turn (at its part of the data-set
+    checkpoint ``checkpoint``, if given), then (with ``--against``) a diff with the copy: shard
+    by shard if it is a data set of the same count, else whole."""
+    pinned = None
     if checkpoint is not None:
-        raise UsageError(
-            "--checkpoint names one database's checkpoint; a data set's shards each have their "
-            "own: verify a shard's URL (URL/shard-NNNN) at its checkpoint instead"
-        )
-    pairs = paired_shards(url, against) if against is not None else None
-    reports = one_by_one(urls, lambda shard: verify_one(shard, None, no_pin))
+        found_checkpoint = shards.resolve_checkpoint(url, checkpoint)
+        if not found_checkpoint.complete:
+            raise UsageError(
+                f"the data-set checkpoint {found_checkpoint.id} of {url} is held by some shards "
+                "only (an interrupted create or delete): delete it and make another"
+            )
+        pinned = found_checkpoint.id
+    pairs = pairs_to_compare(url, against, None)[0] if against is not None else None
+    reports = one_by_one(urls, lambda shard: verify_one(shard, pinned, no_pin))
     ok = all(r["ok"] for r in reports)
     document: dict[str, Any] = {"url": url, "ok": ok, "shards": reports}
     compared = []
     if pairs is not None and ok:
-        compared = [(a, b, run_diff(a, b, None)) for a, b in pairs]
+        compared = [(a.url, b.url, run_diff(a, b, None)) for a, b in pairs]
         document["against"] = [diff_report(a, b, None, found) for a, b, found in compared]
     if as_json:
         render.echo_json(document)
@@ -285,6 +291,7 @@ def verify_data_set(
     "objects, as `inkpen diff` does; exit 1 if it does not.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@shard_option
 @click.pass_context
 def verify(
     ctx: click.Context,
@@ -293,6 +300,7 @@ def verify(
     no_pin: bool,
     against: str | None,
     as_json: bool,
+    shard: int | None,
 ) -> None:
     """Check every checksum of every object the database needs; exit 3 if any is damaged.
 
@@ -304,8 +312,9 @@ def verify(
     and lists every key that differs: a backup or restore taken of a database no one wrote to
     since must show none.
 
-    Given a sharded data set, verifies every shard (and compares each with the same shard of
-    the data set --against names).
+    Given a sharded data set, verifies every shard (at a data-set checkpoint with
+    --checkpoint), then compares it with --against COPY: shard by shard with a data set of its
+    shard count, else whole (by merged trees); --shard I verifies shard I alone.
 
     \b
     Example:
@@ -313,14 +322,16 @@ def verify(
       inkpen verify s3://backups/app --json
       inkpen verify ./db --against ./backups/monday
     """
-    urls = shard_urls(url)
-    if urls is not None:
-        verify_data_set(ctx, url, urls, checkpoint, no_pin, against, as_json)
+    chosen = target(url, shard)
+    if chosen.shards is not None:
+        verify_data_set(ctx, url, chosen.shards, checkpoint, no_pin, against, as_json)
         return
+    url = chosen.url
     report = verify_one(url, checkpoint, no_pin)
     compared = None
     if against is not None and report["ok"]:
-        compared = run_diff(url, against, None)
+        ((side, copy),) = pairs_to_compare(url, against, None)[0]
+        compared = run_diff(side, copy, None)
         report["against"] = diff_report(url, against, None, compared)
     if as_json:
         render.echo_json(report)

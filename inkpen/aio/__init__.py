@@ -50,7 +50,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from time import perf_counter
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, Protocol, TypeVar, overload
 
 from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.engine.engine import Engine, put_timed_out
@@ -68,16 +68,16 @@ from inkpen.manifest.gc import GcReport
 from inkpen.manifest.model import FeedCursor
 from inkpen.objectstore import ObjectStore
 
-from . import bookie as _bookie
-from . import reader as _reader
-from .bookie import Bookie, IndexSpecs, value_bytes
-from .checks import check_count
-from .errors import ConflictError, UsageError
-from .options import Options
-from .read_api import ReadAPI
-from .reader import CaughtUp, Reader
-from .snapshot import Snapshot
-from .transaction import Backoff, Transaction
+from .. import bookie as _bookie
+from .. import reader as _reader
+from ..bookie import Bookie, IndexSpecs, value_bytes
+from ..checks import check_count
+from ..errors import ConflictError, UsageError
+from ..options import Options
+from ..read_api import ReadAPI
+from ..reader import CaughtUp, Reader
+from ..snapshot import Snapshot
+from ..transaction import Backoff, Transaction
 
 __all__ = [
     "AsyncBookie",
@@ -89,10 +89,11 @@ __all__ = [
     "open",
     "open_reader",
     "retrying",
+    "shards",
 ]
 
 T = TypeVar("T")
-H = TypeVar("H", bound="_AsyncReads[Any]")
+H = TypeVar("H", bound="_Closable")
 R = TypeVar("R", bound=ReadAPI)
 S = TypeVar("S")
 
@@ -600,7 +601,13 @@ async def retrying(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-A = TypeVar("A", bound=AsyncTransaction)
+class _Ending(Protocol):
+    """What ``_Begun`` answers: a transaction that ends with its ``async with`` block."""
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None: ...
+
+
+A = TypeVar("A", bound=_Ending)
 
 
 class _Begun(Generic[A]):
@@ -983,6 +990,12 @@ class AsyncReader(_AsyncReads[Reader]):
         await self.close()
 
 
+class _Closable(Protocol):
+    """What ``_Opening`` answers: a handle its ``async with`` block closes."""
+
+    async def close(self) -> None: ...
+
+
 class _Opening(Generic[H]):
     """What ``open`` answers: await it for the handle, or use it with ``async with``."""
 
@@ -1004,7 +1017,7 @@ class _Opening(Generic[H]):
         tb: TracebackType | None,
     ) -> None:
         if self._handle is not None:
-            await self._handle.close()  # type: ignore[attr-defined]
+            await self._handle.close()
 
 
 def _pool(workers: int, fold_chunk: int) -> concurrent.futures.ThreadPoolExecutor:
@@ -1076,3 +1089,8 @@ def open_reader(
         return AsyncReader(reader, pool, fold_chunk)
 
     return _Opening(make)
+
+
+# The asyncio handle of sharded data sets, inkpen.aio.shards: imported last, as it builds on the
+# classes above.
+from . import shards  # noqa: E402
