@@ -70,7 +70,7 @@ from inkpen.objectstore import ObjectStore
 
 from . import bookie as _bookie
 from . import reader as _reader
-from .bookie import Bookie, IndexSpecs, value_bytes
+from .bookie import Bookie, IndexSpecs, merge_operators_of, value_bytes
 from .checks import check_count
 from .errors import ConflictError, UsageError
 from .options import Options
@@ -732,14 +732,19 @@ class AsyncBookie(_AsyncReads[Bookie]):
         self._sync._check_open()
         self._sync._check_not_head_only("merge")
         change = self._sync._changes.merge(bucket, key, operand, operator)
-        if not self._engine.merge_operator_recorded(operator):
-            try:  # the first merge with this name: one manifest commit, off the loop
-                await self._call(self._engine.record_merge_operator, operator)
-            except BaseException as exc:
-                self._meter.refused(exc)
-                raise
         await self._write([change])
-        self._meter.put.record(perf_counter() - started, len(change.value or b""))
+        await self._record_merge_operators((operator,))  # only a merge that landed names it
+        self._meter.put.record(perf_counter() - started)  # the writer counts the folded bytes
+
+    async def _record_merge_operators(self, names: Iterable[str]) -> None:
+        """Record the names of merges that landed (the first time: one manifest commit, off
+        the loop; see :meth:`Engine.record_merge_operators`)."""
+        engine = self._engine
+        missing = [name for name in names if not engine.merge_operator_recorded(name)]
+        if missing:
+            # The handle closing meanwhile leaves the names unrecorded; the merge stands.
+            with contextlib.suppress(UsageError):
+                await self._call(engine.record_merge_operators, missing)
 
     async def write(self, batch: Batch) -> None:
         """Apply ``batch`` atomically; returns once durable (see :meth:`inkpen.Bookie.write`)."""
@@ -747,6 +752,7 @@ class AsyncBookie(_AsyncReads[Bookie]):
         changes = self._sync._batch_changes(batch)
         if changes:
             await self._write(changes)
+            await self._record_merge_operators(merge_operators_of(changes))
             self._meter.write.record_many(
                 perf_counter() - started, len(changes), value_bytes(changes)
             )

@@ -51,8 +51,15 @@ IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
 
 def value_bytes(changes: Iterable[PendingChange]) -> int:
-    """Bytes of the values ``changes`` carry (a batch's, for the metrics)."""
-    return sum(len(c.value) for c in changes if c.value)
+    """Bytes of the values ``changes`` carry (a batch's, for the metrics). A merge's operand is
+    not its value: the writer counts the value it folds (:class:`~inkpen.actors.kernel.meter.
+    Meter`'s ``folded_bytes``)."""
+    return sum(len(c.value) for c in changes if c.value and c.operator is None)
+
+
+def merge_operators_of(changes: Iterable[PendingChange]) -> set[str]:
+    """The names of the merge operators ``changes`` merge with."""
+    return {c.operator for c in changes if c.operator is not None}
 
 
 class _LiveSource(ViewSource):
@@ -167,19 +174,21 @@ class Bookie(ReadAPI):
         never conflict and each is applied once, in the order they are written. The new value
         replaces the old one as a put without ``ttl`` or index changes would (index entries are
         kept). An unknown operator, an operand that is not bytes, or an operator that raises or
-        answers anything but bytes is a :class:`~inkpen.UsageError` and writes nothing.
+        answers anything but bytes (or a bytearray or memoryview) is a
+        :class:`~inkpen.UsageError` and writes nothing. The first merge with a name that lands
+        records the name in the manifest (see :func:`inkpen.forget_merge_operator`).
         """
         started = perf_counter()
         self._check_open()
         self._check_not_head_only("merge")
         change = self._changes.merge(bucket, key, operand, operator)
         try:
-            self._engine.record_merge_operator(operator)
             self._engine.write(change)
         except BaseException as exc:
             self._meter.refused(exc)
             raise
-        self._meter.put.record(perf_counter() - started, len(change.value or b""))
+        self._engine.record_merge_operators((operator,))  # only a merge that landed names it
+        self._meter.put.record(perf_counter() - started)  # the writer counts the folded bytes
 
     def write(self, batch: Batch) -> None:
         """Apply every change of ``batch`` atomically and in order; returns once durable.
@@ -192,6 +201,7 @@ class Bookie(ReadAPI):
         changes = self._batch_changes(batch)
         if changes:
             self._write_unit(changes, started)
+            self._engine.record_merge_operators(merge_operators_of(changes))
 
     def _write_unit(self, changes: list[PendingChange], started: float) -> None:
         """Write ``changes`` as one unit and record it as a batch."""
@@ -217,8 +227,6 @@ class Bookie(ReadAPI):
             else make.put(op.bucket, op.key, op.value, op.indexes, op.ttl, if_sqn=op.if_sqn)
             for op in batch._pending()
         ]
-        for name in sorted({c.operator for c in changes if c.operator is not None}):
-            self._engine.record_merge_operator(name)
         batch._mark_written()
         return changes
 

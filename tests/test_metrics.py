@@ -266,6 +266,37 @@ def _stable(read: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
     return seen[-1]
 
 
+def test_a_merge_counts_the_value_it_folded_to_not_its_operand(store_url: str) -> None:
+    def append(key: bytes, existing: bytes | None, operands: Any) -> bytes:
+        return (existing or b"") + b"".join(operands)
+
+    def refuse(key: bytes, existing: bytes | None, operands: Any) -> bytes:
+        raise ValueError("no")
+
+    operators = {"append": append, "refuse": refuse}
+    with inkpen.open(store_url, merge_operators=operators) as book:
+        book.put(BUCKET, "log", b"x" * 100)
+        book.merge(BUCKET, "log", b"ab", operator="append")  # writes 102 bytes
+        book.merge(BUCKET, "log", b"c", operator="append")  # writes 103 bytes
+        book.write(
+            inkpen.Batch()
+            .merge(BUCKET, "log", b"d", operator="append")  # 104
+            .put(BUCKET, "other", b"12345")  # 5
+            .merge(BUCKET, "new", b"e", operator="append")  # 1
+        )
+        with pytest.raises(inkpen.UsageError):
+            book.merge(BUCKET, "log", b"f", operator="refuse")  # refused: nothing written
+        with pytest.raises(inkpen.UsageError):
+            book.write(inkpen.Batch().merge(BUCKET, "new", b"g", operator="refuse"))
+        metrics = book.metrics()
+        assert metrics.value_bytes_written == 100 + 102 + 103 + 104 + 5 + 1
+        assert (metrics.puts, metrics.batches, metrics.batch_changes) == (3, 1, 3)
+        assert book.get(BUCKET, "log") == b"x" * 100 + b"abcd"
+    with inkpen.open(store_url, merge_operators=operators, metrics=False) as quiet:
+        quiet.merge(BUCKET, "log", b"h", operator="append")
+        assert quiet.metrics().value_bytes_written == 0
+
+
 def test_store_requests_equal_what_the_store_saw(store_url: str) -> None:
     outer = CountingStore(open_store(store_url))
     with inkpen.open(outer, **TINY) as book:

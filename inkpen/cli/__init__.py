@@ -7,8 +7,9 @@ line and an exit status; :mod:`.logconfig` is the only place logging is configur
 
 Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup`` (without
 ``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``lsm``, ``manifest``,
-``ls``, ``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``gc``, ``clone``, ``restore`` and
-``backup --no-fence`` go through the manifest layer or a Reader and never do.
+``ls``, ``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``merge-operators``, ``gc``,
+``clone``, ``restore`` and ``backup --no-fence`` go through the manifest layer or a Reader and
+never do.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .info import info
 from .logconfig import configure_logging
 from .lsm import lsm
 from .manifests import manifest_command
+from .merge_operators import merge_operators_command
 from .verify import verify
 
 
@@ -67,6 +69,7 @@ for command in (
     manifest_command,
     checkpoint_group,
     feed_group,
+    merge_operators_command,
     ls,
     get,
     put,
