@@ -46,6 +46,7 @@ import contextlib
 import functools
 import inspect
 import re
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from time import perf_counter
@@ -77,7 +78,7 @@ from .options import Options
 from .read_api import ReadAPI
 from .reader import CaughtUp, Reader
 from .snapshot import Snapshot
-from .transaction import Backoff, Transaction
+from .transaction import NESTED, RETRY_DEADLINE, Backoff, Transaction
 
 __all__ = [
     "AsyncBookie",
@@ -573,16 +574,22 @@ class AsyncTransaction(_AsyncOver[Transaction]):
 
 async def retrying(
     fn: Callable[[], Awaitable[T]],
-    attempts: int = 10,
+    attempts: int | None = None,
     *,
+    deadline: float | None = RETRY_DEADLINE,
     base_delay: float = 0.001,
     max_delay: float = 0.1,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """:func:`inkpen.retrying` for coroutines: ``await retrying(fn)`` awaits ``fn()`` again on
-    :class:`~inkpen.ConflictError`, waiting (without a thread) a jittered, growing delay."""
-    backoff = Backoff(fn, attempts, base_delay, max_delay, sleep)
-    for attempt in range(attempts):
+    :class:`~inkpen.ConflictError`, waiting (without a thread) a jittered, growing delay, until
+    ``deadline`` seconds (10 by default) have passed since the first call, or ``attempts``
+    calls when that is given; then the last conflict is raised."""
+    backoff = Backoff(fn, attempts, deadline, base_delay, max_delay, sleep, clock)
+    started = clock()
+    attempt = 0
+    while True:
         pending = fn()
         if not inspect.isawaitable(pending):
             raise UsageError(
@@ -592,12 +599,12 @@ async def retrying(
         try:
             return await pending
         except ConflictError:
-            if attempt + 1 >= attempts:
+            wait = backoff.delay(attempt)
+            attempt += 1
+            if not backoff.goes_on(attempt, clock() - started + wait):
                 raise
-        wait = backoff.delay(attempt)
         if wait > 0:
             await sleep(wait)
-    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 A = TypeVar("A", bound=AsyncTransaction)
@@ -607,15 +614,26 @@ class _Begun(Generic[A]):
     """What ``transaction`` answers: await it for the transaction, or use it with ``async
     with`` (which commits at the end, or rolls back on an exception)."""
 
-    def __init__(self, make: Callable[[], Awaitable[A]]) -> None:
+    def __init__(
+        self,
+        make: Callable[[], Awaitable[A]],
+        entered: dict[asyncio.Task[Any], list[A]] | None = None,
+    ) -> None:
         self._make = make
         self._handle: A | None = None
+        self._entered = entered
+        """Per task, the transactions whose ``async with`` block it is in (the Bookie's)."""
+        self._task: asyncio.Task[Any] | None = None
 
     def __await__(self) -> Generator[Any, None, A]:
         return self._make().__await__()
 
     async def __aenter__(self) -> A:
         self._handle = await self._make()
+        task = asyncio.current_task()
+        if self._entered is not None and task is not None:
+            self._task = task
+            self._entered.setdefault(task, []).append(self._handle)
         return self._handle
 
     async def __aexit__(
@@ -624,8 +642,16 @@ class _Begun(Generic[A]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._handle is not None:
-            await self._handle.__aexit__(exc_type, exc, tb)
+        try:
+            if self._handle is not None:
+                await self._handle.__aexit__(exc_type, exc, tb)
+        finally:
+            if self._entered is not None and self._task is not None:
+                held = self._entered.get(self._task, [])
+                if self._handle in held:
+                    held.remove(self._handle)
+                if not held:
+                    self._entered.pop(self._task, None)
 
 
 class _Waits:
@@ -672,6 +698,8 @@ class AsyncBookie(_AsyncReads[Bookie]):
         """The engine ``sync`` writes through: puts join its group commit without a thread."""
         self._meter = engine.meter
         self._waits = _Waits()
+        self._entered: dict[asyncio.Task[Any], list[AsyncTransaction]] = {}
+        """Per task, the open transactions whose ``async with`` block it is in."""
 
     @property
     def url(self) -> str:
@@ -805,10 +833,14 @@ class AsyncBookie(_AsyncReads[Bookie]):
         ``txn = await book.transaction()`` leaves that to ``await txn.commit()``."""
 
         async def make() -> AsyncTransaction:
+            task = asyncio.current_task()
+            for held in self._entered.get(task, ()) if task is not None else ():
+                if held.state == "open":
+                    raise UsageError(f"this task is in an open transaction: {NESTED}")
             txn = await self._call(self._sync.transaction, isolation)
             return AsyncTransaction(txn, self._pool, self._fold_chunk)
 
-        return _Begun(make)
+        return _Begun(make, self._entered)
 
     def snapshot(
         self, *, long_running: bool = False, ledger_only: bool = False

@@ -45,7 +45,7 @@ from .errors import FencedError, InkpenError, NotFoundError, UsageError
 from .options import Options
 from .read_api import ReadAPI
 from .snapshot import PartsSource, Snapshot
-from .transaction import SnapshotAnchors, Transaction, check_isolation
+from .transaction import SnapshotAnchors, Transaction, check_isolation, refuse_nested
 
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
@@ -327,9 +327,13 @@ class Bookie(ReadAPI):
     def transaction(self, isolation: str = "snapshot") -> Transaction:
         """A :class:`~inkpen.Transaction`: reads from one snapshot plus its own writes, which
         commit atomically when the ``with`` block ends (``isolation``: ``"snapshot"`` or
-        ``"serializable"``; see :mod:`inkpen.transaction` for the conflict rules)."""
+        ``"serializable"``; see :mod:`inkpen.transaction` for the conflict rules).
+
+        Refused (:class:`~inkpen.UsageError`) on a thread inside the ``with`` block of another
+        open transaction of this Bookie: transactions do not nest."""
         self._check_open()
         level = check_isolation(isolation)
+        refuse_nested(self._engine)
         commits = self._engine.commits
         token = commits.register()  # before the snapshot: see inkpen.actors.read.commits
         try:
