@@ -266,6 +266,27 @@ def _stable(read: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
     return seen[-1]
 
 
+def test_a_fresh_database_answers_l0_in_its_files_per_level(
+    store_url: str, store_kind: str, make_store_url: Callable[[str], str]
+) -> None:
+    with inkpen.open(store_url) as book:
+        metrics = book.metrics()
+        assert (metrics.level_files, metrics.level_bytes, metrics.l0_files) == ((0,), (0,), 0)
+        stats = book.stats()
+        assert (stats["level_files"], stats["level_bytes"]) == ([0], [0])
+        book.put(BUCKET, "k", b"v")
+        assert book.metrics().level_files[0] == 0  # still in memory
+        book.flush()
+        assert book.metrics().level_files[0] == book.stats()["l0_files"] == 1
+    with inkpen.open_reader(store_url) as reader:
+        assert sum(reader.metrics().level_files) == 1  # L0's, or L1's once the close merged it
+    empty_url = make_store_url(store_kind)
+    with inkpen.open(empty_url) as empty:
+        assert empty.metrics().level_files == (0,)
+    with inkpen.open_reader(empty_url) as reader:
+        assert reader.metrics().level_files == (0,)
+
+
 def test_a_merge_counts_the_value_it_folded_to_not_its_operand(store_url: str) -> None:
     def append(key: bytes, existing: bytes | None, operands: Any) -> bytes:
         return (existing or b"") + b"".join(operands)
