@@ -1078,7 +1078,9 @@ def open(
 
     async def make() -> AsyncBookie:
         engine, opts = await _start(pool, lambda: _bookie.start_engine(url, options, overrides))
-        return AsyncBookie(_bookie.Bookie(engine, opts), engine, pool, fold_chunk)
+        book = _bookie.Bookie(engine, opts)
+        book._opener = "inkpen.aio.open"  # named by calls after close
+        return AsyncBookie(book, engine, pool, fold_chunk)
 
     return _Opening(make)
 
@@ -1111,6 +1113,7 @@ def open_reader(
                 **overrides,
             ),
         )
+        reader._opener = "inkpen.aio.open_reader"  # named by calls after close
         return AsyncReader(reader, pool, fold_chunk)
 
     return _Opening(make)

@@ -83,6 +83,9 @@ class Bookie(ReadAPI):
         self._live = _LiveSource(engine.board)
         self._meter = engine.meter
         self._closed = False
+        self._opener = "inkpen.open"
+        """What opens the database again, named when a call comes after close (``inkpen.aio``
+        names its own)."""
         self._transactions: set[Transaction] = set()
         self._transactions_lock = threading.Lock()
         self._anchors = SnapshotAnchors(
@@ -282,7 +285,7 @@ class Bookie(ReadAPI):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise UsageError("this Bookie is closed; open the database again with inkpen.open")
+            raise UsageError(f"this Bookie is closed; open the database again with {self._opener}")
 
     def _now_ms(self) -> int:
         return int(self._options.clock() * 1000)

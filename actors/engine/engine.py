@@ -563,9 +563,7 @@ class Engine:
         try:
             result = request_gc(self.collector, min_age=min_age, dry_run=dry_run)
         except ActorGone:
-            raise UsageError(
-                "this Bookie is closed; open the database again with inkpen.open"
-            ) from None
+            raise UsageError("this Bookie is closed; open the database again") from None
         return self._await(result)
 
     def checkpoint(self, lifetime: float | None, name: str | None) -> str:
@@ -619,8 +617,7 @@ class Engine:
             except concurrent.futures.TimeoutError:
                 if self.closed and not result.done():
                     raise UsageError(
-                        "this Bookie was closed before the work finished; open the database "
-                        "again with inkpen.open"
+                        "this Bookie was closed before the work finished; open the database again"
                     ) from None
 
 
