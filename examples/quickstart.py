@@ -40,7 +40,7 @@ def profile(i: int) -> tuple[str, bytes, list[tuple[str, str, str]]]:
     """User ``i``'s key, profile and index entries (the same on every run)."""
     city, born = CITIES[i % len(CITIES)], str(1960 + i % 45)
     body = json.dumps({"name": f"User {i}", "city": city, "born": born}).encode()
-    return f"user{i:05d}", body, [("add", "city_bin", city), ("add", "born_int", born)]
+    return f"user{i:05d}", body, [("add", "city_bin", city), ("add", "born_bin", born)]
 
 
 def load(book: inkpen.Bookie) -> float:
@@ -65,10 +65,10 @@ def explore(book: inkpen.Bookie) -> None:
     print(f"head  users/user00042 -> sqn {head.sqn}, {head.size} bytes")
     in_oslo = list(book.index_query("users", "city_bin", "Oslo", "Oslo"))
     print(f"index city_bin = Oslo -> {len(in_oslo)} users, first {in_oslo[0].decode()}")
-    nineties = list(book.index_query("users", "born_int", "1990", "1994", return_terms=True))
+    nineties = list(book.index_query("users", "born_bin", "1990", "1994", return_terms=True))
     first_term, first_key = nineties[0]
     print(
-        f"index born_int 1990..1994 -> {len(nineties)} users, "
+        f"index born_bin 1990..1994 -> {len(nineties)} users, "
         f"first {first_key.decode()} (born {first_term.decode()})"
     )
     count = total = 0

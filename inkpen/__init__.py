@@ -4,8 +4,8 @@
 delete, index queries, folds, snapshots, checkpoints, hot backups, journal compaction.
 ``inkpen.open_reader(url)`` gives a read-only :class:`Reader` on a checkpoint, from any process.
 ``inkpen.aio`` has both for asyncio code (``await book.put(...)``). ``inkpen.backup``,
-``inkpen.restore``, ``inkpen.destroy`` and ``inkpen.list_databases`` work on whole databases
-(and sharded data sets) without a Bookie.
+``inkpen.restore``, ``inkpen.destroy``, ``inkpen.list_databases`` and
+``inkpen.forget_merge_operator`` work on whole databases (and sharded data sets) without a Bookie.
 ``inkpen.open_compactor(url)`` gives a :class:`Compactor`: merges and GC in a process of their
 own, beside a writer opened with ``compaction="external"``. The seams an application may fill
 are :class:`MergePolicy` (which merge comes next, over :class:`Levels`; the ``merge_policy``
@@ -70,7 +70,9 @@ if TYPE_CHECKING:
         DataSetCopyReport,
         backup,
         destroy,
+        forget_merge_operator,
         list_databases,
+        recorded_merge_operators,
         restore,
     )
     from .reader import Reader, open_reader
@@ -104,7 +106,9 @@ __getattr__, __dir__ = lazy_exports(
         "DataSetCopyReport": ".operations",
         "backup": ".operations",
         "destroy": ".operations",
+        "forget_merge_operator": ".operations",
         "list_databases": ".operations",
+        "recorded_merge_operators": ".operations",
         "restore": ".operations",
         "Reader": ".reader",
         "open_reader": ".reader",
@@ -158,10 +162,12 @@ __all__ = [
     "aio",
     "backup",
     "destroy",
+    "forget_merge_operator",
     "list_databases",
     "open",
     "open_compactor",
     "open_reader",
+    "recorded_merge_operators",
     "restore",
     "retrying",
     "shards",

@@ -45,14 +45,21 @@ from .errors import FencedError, InkpenError, NotFoundError, UsageError
 from .options import Options
 from .read_api import ReadAPI
 from .snapshot import PartsSource, Snapshot
-from .transaction import SnapshotAnchors, Transaction, check_isolation
+from .transaction import SnapshotAnchors, Transaction, check_isolation, refuse_nested
 
 IndexSpecs = Iterable[tuple[str, str | bytes, str | bytes]]
 
 
 def value_bytes(changes: Iterable[PendingChange]) -> int:
-    """Bytes of the values ``changes`` carry (a batch's, for the metrics)."""
-    return sum(len(c.value) for c in changes if c.value)
+    """Bytes of the values ``changes`` carry (a batch's, for the metrics). A merge's operand is
+    not its value: the writer counts the value it folds (:class:`~inkpen.actors.kernel.meter.
+    Meter`'s ``folded_bytes``)."""
+    return sum(len(c.value) for c in changes if c.value and c.operator is None)
+
+
+def merge_operators_of(changes: Iterable[PendingChange]) -> set[str]:
+    """The names of the merge operators ``changes`` merge with."""
+    return {c.operator for c in changes if c.operator is not None}
 
 
 class _LiveSource(ViewSource):
@@ -76,6 +83,9 @@ class Bookie(ReadAPI):
         self._live = _LiveSource(engine.board)
         self._meter = engine.meter
         self._closed = False
+        self._opener = "inkpen.open"
+        """What opens the database again, named when a call comes after close (``inkpen.aio``
+        names its own)."""
         self._transactions: set[Transaction] = set()
         self._transactions_lock = threading.Lock()
         self._anchors = SnapshotAnchors(
@@ -167,19 +177,21 @@ class Bookie(ReadAPI):
         never conflict and each is applied once, in the order they are written. The new value
         replaces the old one as a put without ``ttl`` or index changes would (index entries are
         kept). An unknown operator, an operand that is not bytes, or an operator that raises or
-        answers anything but bytes is a :class:`~inkpen.UsageError` and writes nothing.
+        answers anything but bytes (or a bytearray or memoryview) is a
+        :class:`~inkpen.UsageError` and writes nothing. The first merge with a name that lands
+        records the name in the manifest (see :func:`inkpen.forget_merge_operator`).
         """
         started = perf_counter()
         self._check_open()
         self._check_not_head_only("merge")
         change = self._changes.merge(bucket, key, operand, operator)
         try:
-            self._engine.record_merge_operator(operator)
             self._engine.write(change)
         except BaseException as exc:
             self._meter.refused(exc)
             raise
-        self._meter.put.record(perf_counter() - started, len(change.value or b""))
+        self._engine.record_merge_operators((operator,))  # only a merge that landed names it
+        self._meter.put.record(perf_counter() - started)  # the writer counts the folded bytes
 
     def write(self, batch: Batch) -> None:
         """Apply every change of ``batch`` atomically and in order; returns once durable.
@@ -192,6 +204,7 @@ class Bookie(ReadAPI):
         changes = self._batch_changes(batch)
         if changes:
             self._write_unit(changes, started)
+            self._engine.record_merge_operators(merge_operators_of(changes))
 
     def _write_unit(self, changes: list[PendingChange], started: float) -> None:
         """Write ``changes`` as one unit and record it as a batch."""
@@ -217,8 +230,6 @@ class Bookie(ReadAPI):
             else make.put(op.bucket, op.key, op.value, op.indexes, op.ttl, if_sqn=op.if_sqn)
             for op in batch._pending()
         ]
-        for name in sorted({c.operator for c in changes if c.operator is not None}):
-            self._engine.record_merge_operator(name)
         batch._mark_written()
         return changes
 
@@ -274,7 +285,7 @@ class Bookie(ReadAPI):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise UsageError("this Bookie is closed; open the database again with inkpen.open")
+            raise UsageError(f"this Bookie is closed; open the database again with {self._opener}")
 
     def _now_ms(self) -> int:
         return int(self._options.clock() * 1000)
@@ -319,9 +330,13 @@ class Bookie(ReadAPI):
     def transaction(self, isolation: str = "snapshot") -> Transaction:
         """A :class:`~inkpen.Transaction`: reads from one snapshot plus its own writes, which
         commit atomically when the ``with`` block ends (``isolation``: ``"snapshot"`` or
-        ``"serializable"``; see :mod:`inkpen.transaction` for the conflict rules)."""
+        ``"serializable"``; see :mod:`inkpen.transaction` for the conflict rules).
+
+        Refused (:class:`~inkpen.UsageError`) on a thread inside the ``with`` block of another
+        open transaction of this Bookie: transactions do not nest."""
         self._check_open()
         level = check_isolation(isolation)
+        refuse_nested(self._engine)
         commits = self._engine.commits
         token = commits.register()  # before the snapshot: see inkpen.actors.read.commits
         try:

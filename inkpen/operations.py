@@ -11,6 +11,8 @@ These are the public names of what the ``inkpen`` command does for ``backup --no
   ledger is rebuilt: the destination is a working database.
 - :func:`destroy` removes a database now (hard) or marks it for GC (soft).
 - :func:`list_databases` names the databases directly under a root (dated backups, say).
+- :func:`recorded_merge_operators` names the merge operators a database records, and
+  :func:`forget_merge_operator` retires one, so the database opens without it again.
 
 Each takes store URLs (a directory, ``file://``, ``s3://...``, ``memory://``) or
 :class:`~inkpen.objectstore.ObjectStore` instances. A local directory that does not exist is "no
@@ -31,15 +33,16 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from inkpen.logs import get_logger
 from inkpen.manifest.copies import CopyReport, copy_database
 from inkpen.manifest.destroy import destroy as _destroy
 from inkpen.manifest.destroy import remove_empty_directories
-from inkpen.manifest.model import decode
+from inkpen.manifest.model import KIND_WRITER, Manifest, VersionedManifest, decode
 from inkpen.manifest.paths import DATA_SET_KEY, MANIFEST_PREFIX, manifest_key, parse_manifest_key
-from inkpen.manifest.store import ManifestStore, RootState
+from inkpen.manifest.store import ManifestStore, RootState, require_live
 from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.url import backend_of, check_distinct_locations, parse_store_url
 
@@ -55,7 +58,7 @@ from ._shard_layout import (
 from ._shard_sets import each_shard, resolve_checkpoint
 from .checks import check_flag, check_text
 from .errors import CorruptionError, NotFoundError, UsageError
-from .options import MergeOperator
+from .options import MergeOperator, check_operator_name
 
 __all__ = [
     "CopyReport",
@@ -63,9 +66,13 @@ __all__ = [
     "DatabaseName",
     "backup",
     "destroy",
+    "forget_merge_operator",
     "list_databases",
+    "recorded_merge_operators",
     "restore",
 ]
+
+log = get_logger("inkpen.manifest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +281,64 @@ def stand_in_operators(names: Iterable[str]) -> dict[str, MergeOperator]:
     merges nothing (restore's rebuild, the command line's writers): values in the journal are
     folded already, so such a writer needs none of the application's operators."""
     return dict.fromkeys(names, _refuse_merges)
+
+
+def recorded_merge_operators(url: str | ObjectStore) -> tuple[str, ...]:
+    """The names of the merge operators the database at ``url`` records (in name order): a
+    writer must be opened with an operator of each name. A name is recorded by the first merge
+    with it that lands."""
+    with _store(url, must_exist=True, what="url") as store:
+        latest = ManifestStore(store).latest()
+        if latest is None:
+            raise NotFoundError(f"no inkpen database at {store.url}")
+        return require_live(latest, store.url).manifest.merge_operators
+
+
+def forget_merge_operator(url: str | ObjectStore, name: str) -> None:
+    """Retire the merge operator ``name`` that the database at ``url`` records, so that
+    ``inkpen.open(url)`` no longer asks for it.
+
+    Safe whenever no writer is open: stored values are folded already (the journal holds no
+    operands), so nothing written needs the operator. Refused with :class:`UsageError`,
+    changing nothing, when the database does not record ``name``, and while a writer holds the
+    database (its writer checkpoint is in the manifest: a writer that is open, or one that
+    crashed and has not been followed by another open and close), since that writer may go on
+    merging with it. A later merge with the name records it again.
+    """
+    check_operator_name(name, "merge operator name")
+    with _store(url, must_exist=True, what="url") as store:
+        manifests = ManifestStore(store)
+        where = store.url
+
+        def change(versioned: VersionedManifest) -> Manifest:
+            manifest = require_live(versioned, where).manifest
+            if name not in manifest.merge_operators:
+                recorded = ", ".join(repr(n) for n in manifest.merge_operators) or "none"
+                raise UsageError(
+                    f"the database at {where} records no merge operator {name!r} (recorded: "
+                    f"{recorded}); nothing was changed"
+                )
+            writers = [cp for cp in manifest.checkpoints if cp.kind == KIND_WRITER]
+            if writers:
+                epoch = writers[0].metadata.get("epoch", "?")
+                raise UsageError(
+                    f"a writer holds the database at {where} (writer epoch {epoch}), and may "
+                    f"merge with {name!r}; nothing was changed. Close it and try again. If "
+                    "that writer crashed, open the database for writing once and close it (any "
+                    "inkpen.open, or a command that writes such as `inkpen compact URL`), "
+                    "which clears its mark"
+                )
+            kept = tuple(n for n in manifest.merge_operators if n != name)
+            return replace(manifest, merge_operators=kept)
+
+        manifests.update_landed(
+            change,
+            lambda latest: name not in latest.merge_operators,
+            event="merge.operator_forget_landed_below_latest",
+            subject=f"forgetting merge operator {name!r}",
+            operator=name,
+        )
+    log.info("merge.operator_forgotten", url=where, operator=name)
 
 
 def restore(

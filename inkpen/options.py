@@ -41,15 +41,20 @@ class MergeOperator(Protocol):
 
     ``fn(key, existing, operands)`` gets the object key (bytes), the key's current value
     (``None`` when the key is absent, deleted or expired) and the operands to apply, oldest
-    first (bytes each), and answers the new value (bytes). It must be deterministic and must
-    not call back into the Bookie: it runs in the writer, between the key's earlier and later
-    changes. An exception it raises refuses that write (a ``UsageError`` naming it) and writes
-    nothing.
+    first (bytes each), and answers the new value: bytes, or a ``bytearray`` or ``memoryview``,
+    which is copied into bytes as a put's value is (anything else refuses the write). It must
+    be deterministic and must not call back into the Bookie: it runs in the writer, between the
+    key's earlier and later changes. An exception it raises refuses that write (a
+    ``UsageError`` naming it) and writes nothing.
+
+    It is not given the bucket: each merge names its operator, so an application that folds
+    differently per bucket registers a name per bucket (``functools.partial`` of one function,
+    say) and merges with the one it needs.
     """
 
     def __call__(
         self, key: bytes, existing: bytes | None, operands: Sequence[bytes], /
-    ) -> bytes: ...
+    ) -> bytes | bytearray | memoryview: ...
 
 
 RENAMED_OPTIONS = {

@@ -124,6 +124,9 @@ class Reader(ReadAPI):
         self._lease = lease
         self._options = options
         self._closed = False
+        self._opener = "inkpen.open_reader"
+        """What opens another Reader, named when a call comes after close (``inkpen.aio``
+        names its own)."""
         self._lock = threading.Lock()
         self._lapse: str | None = None
         self._head_only = head_only
@@ -184,7 +187,7 @@ class Reader(ReadAPI):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise UsageError("this Reader is closed; open another with inkpen.open_reader")
+            raise UsageError(f"this Reader is closed; open another with {self._opener}")
 
     def _now_ms(self) -> int:
         return int(self._options.clock() * 1000)

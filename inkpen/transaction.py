@@ -34,10 +34,16 @@ buckets, keys and values buffered, and a batch's 10,000 changes.
 
 A key written in the transaction has no SQN until it commits: ``head`` answers its metadata with
 ``sqn`` 0. One thread should use a transaction at a time (calls are serialised by a lock).
+
+**No nesting.** While a thread is inside the ``with`` block of an open transaction, beginning
+another transaction of the same Bookie on that thread is a ``UsageError`` (:func:`refuse_nested`):
+it would be a separate transaction, committing on its own. Pass the open one down instead.
+Handles begun without ``with`` are independent, and so are other threads.
 """
 
 from __future__ import annotations
 
+import inspect
 import random
 import re
 import threading
@@ -610,21 +616,54 @@ class Transaction:
         self._release_fn(self)
 
     def __enter__(self) -> Transaction:
+        _entered().append(self)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        if self._state != "open":
-            return
-        if exc_type is not None:
-            self.close()
-        else:
-            self.commit()
+        try:
+            if self._state != "open":
+                return
+            if exc_type is not None:
+                self.close()
+            else:
+                self.commit()
+        finally:
+            entered = _entered()
+            if self in entered:
+                entered.remove(self)
 
     def __repr__(self) -> str:
         return (
             f"<inkpen.Transaction {self._isolation} at SQN {self._sqn}, "
             f"{len(self._changes)} changes, {self._state}>"
         )
+
+
+_THREAD = threading.local()
+
+
+def _entered() -> list[Transaction]:
+    """The transactions whose ``with`` block the calling thread is in, innermost last."""
+    entered: list[Transaction] | None = getattr(_THREAD, "entered", None)
+    if entered is None:
+        entered = _THREAD.entered = []
+    return entered
+
+
+NESTED = (
+    "a transaction begun inside a `with book.transaction()` block of the same Bookie would "
+    "commit on its own, not as part of the enclosing one (whose writes it cannot see, and which "
+    "may then conflict with it): do the work through the enclosing transaction (pass it down), "
+    "or begin the next one after the block"
+)
+
+
+def refuse_nested(engine: Engine) -> None:
+    """Raise :class:`UsageError` when the calling thread is inside the ``with`` block of an
+    open transaction on ``engine`` (see :data:`NESTED`)."""
+    for txn in _entered():
+        if txn._engine is engine and txn._state == "open":
+            raise UsageError(f"this thread is in an open transaction: {NESTED}")
 
 
 def _object_key(bucket: Any, key: Any) -> bytes:
@@ -661,21 +700,31 @@ def _merge(
     yield from rows[i:]
 
 
+RETRY_DEADLINE = 10.0
+"""How long :func:`retrying` goes on by default, in seconds from its first call."""
+
+
 def retrying(
     fn: Callable[[], T],
-    attempts: int = 10,
+    attempts: int | None = None,
     *,
+    deadline: float | None = RETRY_DEADLINE,
     base_delay: float = 0.001,
     max_delay: float = 0.1,
     sleep: Callable[[float], object] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
-    """Call ``fn()`` until it returns without :class:`~inkpen.ConflictError`, at most
-    ``attempts`` times; the last conflict is raised if every attempt had one.
+    """Call ``fn()`` until it returns without :class:`~inkpen.ConflictError`; the last conflict
+    is raised once ``deadline`` seconds (10 by default) have passed since the first call, or
+    after ``attempts`` calls when that is given (whichever comes first; ``deadline=None``
+    lifts the deadline, so ``attempts`` alone bounds it). Other errors are raised at once.
 
     Between attempts it waits a random time ("full jitter") up to ``base_delay * 2**n``
-    seconds, at most ``max_delay``, so that racing transactions spread out. ``sleep`` does the
-    waiting (tests pass a recorder, or ``base_delay=0``). ``fn`` should open its own transaction,
-    so each attempt reads afresh::
+    seconds, at most ``max_delay``, so that racing transactions spread out; no attempt starts
+    after the deadline. ``sleep`` does the waiting and ``clock`` tells the time (tests pass
+    their own). ``fn`` must be a plain function (a coroutine function is a ``UsageError``:
+    ``inkpen.aio.retrying`` awaits those) and should open its own transaction, so each attempt
+    reads afresh::
 
         def transfer():
             with book.transaction() as txn:
@@ -683,36 +732,78 @@ def retrying(
 
         inkpen.retrying(transfer)
     """
-    backoff = Backoff(fn, attempts, base_delay, max_delay, sleep)
-    for attempt in range(attempts):
+    backoff = Backoff(fn, attempts, deadline, base_delay, max_delay, sleep, clock)
+    if inspect.iscoroutinefunction(fn):
+        raise UsageError(
+            f"inkpen.retrying calls plain functions; {fn!r:.80} is a coroutine function: use "
+            "await inkpen.aio.retrying(fn) in asyncio code"
+        )
+    started = clock()
+    attempt = 0
+    while True:
         try:
-            return fn()
+            result = fn()
         except ConflictError:
-            if attempt + 1 >= attempts:
+            wait = backoff.delay(attempt)
+            attempt += 1
+            if not backoff.goes_on(attempt, clock() - started + wait):
                 raise
-        wait = backoff.delay(attempt)
+        else:
+            if inspect.iscoroutine(result):
+                result.close()
+                raise UsageError(
+                    "inkpen.retrying calls plain functions; fn() returned a coroutine, which "
+                    "it would not await: use await inkpen.aio.retrying(fn) in asyncio code"
+                )
+            return result
         if wait > 0:
             sleep(wait)
-    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 class Backoff:
-    """The checked arguments of :func:`retrying` (and its asyncio twin) and its waits."""
+    """The checked arguments of :func:`retrying` (and its asyncio twin): when to stop, and the
+    waits between attempts."""
 
-    __slots__ = ("base", "cap")
+    __slots__ = ("attempts", "base", "cap", "deadline")
 
-    def __init__(self, fn: Any, attempts: Any, base_delay: Any, max_delay: Any, sleep: Any) -> None:
+    def __init__(
+        self,
+        fn: Any,
+        attempts: Any,
+        deadline: Any,
+        base_delay: Any,
+        max_delay: Any,
+        sleep: Any,
+        clock: Any,
+    ) -> None:
         if not callable(fn):
             raise UsageError(f"retrying needs a function to call, got {fn!r:.80}")
-        check_count("attempts", attempts, minimum=1, maximum=1_000_000)
+        self.attempts = None if attempts is None else check_count("attempts", attempts, minimum=1)
+        self.deadline = (
+            None if deadline is None else check_seconds("deadline", deadline, above_minimum=True)
+        )
+        if self.attempts is None and self.deadline is None:
+            raise UsageError(
+                "retrying needs a bound: a deadline (seconds, 10 by default) or attempts; with "
+                "neither it could retry for ever"
+            )
         self.base = check_seconds("base_delay", base_delay)
         self.cap = check_seconds("max_delay", max_delay)
         if not callable(sleep):
             raise UsageError(f"sleep must be a function taking seconds, got {sleep!r:.80}")
+        if not callable(clock):
+            raise UsageError(f"clock must be a function answering seconds, got {clock!r:.80}")
 
     def delay(self, attempt: int) -> float:
         """A random wait after failed attempt number ``attempt`` (from 0): full jitter."""
         return random.uniform(0.0, min(self.cap, self.base * 2.0 ** min(attempt, 60)))
+
+    def goes_on(self, made: int, next_start: float) -> bool:
+        """Whether another attempt follows ``made`` failed ones when it would start
+        ``next_start`` seconds after the first."""
+        if self.attempts is not None and made >= self.attempts:
+            return False
+        return self.deadline is None or next_start < self.deadline
 
 
 __all__ = [
@@ -721,5 +812,6 @@ __all__ = [
     "SnapshotAnchors",
     "Transaction",
     "check_isolation",
+    "refuse_nested",
     "retrying",
 ]

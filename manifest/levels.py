@@ -150,12 +150,13 @@ class Levels(Generic[F]):
             yield from level
 
     def counts(self) -> list[int]:
-        """Files per level, indexed as the levels are: ``counts()[0]`` is L0's."""
-        return [len(level) for level in self.files]
+        """Files per level, indexed as the levels are: ``counts()[0]`` is L0's, present (0)
+        even when the ledger has no file yet."""
+        return [len(level) for level in self.files] or [0]
 
     def sizes(self, size: Callable[[F], int]) -> list[int]:
         """Bytes per level by ``size`` of each file, indexed as :meth:`counts`."""
-        return [sum(size(f) for f in level) for level in self.files]
+        return [sum(size(f) for f in level) for level in self.files] or [0]
 
     # -- changing (each answers a new value) --------------------------------------------------
 

@@ -162,8 +162,11 @@ class InkpenDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
             raise UsageError(
-                "an inkpen bulk load only adds to a database: use .mode('append'); to replace "
-                "objects, load the new values (the load's values win over older ones)"
+                "an inkpen bulk load only adds to a database: use .mode('append') (the only "
+                "save mode that works; overwrite, and Spark's default errorifexists and ignore, "
+                "are refused), as in df.write.format('inkpen').option('path', url)"
+                ".mode('append').save(). To replace objects, load their new values (a load's "
+                "values win over older ones); to start from nothing, load into a new database"
             )
         options = parse_load_options(self.options)
         columns = load_columns(schema)

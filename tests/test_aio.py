@@ -68,6 +68,35 @@ def test_put_get_head_delete_folds_and_reopen(store_url: str) -> None:
     run(read())
 
 
+def test_a_closed_handle_names_the_asyncio_open_to_call_again(store_url: str) -> None:
+    async def main() -> list[str]:
+        async with inkpen.aio.open(store_url) as book:
+            await book.put("b", "k", b"v")
+        async with inkpen.aio.open_reader(store_url) as reader:
+            pass
+        said: list[str] = []
+        calls: list[Callable[[], Awaitable[Any]]] = [
+            lambda: book.put("b", "k", b"v"),
+            lambda: book.get("b", "k"),
+            lambda: book.merge("b", "k", b"v", operator="x"),
+            lambda: book.flush(),
+            lambda: reader.get("b", "k"),
+        ]
+        for call in calls:
+            with pytest.raises(inkpen.UsageError) as refused:
+                await call()
+            said.append(str(refused.value))
+        return said
+
+    said = run(main())
+    assert [m.endswith(" with inkpen.aio.open") for m in said] == [True] * 4 + [False]
+    assert said[4].endswith(" with inkpen.aio.open_reader")
+    with inkpen.open(store_url) as book:  # the synchronous handles name their own
+        pass
+    with pytest.raises(inkpen.UsageError, match=r"with inkpen\.open$"):
+        book.get("b", "k")
+
+
 def test_fold_chunks_and_early_close_release_the_snapshot(store_url: str) -> None:
     async def main() -> None:
         async with inkpen.aio.open(store_url, fold_chunk=5, **TINY) as book:

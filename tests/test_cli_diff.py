@@ -40,6 +40,13 @@ def test_backup_restore_and_clone_equal_their_source(
         ran = ok("diff", url, other)
         assert ran.lines == [], ran.explain()
         assert "diff.started" in ran.stderr and "diff.finished" in ran.stderr
+        logged = [line for line in ran.stderr.splitlines() if "event=diff." in line]
+        # diff reports phases and counts nothing: no empty total, no count of "steps"
+        assert not any(f" {word}=" in line for line in logged for word in ("total", "unit")), (
+            ran.stderr
+        )
+        finished = [line for line in logged if "event=diff.finished" in line]
+        assert len(finished) == 1 and " seconds=" in finished[0] and " done=" not in finished[0]
     document = json.loads(ok("diff", restored, url, "--json").out)
     assert document["same"] is True and document["differences"] == []
     assert document["differing_segments"] == 0 and document["heads_read"] == 0

@@ -88,7 +88,7 @@ def test_quickstart_runs_in_a_fresh_directory_and_again(tmp_path: Path) -> None:
     assert lines[0] == f"inkpen {inkpen.__version__}: database in {demo / 'db'}"
     assert re.fullmatch(r"load  3,000 users with 2 index entries each in [\d.]+ s", lines[1])
     assert "index city_bin = Oslo -> 600 users, first user00001" in lines
-    assert "index born_int 1990..1994 -> 330 users, first user00030 (born 1990)" in lines
+    assert "index born_bin 1990..1994 -> 330 users, first user00030 (born 1990)" in lines
     assert "fold  users -> 3000 objects, 160,290 bytes of profiles" in lines
     assert 'snapshot sees {"name": "User 0", "city": "Lisbon", "born": "1960"}' in lines
     assert 'live book sees {"name": "Renamed"}' in lines

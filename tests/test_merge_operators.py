@@ -10,6 +10,7 @@ answers something else than bytes are ``UsageError`` and change nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -371,6 +372,55 @@ def test_bad_merges_are_refused_and_change_nothing() -> None:
             book.merge(COUNTERS, "c", b"1", operator="not_bytes")
         book.merge(COUNTERS, "c", b"1", operator="add")  # the writer goes on
         assert book.get(COUNTERS, "c") == b"2"
+
+
+def test_an_operator_may_answer_bytes_like_values_which_are_stored_as_bytes() -> None:
+    def into_bytearray(key: bytes, existing: bytes | None, operands: Sequence[bytes]) -> bytearray:
+        folded = bytearray(existing or b"")
+        for operand in operands:
+            folded += operand
+        return folded
+
+    def into_memoryview(
+        key: bytes, existing: bytes | None, operands: Sequence[bytes]
+    ) -> memoryview:
+        return memoryview((existing or b"") + b"".join(operands))
+
+    def into_str(key: bytes, existing: bytes | None, operands: Sequence[bytes]) -> str:
+        return "text"
+
+    operators: dict[str, inkpen.MergeOperator] = {
+        "bytearray": into_bytearray,
+        "memoryview": into_memoryview,
+        "str": into_str,  # type: ignore[dict-item]
+    }
+    with inkpen.open("memory://merge-bytes-like", merge_operators=operators) as book:
+        book.merge(LOGS, "a", b"ab", operator="bytearray")
+        book.merge(LOGS, "a", b"c", operator="memoryview")
+        book.merge(LOGS, "a", b"d", operator="bytearray")
+        value = book.get(LOGS, "a")
+        assert value == b"abcd" and type(value) is bytes
+        assert [v for _, _, v in book.objects(LOGS)] == [b"abcd"]
+        with pytest.raises(inkpen.UsageError, match="answered str"):
+            book.merge(LOGS, "a", b"e", operator="str")
+        assert book.get(LOGS, "a") == b"abcd"
+
+
+def test_an_operator_per_bucket_is_a_name_per_bucket() -> None:
+    """Operators are not given the bucket: the caller picks the operator for the bucket."""
+
+    def capped(cap: int, key: bytes, existing: bytes | None, operands: Sequence[bytes]) -> bytes:
+        return str(min(cap, int(add(key, existing, operands)))).encode()
+
+    operators = {"add_likes": functools.partial(capped, 10), "add_views": add}
+    with inkpen.open("memory://merge-per-bucket", merge_operators=operators) as book:
+        for _ in range(4):
+            book.merge("likes", "post", b"4", operator="add_likes")
+            book.merge("views", "post", b"4", operator="add_views")
+        assert book.get_many("likes", ["post"]) + book.get_many("views", ["post"]) == [
+            b"10",
+            b"16",
+        ]
 
 
 def test_a_failing_merge_rejects_only_its_own_write() -> None:

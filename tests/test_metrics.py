@@ -266,6 +266,58 @@ def _stable(read: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
     return seen[-1]
 
 
+def test_a_fresh_database_answers_l0_in_its_files_per_level(
+    store_url: str, store_kind: str, make_store_url: Callable[[str], str]
+) -> None:
+    with inkpen.open(store_url) as book:
+        metrics = book.metrics()
+        assert (metrics.level_files, metrics.level_bytes, metrics.l0_files) == ((0,), (0,), 0)
+        stats = book.stats()
+        assert (stats["level_files"], stats["level_bytes"]) == ([0], [0])
+        book.put(BUCKET, "k", b"v")
+        assert book.metrics().level_files[0] == 0  # still in memory
+        book.flush()
+        assert book.metrics().level_files[0] == book.stats()["l0_files"] == 1
+    with inkpen.open_reader(store_url) as reader:
+        assert sum(reader.metrics().level_files) == 1  # L0's, or L1's once the close merged it
+    empty_url = make_store_url(store_kind)
+    with inkpen.open(empty_url) as empty:
+        assert empty.metrics().level_files == (0,)
+    with inkpen.open_reader(empty_url) as reader:
+        assert reader.metrics().level_files == (0,)
+
+
+def test_a_merge_counts_the_value_it_folded_to_not_its_operand(store_url: str) -> None:
+    def append(key: bytes, existing: bytes | None, operands: Any) -> bytes:
+        return (existing or b"") + b"".join(operands)
+
+    def refuse(key: bytes, existing: bytes | None, operands: Any) -> bytes:
+        raise ValueError("no")
+
+    operators = {"append": append, "refuse": refuse}
+    with inkpen.open(store_url, merge_operators=operators) as book:
+        book.put(BUCKET, "log", b"x" * 100)
+        book.merge(BUCKET, "log", b"ab", operator="append")  # writes 102 bytes
+        book.merge(BUCKET, "log", b"c", operator="append")  # writes 103 bytes
+        book.write(
+            inkpen.Batch()
+            .merge(BUCKET, "log", b"d", operator="append")  # 104
+            .put(BUCKET, "other", b"12345")  # 5
+            .merge(BUCKET, "new", b"e", operator="append")  # 1
+        )
+        with pytest.raises(inkpen.UsageError):
+            book.merge(BUCKET, "log", b"f", operator="refuse")  # refused: nothing written
+        with pytest.raises(inkpen.UsageError):
+            book.write(inkpen.Batch().merge(BUCKET, "new", b"g", operator="refuse"))
+        metrics = book.metrics()
+        assert metrics.value_bytes_written == 100 + 102 + 103 + 104 + 5 + 1
+        assert (metrics.puts, metrics.batches, metrics.batch_changes) == (3, 1, 3)
+        assert book.get(BUCKET, "log") == b"x" * 100 + b"abcd"
+    with inkpen.open(store_url, merge_operators=operators, metrics=False) as quiet:
+        quiet.merge(BUCKET, "log", b"h", operator="append")
+        assert quiet.metrics().value_bytes_written == 0
+
+
 def test_store_requests_equal_what_the_store_saw(store_url: str) -> None:
     outer = CountingStore(open_store(store_url))
     with inkpen.open(outer, **TINY) as book:

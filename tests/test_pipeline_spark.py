@@ -381,7 +381,11 @@ def test_a_save_mode_other_than_append_is_refused_naming_append(
         F.lit(b"v").alias("value"),
     )
     # Spark refuses error and ignore itself ("use either the Append or Overwrite mode"); inkpen
-    # refuses overwrite, saying to use append.
-    with pytest.raises(Exception, match=r"(?i)\buse\b.*\bappend\b"):
+    # refuses overwrite, saying that append is the one mode that works and how to write it.
+    with pytest.raises(Exception, match=r"(?i)\buse\b.*\bappend\b") as refused:
         frame.write.format("inkpen").option("path", url).mode(mode).save()
+    if mode == "overwrite":
+        message = str(refused.value)
+        assert "the only save mode that works" in message
+        assert ".mode('append').save()" in message
     assert not (tmp_path / "modes").exists() or not any((tmp_path / "modes").iterdir())

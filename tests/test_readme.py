@@ -65,6 +65,15 @@ def objects(url: str) -> dict[tuple[bytes, bytes], bytes]:
 
 # -- what each block says it does ------------------------------------------------------------
 
+PRINTS: dict[str, list[str]] = {
+    "def increment(": ["b'1'"],
+    "def transfer(": ["[b'70', b'30']"],
+    'merge_operators={"add": add, "append": append}': ["b'3'"],
+    "inkpen.prometheus.register(book, registry)": ["1 1 1", "['inkpen_puts_total 1.0']"],
+    'shards.create("myapp-set"': ["[b'alice', b'bob']", "1"],
+}
+"""A text only one block has -> the lines that block prints (as its comments say)."""
+
 
 def check_api(tmp: Path, scope: dict[str, Any], out: str) -> None:
     with inkpen.open_reader(str(tmp / "myapp-db")) as reader:
@@ -84,7 +93,7 @@ def check_batch(tmp: Path, scope: dict[str, Any], out: str) -> None:
 
 
 def check_increment(tmp: Path, scope: dict[str, Any], out: str) -> None:
-    assert out.splitlines() == ["b'1'"]
+    assert out.splitlines() == PRINTS["def increment("]
     # "safe however many threads race": the README's own function, from 8 threads at once
     increment: Callable[[inkpen.Bookie, str, str], None] = scope["increment"]
     with inkpen.open(str(tmp / "myapp-db")) as book:
@@ -104,7 +113,7 @@ def check_increment(tmp: Path, scope: dict[str, Any], out: str) -> None:
 
 
 def check_transfer(tmp: Path, scope: dict[str, Any], out: str) -> None:
-    assert out.splitlines() == ["[b'70', b'30']"]
+    assert out.splitlines() == PRINTS["def transfer("]
     # the README's own function, retried, from 8 threads at once: no money appears or vanishes
     transfer: Callable[[inkpen.Bookie, str, str, int], None] = scope["transfer"]
     with inkpen.open(str(tmp / "myapp-db")) as book:
@@ -116,7 +125,7 @@ def check_transfer(tmp: Path, scope: dict[str, Any], out: str) -> None:
             src, dst = ("alice", "bob") if n % 2 else ("bob", "alice")
             for _ in range(10):
                 try:
-                    inkpen.retrying(lambda: transfer(book, src, dst, 1), attempts=1000)
+                    inkpen.retrying(lambda: transfer(book, src, dst, 1))  # the defaults
                 except ValueError:
                     pass  # not enough money: nothing written
                 except BaseException as exc:
@@ -132,7 +141,7 @@ def check_transfer(tmp: Path, scope: dict[str, Any], out: str) -> None:
 
 
 def check_merge(tmp: Path, scope: dict[str, Any], out: str) -> None:
-    assert out.splitlines() == ["b'3'"]
+    assert out.splitlines() == PRINTS['merge_operators={"add": add, "append": append}']
     url = str(tmp / "merge-db")
     assert objects(url) == {
         (b"counters", b"visits"): b"3",
@@ -178,12 +187,12 @@ def check_spark(tmp: Path, scope: dict[str, Any], out: str) -> None:
 
 
 def check_metrics(tmp: Path, scope: dict[str, Any], out: str) -> None:
-    assert out.splitlines() == ["1 1 1", """['inkpen_puts_total{database="myapp-db"} 1.0']"""]
+    assert out.splitlines() == PRINTS["inkpen.prometheus.register(book, registry)"]
     assert objects(str(tmp / "myapp-db")) == {(b"users", b"alice"): b"..."}
 
 
 def check_shards(tmp: Path, scope: dict[str, Any], out: str) -> None:
-    assert out.splitlines() == ["[b'alice', b'bob']", "1"]
+    assert out.splitlines() == PRINTS['shards.create("myapp-set"']
     url = str(tmp / "myapp-set")
     assert inkpen.shards.read_descriptor(url).shards == 4
     held = {}
@@ -257,11 +266,30 @@ def test_every_python_block_runs_as_written(
             check(tmp_path, scope, out)
 
 
+def test_the_blocks_print_what_they_say_when_run_in_order_in_one_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reader who runs the blocks one after another, where the databases of the earlier ones
+    are still there (most share ``myapp-db``), sees what each block's comments say it prints."""
+    monkeypatch.chdir(tmp_path)
+    seen: dict[str, list[str]] = {}
+    for block in BLOCKS:
+        if block.needs_spark:
+            continue
+        run_block(block)
+        out = capsys.readouterr().out
+        for marker in PRINTS:
+            if marker in block.code:
+                seen[marker] = out.splitlines()
+    assert seen == PRINTS
+
+
 def test_each_check_names_exactly_one_block() -> None:
     """So a block that goes or changes what it does fails here, not silently."""
     assert len(BLOCKS) >= len(CHECKS)
     for marker in CHECKS:
         assert sum(marker in b.code for b in BLOCKS) == 1, marker
+    assert set(PRINTS) <= set(CHECKS)
     assert [b.needs_spark for b in BLOCKS].count(True) == 1
 
 

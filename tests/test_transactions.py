@@ -471,6 +471,77 @@ def test_head_only_stores_refuse_object_reads_and_writes_as_the_bookie_does(
                 txn.put("b", "k", b"v")
 
 
+# -- nesting ------------------------------------------------------------------------------------
+
+
+def test_a_transaction_inside_a_with_block_of_the_same_bookie_is_refused(
+    book: inkpen.Bookie, make_store_url: Callable[[str], str]
+) -> None:
+    with book.transaction() as outer:
+        outer.put("b", "outer", b"1")
+        with pytest.raises(UsageError, match="enclosing"), book.transaction():
+            pass
+        with pytest.raises(UsageError, match="enclosing"):
+            book.transaction("serializable")  # the form without `with` too
+        assert _pinned(book)[1] == 1  # the refused ones registered nothing
+
+        began: list[str] = []
+
+        def elsewhere() -> None:  # another thread is not inside the block
+            with book.transaction() as txn:
+                txn.put("b", "other-thread", b"1")
+            began.append("committed")
+
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        assert began == ["committed"]
+        with inkpen.open(make_store_url("memory")) as other, other.transaction() as txn:
+            txn.put("b", "k", b"another Bookie's transaction")
+        outer.put("b", "outer", b"2")
+    assert book.get_many("b", ["outer", "other-thread"]) == [b"2", b"1"]
+    with book.transaction() as after:  # after the block
+        after.put("b", "after", b"1")
+        after.commit()  # ended inside its block: the thread holds no open transaction
+        with book.transaction() as next_one:
+            next_one.put("b", "next", b"1")
+    assert book.get_many("b", ["after", "next"]) == [b"1", b"1"]
+    first, second = book.transaction(), book.transaction()  # explicit handles: independent
+    first.rollback()
+    second.rollback()
+    with pytest.raises(RuntimeError), book.transaction() as failed:
+        failed.put("b", "never", b"1")
+        raise RuntimeError("leave the block")
+    with book.transaction() as again:  # the failed block no longer holds the thread
+        assert again.get("b", "never") is None
+    _released(book)
+
+
+def test_an_async_transaction_inside_an_async_with_block_is_refused(url: str) -> None:
+    async def main() -> None:
+        async with inkpen.aio.open(url) as book:
+            async with book.transaction() as outer:
+                await outer.put("b", "outer", b"1")
+                with pytest.raises(UsageError, match="enclosing"):
+                    async with book.transaction():
+                        pass
+                with pytest.raises(UsageError, match="enclosing"):
+                    await book.transaction()
+
+                async def child() -> None:  # a task of its own is not inside the block
+                    async with book.transaction() as txn:
+                        await txn.put("b", "child", b"1")
+
+                await asyncio.create_task(child())
+            async with book.transaction() as after:
+                await after.put("b", "after", b"1")
+            assert await book.get_many("b", ["outer", "child", "after"]) == [b"1"] * 3
+            assert book._entered == {}
+            assert book.sync._engine.commits.registered == 0
+
+    asyncio.run(main())
+
+
 # -- retrying -----------------------------------------------------------------------------------
 
 
@@ -504,6 +575,135 @@ def test_retrying_reruns_on_conflict_with_growing_jittered_waits(book: inkpen.Bo
     for bad in ({"attempts": 0}, {"base_delay": -1}, {"max_delay": float("nan")}):
         with pytest.raises(UsageError):
             inkpen.retrying(lambda: None, **bad)
+
+
+def test_retrying_with_its_defaults_outlasts_many_threads_over_few_accounts(
+    make_store_url: Callable[[str], str],
+) -> None:
+    """The README's transfer from 8 threads over 2 accounts of a local directory (whose
+    durable commits keep transactions open long enough to race), each run by
+    ``inkpen.retrying`` with no arguments: every transfer commits (the default is a deadline,
+    not a count of attempts), and the money adds up against a count of what each moved."""
+    threads, transfers, accounts = 8, 25, ["a0", "a1"]
+    with inkpen.open(make_store_url("local")) as book:
+        book.write(inkpen.Batch().put("acct", "a0", b"1000").put("acct", "a1", b"1000"))
+        start = threading.Barrier(threads)
+        moved = [0] * threads
+        failures: list[BaseException] = []
+
+        def transfer(src: str, dst: str) -> None:
+            with book.transaction("serializable") as txn:
+                have, other = (int(v or b"0") for v in txn.get_many("acct", [src, dst]))
+                txn.put("acct", src, str(have - 1).encode())
+                txn.put("acct", dst, str(other + 1).encode())
+
+        def worker(n: int) -> None:
+            src, dst = accounts if n % 2 else accounts[::-1]
+            start.wait()
+            for _ in range(transfers):
+                try:
+                    inkpen.retrying(lambda: transfer(src, dst))
+                except BaseException as exc:
+                    failures.append(exc)
+                    return
+                moved[n] += 1
+
+        workers = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+        for worker_thread in workers:
+            worker_thread.start()
+        for worker_thread in workers:
+            worker_thread.join()
+        assert failures == []
+        assert moved == [transfers] * threads
+        sent = sum(moved[1::2]) - sum(moved[0::2])  # a0 -> a1 by odd threads, back by even
+        assert book.get_many("acct", accounts) == [
+            str(1000 - sent).encode(),
+            str(1000 + sent).encode(),
+        ]
+
+
+class _Clock:
+    """A clock that only the test moves: the injected sleep, and each attempt."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_retrying_stops_at_its_deadline_with_the_last_conflict() -> None:
+    clock = _Clock()
+    calls: list[int] = []
+
+    def always() -> None:
+        calls.append(len(calls))
+        clock.now += 0.25  # each attempt takes a quarter of a second
+        raise ConflictError(f"lost {len(calls)}", bucket=b"c", key=b"n", expected=1, actual=2)
+
+    with pytest.raises(ConflictError) as raised:
+        inkpen.retrying(always, sleep=clock.sleep, clock=clock)
+    assert str(raised.value) == f"lost {len(calls)}"  # the last conflict
+    assert 10.0 - 0.25 - 0.1 <= clock.now <= 10.0 + 0.25  # the default deadline: 10 s
+    assert len(calls) > 10  # not the old count of 10 attempts
+    assert all(0 <= w <= 0.1 for w in clock.slept)  # jittered, capped at max_delay
+    assert len(clock.slept) == len(calls) - 1  # no wait after the last attempt
+
+    clock = _Clock()
+    calls.clear()
+    with pytest.raises(ConflictError):
+        inkpen.retrying(always, deadline=2, sleep=clock.sleep, clock=clock)
+    assert 2.0 - 0.25 - 0.1 <= clock.now <= 2.0 + 0.25
+
+    clock = _Clock()
+    calls.clear()
+    with pytest.raises(ConflictError):  # attempts bounds it, deadline lifted
+        inkpen.retrying(always, 50, deadline=None, sleep=clock.sleep, clock=clock)
+    assert len(calls) == 50 and clock.now > 10.0
+    calls.clear()
+    with pytest.raises(ConflictError):  # both given: whichever comes first
+        inkpen.retrying(always, 3, sleep=clock.sleep, clock=clock)
+    assert len(calls) == 3
+    with pytest.raises(UsageError, match="retry for ever"):
+        inkpen.retrying(always, deadline=None)
+    for bad in ({"deadline": 0}, {"deadline": -1}, {"deadline": "10"}, {"clock": 3}):
+        with pytest.raises(UsageError):
+            inkpen.retrying(lambda: None, **bad)
+
+
+def test_retrying_refuses_a_coroutine_function() -> None:
+    async def bump() -> None:
+        return None
+
+    with pytest.raises(UsageError, match=r"inkpen\.aio\.retrying"):
+        _ = inkpen.retrying(bump)  # what it would answer: never a coroutine
+    with pytest.raises(UsageError, match=r"inkpen\.aio\.retrying"):
+        _ = inkpen.retrying(lambda: bump())  # a plain function answering a coroutine
+    with pytest.raises(UsageError, match=r"inkpen\.retrying"):
+        asyncio.run(inkpen.aio.retrying(lambda: None))  # type: ignore[arg-type, return-value]
+
+
+def test_async_retrying_stops_at_its_deadline() -> None:
+    clock = _Clock()
+    calls: list[int] = []
+
+    async def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+
+    async def always() -> None:
+        calls.append(len(calls))
+        clock.now += 0.5
+        raise ConflictError(f"lost {len(calls)}", bucket=b"c", key=b"n", expected=1, actual=2)
+
+    with pytest.raises(ConflictError) as raised:
+        asyncio.run(inkpen.aio.retrying(always, sleep=sleep, clock=clock))
+    assert str(raised.value) == f"lost {len(calls)}"
+    assert 10.0 - 0.5 - 0.1 <= clock.now <= 10.0 + 0.5 and len(calls) > 10
 
 
 # -- asyncio ------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -219,7 +219,7 @@ class Engine:
                 ctx,
                 intake,
                 ConditionChecker(
-                    ctx.board, options.merge_operators, options.max_value_bytes, commits
+                    ctx.board, options.merge_operators, options.max_value_bytes, commits, meter
                 ),
                 epoch=claim.epoch,
                 next_segment=claim.fence_segment + 1,
@@ -463,23 +463,35 @@ class Engine:
         """Whether the manifest is known to name merge operator ``name`` already."""
         return name in self._recorded_operators
 
-    def record_merge_operator(self, name: str) -> None:
-        """Make sure the manifest names merge operator ``name`` (one manifest commit, the first
-        time a name is merged with), before a merge with it is written."""
-        if name in self._recorded_operators:
+    def record_merge_operators(self, names: Iterable[str]) -> None:
+        """Make the manifest name the merge operators ``names``, whose merges have just landed
+        (one manifest commit the first time a name lands; nothing for names recorded already).
+
+        Called after the write, so a merge that is refused records nothing. The merge is
+        acknowledged whatever happens here: a commit that fails (a store outage, a fence) is
+        logged as ``merge.operator_not_recorded`` and made again at the name's next merge."""
+        wanted = sorted({name for name in names if name not in self._recorded_operators})
+        if not wanted:
             return
         with self._operators_lock:
-            if name in self._recorded_operators:
+            wanted = [name for name in wanted if name not in self._recorded_operators]
+            if not wanted:
                 return
 
             def change(m: Manifest) -> Manifest:
-                if name in m.merge_operators:
+                if all(name in m.merge_operators for name in wanted):
                     return m
-                return replace(m, merge_operators=tuple(sorted({*m.merge_operators, name})))
+                return replace(m, merge_operators=tuple(sorted({*m.merge_operators, *wanted})))
 
-            self.ctx.keeper.commit(change, reason="merge.operator_recorded")
-            self._recorded_operators = self._recorded_operators | {name}
-        log.info("merge.operator_recorded", url=self.url, operator=name)
+            try:
+                self.ctx.keeper.commit(change, reason="merge.operator_recorded")
+            except InkpenError as exc:
+                log.warning(
+                    "merge.operator_not_recorded", url=self.url, operators=wanted, error=str(exc)
+                )
+                return
+            self._recorded_operators = self._recorded_operators | set(wanted)
+        log.info("merge.operator_recorded", url=self.url, operators=wanted)
 
     def _wait_unit(self, batch: WriteGroup, unit: int) -> None:
         timeout = self.ctx.options.put_timeout
@@ -551,9 +563,7 @@ class Engine:
         try:
             result = request_gc(self.collector, min_age=min_age, dry_run=dry_run)
         except ActorGone:
-            raise UsageError(
-                "this Bookie is closed; open the database again with inkpen.open"
-            ) from None
+            raise UsageError("this Bookie is closed; open the database again") from None
         return self._await(result)
 
     def checkpoint(self, lifetime: float | None, name: str | None) -> str:
@@ -607,8 +617,7 @@ class Engine:
             except concurrent.futures.TimeoutError:
                 if self.closed and not result.done():
                     raise UsageError(
-                        "this Bookie was closed before the work finished; open the database "
-                        "again with inkpen.open"
+                        "this Bookie was closed before the work finished; open the database again"
                     ) from None
 
 

@@ -199,6 +199,7 @@ class Meter:
         "conflicts",
         "delete",
         "enabled",
+        "folded_bytes",
         "gc_bytes_deleted",
         "gc_deletions",
         "gc_runs",
@@ -252,6 +253,7 @@ class Meter:
         self.journal_rerolls = 0  # Inker
         self.journal_reroll_bytes_read = 0  # Inker
         self.journal_reroll_bytes_written = 0  # Inker
+        self.folded_bytes = 0  # Inker: values merges folded to, in written segments
         self.gc_runs = 0  # the garbage collector
         self.gc_deletions = 0  # the garbage collector
         self.gc_bytes_deleted = 0  # the garbage collector
@@ -299,7 +301,9 @@ class Meter:
             scans=scan.count,
             conflicts=self.conflicts,
             write_errors=self.write_errors,
-            value_bytes_written=put_bytes + write_bytes,
+            value_bytes_written=put_bytes
+            + write_bytes
+            + (self.folded_bytes if self.enabled else 0),
             value_bytes_read=get_bytes + many_bytes,
             put_seconds=put,
             delete_seconds=delete,
@@ -403,7 +407,8 @@ class Metrics:
     write_errors: int
     """Writes that raised any other inkpen error (a store outage, a fence, a timeout)."""
     value_bytes_written: int
-    """Bytes of values in acknowledged puts and batches."""
+    """Bytes of values in acknowledged puts and batches; a merge counts the value it folded
+    to (not its operand), once the segment holding it is written."""
     value_bytes_read: int
     """Bytes of values answered by ``get`` and ``get_many``."""
 

@@ -34,11 +34,14 @@ segment already in the views and still listed as unapplied counts once.
 the same step the Inker reads the key's value as the changes before it leave it (the same three
 sources, newest first: an earlier change of the segment, a written segment not yet cached, the
 views) and calls the operator, ``fn(key, existing, [operand])``, with ``existing`` None for an
-absent, deleted or expired key. The change becomes a put of the folded value, and that is what
-the journal entry holds: every reader, merge, compaction, backup and Spark read sees folded
-values and needs no operator. Several merges of one key in one segment fold in order, each onto
-the one before. An operator that raises, or answers something other than bytes or more than
-``max_value_bytes``, rejects its unit with a :class:`~inkpen.errors.UsageError`.
+absent, deleted or expired key (the bucket is not passed: the caller chose the operator). The
+change becomes a put of the folded value (bytes; a bytearray or memoryview answered is copied),
+and that is what the journal entry holds: every reader, merge, compaction, backup and Spark
+read sees folded values and needs no operator. Several merges of one key in one segment fold
+in order, each onto the one before. An operator that raises, or answers something other than
+bytes-like or more than ``max_value_bytes``, rejects its unit with a
+:class:`~inkpen.errors.UsageError`. The bytes of the folded values count in the meter's
+``folded_bytes`` once their segment is written.
 
 A unit whose condition fails is rejected whole with :class:`~inkpen.errors.ConflictError` (or,
 when the state could not be read, a definite :class:`~inkpen.errors.StoreError`, or the
@@ -63,6 +66,7 @@ from inkpen.actors.journal.changes import (
 )
 from inkpen.actors.journal.guards import CommitGuard
 from inkpen.actors.journal.intake import WriteGroup
+from inkpen.actors.kernel.meter import IDLE, Meter
 from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.commits import TRIMMED, CommitRecord, changed_keys
 from inkpen.actors.read.path import Views, object_index_entries, read_head, read_value
@@ -116,7 +120,8 @@ def fold(
     """The merge ``change`` as the put of its operand folded onto ``existing``.
 
     Raises :class:`UsageError` (naming the operator and the key) when the operator is unknown,
-    raises, or answers anything but bytes of at most ``max_value_bytes``."""
+    raises, or answers anything but bytes (a ``bytearray`` or ``memoryview`` is copied into
+    bytes, as a put's value is) of at most ``max_value_bytes``."""
     name = change.operator
     assert name is not None
     where = f"bucket {change.bucket!r} key {change.key!r}"
@@ -140,7 +145,8 @@ def fold(
     if not isinstance(result, bytes):
         raise UsageError(
             f"merge operator {name!r} answered {type(result).__name__} for {where}, not bytes; "
-            "nothing of this write was applied: an operator must return the new value as bytes"
+            "nothing of this write was applied: an operator must return the new value as bytes "
+            "(or a bytearray or memoryview)"
         )
     if len(result) > max_value_bytes:
         raise UsageError(
@@ -249,8 +255,13 @@ class ConditionChecker:
         operators: Mapping[str, MergeOperator] = MappingProxyType({}),
         max_value_bytes: int = 64 * 1024 * 1024,
         commits: CommitRecord | None = None,
+        meter: Meter = IDLE,
     ) -> None:
         self._source = _BoardSource(board)
+        self._meter = meter
+        self._folded: tuple[WriteGroup, int] | None = None
+        """The batch checked last and the bytes of the values its merges folded to: counted
+        (``Meter.folded_bytes``) once its segment is written."""
         self._operators = operators
         self._max_value_bytes = max_value_bytes
         self.commits = commits if commits is not None else CommitRecord(1)
@@ -268,6 +279,11 @@ class ConditionChecker:
         self._prune()
         self._unapplied.append((batch, entries))
         self.commits.add(entries)
+        folded = self._folded
+        if folded is not None and folded[0] is batch:
+            self._folded = None
+            if self._meter.enabled:
+                self._meter.folded_bytes += folded[1]
 
     def _prune(self) -> None:
         unapplied = self._unapplied
@@ -306,6 +322,7 @@ class ConditionChecker:
                 for entry in entries:
                     values[entry.ledger_key] = _value_of(entry, now_ms)
         accepted: list[PendingChange] = []
+        folded = 0
         changes = batch.changes
         guards = batch.guards
         pending: dict[bytes, int] | None = {} if guards else None
@@ -335,6 +352,7 @@ class ConditionChecker:
             local_values: dict[bytes, bytes | None] = {}
             local_terms: dict[bytes, Terms] = {}
             out: list[PendingChange] = []
+            unit_folded = 0
             failed: InkpenError | None = None
             for i, change in enumerate(part):
                 key = change.ledger_key
@@ -360,6 +378,7 @@ class ConditionChecker:
                         else:
                             existing = read_value(self._source, key, now_ms)
                         change = fold(change, existing, self._operators, self._max_value_bytes)
+                        unit_folded += len(change.value or b"")
                 except CorruptionError as exc:
                     failed = exc  # names the damaged object, as any read would
                     break
@@ -390,6 +409,8 @@ class ConditionChecker:
                 for i, change in enumerate(out):
                     _note(pending, change, base + i)
             accepted.extend(out)
+            folded += unit_folded
+        self._folded = (batch, folded) if folded else None
         return accepted
 
     def _guarded(self, guard: CommitGuard, pending: dict[bytes, int]) -> ConflictError | None:

@@ -46,6 +46,7 @@ import contextlib
 import functools
 import inspect
 import re
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from time import perf_counter
@@ -70,14 +71,14 @@ from inkpen.objectstore import ObjectStore
 
 from .. import bookie as _bookie
 from .. import reader as _reader
-from ..bookie import Bookie, IndexSpecs, value_bytes
+from ..bookie import Bookie, IndexSpecs, merge_operators_of, value_bytes
 from ..checks import check_count
 from ..errors import ConflictError, UsageError
 from ..options import Options
 from ..read_api import ReadAPI
 from ..reader import CaughtUp, Reader
 from ..snapshot import Snapshot
-from ..transaction import Backoff, Transaction
+from ..transaction import NESTED, RETRY_DEADLINE, Backoff, Transaction
 
 __all__ = [
     "AsyncBookie",
@@ -574,16 +575,22 @@ class AsyncTransaction(_AsyncOver[Transaction]):
 
 async def retrying(
     fn: Callable[[], Awaitable[T]],
-    attempts: int = 10,
+    attempts: int | None = None,
     *,
+    deadline: float | None = RETRY_DEADLINE,
     base_delay: float = 0.001,
     max_delay: float = 0.1,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """:func:`inkpen.retrying` for coroutines: ``await retrying(fn)`` awaits ``fn()`` again on
-    :class:`~inkpen.ConflictError`, waiting (without a thread) a jittered, growing delay."""
-    backoff = Backoff(fn, attempts, base_delay, max_delay, sleep)
-    for attempt in range(attempts):
+    :class:`~inkpen.ConflictError`, waiting (without a thread) a jittered, growing delay, until
+    ``deadline`` seconds (10 by default) have passed since the first call, or ``attempts``
+    calls when that is given; then the last conflict is raised."""
+    backoff = Backoff(fn, attempts, deadline, base_delay, max_delay, sleep, clock)
+    started = clock()
+    attempt = 0
+    while True:
         pending = fn()
         if not inspect.isawaitable(pending):
             raise UsageError(
@@ -593,12 +600,12 @@ async def retrying(
         try:
             return await pending
         except ConflictError:
-            if attempt + 1 >= attempts:
+            wait = backoff.delay(attempt)
+            attempt += 1
+            if not backoff.goes_on(attempt, clock() - started + wait):
                 raise
-        wait = backoff.delay(attempt)
         if wait > 0:
             await sleep(wait)
-    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 class _Ending(Protocol):
@@ -614,15 +621,26 @@ class _Begun(Generic[A]):
     """What ``transaction`` answers: await it for the transaction, or use it with ``async
     with`` (which commits at the end, or rolls back on an exception)."""
 
-    def __init__(self, make: Callable[[], Awaitable[A]]) -> None:
+    def __init__(
+        self,
+        make: Callable[[], Awaitable[A]],
+        entered: dict[asyncio.Task[Any], list[A]] | None = None,
+    ) -> None:
         self._make = make
         self._handle: A | None = None
+        self._entered = entered
+        """Per task, the transactions whose ``async with`` block it is in (the Bookie's)."""
+        self._task: asyncio.Task[Any] | None = None
 
     def __await__(self) -> Generator[Any, None, A]:
         return self._make().__await__()
 
     async def __aenter__(self) -> A:
         self._handle = await self._make()
+        task = asyncio.current_task()
+        if self._entered is not None and task is not None:
+            self._task = task
+            self._entered.setdefault(task, []).append(self._handle)
         return self._handle
 
     async def __aexit__(
@@ -631,8 +649,16 @@ class _Begun(Generic[A]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._handle is not None:
-            await self._handle.__aexit__(exc_type, exc, tb)
+        try:
+            if self._handle is not None:
+                await self._handle.__aexit__(exc_type, exc, tb)
+        finally:
+            if self._entered is not None and self._task is not None:
+                held = self._entered.get(self._task, [])
+                if self._handle in held:
+                    held.remove(self._handle)
+                if not held:
+                    self._entered.pop(self._task, None)
 
 
 class _Waits:
@@ -679,6 +705,8 @@ class AsyncBookie(_AsyncReads[Bookie]):
         """The engine ``sync`` writes through: puts join its group commit without a thread."""
         self._meter = engine.meter
         self._waits = _Waits()
+        self._entered: dict[asyncio.Task[Any], list[AsyncTransaction]] = {}
+        """Per task, the open transactions whose ``async with`` block it is in."""
 
     @property
     def url(self) -> str:
@@ -739,14 +767,19 @@ class AsyncBookie(_AsyncReads[Bookie]):
         self._sync._check_open()
         self._sync._check_not_head_only("merge")
         change = self._sync._changes.merge(bucket, key, operand, operator)
-        if not self._engine.merge_operator_recorded(operator):
-            try:  # the first merge with this name: one manifest commit, off the loop
-                await self._call(self._engine.record_merge_operator, operator)
-            except BaseException as exc:
-                self._meter.refused(exc)
-                raise
         await self._write([change])
-        self._meter.put.record(perf_counter() - started, len(change.value or b""))
+        await self._record_merge_operators((operator,))  # only a merge that landed names it
+        self._meter.put.record(perf_counter() - started)  # the writer counts the folded bytes
+
+    async def _record_merge_operators(self, names: Iterable[str]) -> None:
+        """Record the names of merges that landed (the first time: one manifest commit, off
+        the loop; see :meth:`Engine.record_merge_operators`)."""
+        engine = self._engine
+        missing = [name for name in names if not engine.merge_operator_recorded(name)]
+        if missing:
+            # The handle closing meanwhile leaves the names unrecorded; the merge stands.
+            with contextlib.suppress(UsageError):
+                await self._call(engine.record_merge_operators, missing)
 
     async def write(self, batch: Batch) -> None:
         """Apply ``batch`` atomically; returns once durable (see :meth:`inkpen.Bookie.write`)."""
@@ -754,6 +787,7 @@ class AsyncBookie(_AsyncReads[Bookie]):
         changes = self._sync._batch_changes(batch)
         if changes:
             await self._write(changes)
+            await self._record_merge_operators(merge_operators_of(changes))
             self._meter.write.record_many(
                 perf_counter() - started, len(changes), value_bytes(changes)
             )
@@ -806,10 +840,14 @@ class AsyncBookie(_AsyncReads[Bookie]):
         ``txn = await book.transaction()`` leaves that to ``await txn.commit()``."""
 
         async def make() -> AsyncTransaction:
+            task = asyncio.current_task()
+            for held in self._entered.get(task, ()) if task is not None else ():
+                if held.state == "open":
+                    raise UsageError(f"this task is in an open transaction: {NESTED}")
             txn = await self._call(self._sync.transaction, isolation)
             return AsyncTransaction(txn, self._pool, self._fold_chunk)
 
-        return _Begun(make)
+        return _Begun(make, self._entered)
 
     def snapshot(
         self, *, long_running: bool = False, ledger_only: bool = False
@@ -1053,7 +1091,9 @@ def open(
 
     async def make() -> AsyncBookie:
         engine, opts = await _start(pool, lambda: _bookie.start_engine(url, options, overrides))
-        return AsyncBookie(_bookie.Bookie(engine, opts), engine, pool, fold_chunk)
+        book = _bookie.Bookie(engine, opts)
+        book._opener = "inkpen.aio.open"  # named by calls after close
+        return AsyncBookie(book, engine, pool, fold_chunk)
 
     return _Opening(make)
 
@@ -1086,6 +1126,7 @@ def open_reader(
                 **overrides,
             ),
         )
+        reader._opener = "inkpen.aio.open_reader"  # named by calls after close
         return AsyncReader(reader, pool, fold_chunk)
 
     return _Opening(make)

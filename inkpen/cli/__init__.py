@@ -11,12 +11,9 @@ and ``inkpen --help`` stays quick (a test holds each summary to its command's he
 
 Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup`` (without
 ``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``lsm``, ``manifest``,
-``ls``, ``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``gc``, ``clone``, ``restore`` and
-``backup --no-fence`` go through the manifest layer or a Reader and never do.
-
-Every command that takes a database URL also takes a sharded data set's URL (see
-:mod:`.data_sets`): it acts on every shard, on ``--shard I``, or on the shard a key routes to,
-or says in one line what to run instead.
+``ls``, ``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``merge-operators``, ``gc``,
+``clone``, ``restore`` and ``backup --no-fence`` go through the manifest layer or a Reader and
+never do.
 """
 
 from __future__ import annotations
@@ -110,6 +107,11 @@ COMMANDS: Mapping[str, LazyCommand] = {
         ".manifests",
         "manifest_command",
         "Print a manifest of the database (the latest unless --id), or list the ids with --list.",
+    ),
+    "merge-operators": LazyCommand(
+        ".merge_operators",
+        "merge_operators_command",
+        "List the merge operators the database records, or retire one with --forget.",
     ),
     "put": LazyCommand(
         ".data", "put", "Store VALUE (text) or the bytes of --file under BUCKET/KEY, durably."

@@ -2,11 +2,13 @@
 
 On a terminal (stderr is a TTY) :func:`progress` draws a rich progress bar on stderr, removed when
 the operation ends. Anywhere else (cron, CI, a pipe) it writes structlog events on the
-``inkpen.cli`` logger instead, few enough to read: ``<event>.started`` with the total,
-``<event>.progress`` each time another tenth is done (or, without a known total, at 1, 2, 4, 8...
-steps), ``<event>.phase`` when a multi-step command moves on, and ``<event>.finished`` with what
-was done and how long it took. A quick command (``log_lines=False``: ``info`` of a data set) shows
-its bar on a terminal and writes nothing anywhere else: its lines would be noise in a pipe.
+``inkpen.cli`` logger instead, few enough to read: ``<event>.started`` with the total and its
+unit when known, ``<event>.progress`` each time another tenth is done (or, without a known total,
+at 1, 2, 4, 8... units), ``<event>.phase`` when a multi-step command moves on, and
+``<event>.finished`` with what was done (when the operation counts anything) and how long it
+took. An operation that only reports phases (``diff``, ``gc``) logs no total, count or unit.
+A quick command (``log_lines=False``: ``info`` of a data set) shows its bar on a terminal and
+writes nothing anywhere else: its lines would be noise in a pipe.
 """
 
 from __future__ import annotations
@@ -98,12 +100,8 @@ class _LogTracker:
         if completed >= self._next and completed > self._reported:
             self._reported = completed
             self._next = self._threshold()
-            log.info(
-                f"{self._event}.progress",
-                done=_figure(completed),
-                total=None if self._total is None else _figure(self._total),
-                unit=self._unit,
-            )
+            known = {} if self._total is None else {"total": _figure(self._total)}
+            log.info(f"{self._event}.progress", done=_figure(completed), **known, unit=self._unit)
 
     def phase(self, description: str) -> None:
         log.info(f"{self._event}.phase", step=description)
@@ -111,6 +109,10 @@ class _LogTracker:
     @property
     def completed(self) -> float:
         return self._completed
+
+    def counted(self) -> bool:
+        """Whether the operation counts its units: it knew a total or advanced at all."""
+        return self._total is not None or self._completed > 0
 
 
 class _Silent:
@@ -161,14 +163,20 @@ def progress(
         return
     started = time.monotonic()
     tracker = _LogTracker(event, total, unit)
-    log.info(f"{event}.started", step=description, total=total, unit=unit)
+    log.info(f"{event}.started", step=description, **_counted(total, unit))
     yield tracker
+    counted = tracker.counted()
     log.info(
         f"{event}.finished",
-        done=_figure(tracker.completed),
-        unit=unit,
+        **_counted(_figure(tracker.completed) if counted else None, unit, key="done"),
         seconds=round(time.monotonic() - started, 3),
     )
+
+
+def _counted(figure: float | None, unit: Unit, *, key: str = "total") -> dict[str, float | str]:
+    """``key`` and ``unit`` fields for a known figure; nothing for an operation that counts
+    nothing (one that only reports its phases)."""
+    return {} if figure is None else {key: figure, "unit": unit}
 
 
 def watched(work: Callable[[], T], look: Callable[[], None]) -> T:
