@@ -286,7 +286,14 @@ def stand_in_operators(names: Iterable[str]) -> dict[str, MergeOperator]:
 def recorded_merge_operators(url: str | ObjectStore) -> tuple[str, ...]:
     """The names of the merge operators the database at ``url`` records (in name order): a
     writer must be opened with an operator of each name. A name is recorded by the first merge
-    with it that lands."""
+    with it that lands. Given a sharded data set, the names any of its shards records."""
+    descriptor = _data_set(url)
+    if descriptor is not None:
+        assert isinstance(url, str)
+        per_shard = each_shard(
+            descriptor.shards, lambda i: recorded_merge_operators(shard_url(url, i))
+        )
+        return tuple(sorted({name for names in per_shard for name in names}))
     with _store(url, must_exist=True, what="url") as store:
         latest = ManifestStore(store).latest()
         if latest is None:
@@ -304,7 +311,45 @@ def forget_merge_operator(url: str | ObjectStore, name: str) -> None:
     database (its writer checkpoint is in the manifest: a writer that is open, or one that
     crashed and has not been followed by another open and close), since that writer may go on
     merging with it. A later merge with the name records it again.
+
+    Given a sharded data set, the name is retired in every shard that records it; the shards
+    are checked first (refused, changing nothing, when none records it or a writer holds one
+    that does), then changed one by one.
     """
+    check_operator_name(name, "merge operator name")
+    descriptor = _data_set(url)
+    if descriptor is None:
+        _forget_in_database(url, name)
+        return
+    assert isinstance(url, str)
+    urls = [shard_url(url, i) for i in range(descriptor.shards)]
+    latest = each_shard(descriptor.shards, lambda i: _live_manifest(urls[i]))
+    holding = [i for i, m in enumerate(latest) if name in m.merge_operators]
+    if not holding:
+        raise UsageError(
+            f"no shard of the data set at {url} records a merge operator {name!r}; nothing "
+            "was changed"
+        )
+    held = [i for i in holding if any(cp.kind == KIND_WRITER for cp in latest[i].checkpoints)]
+    if held:
+        raise UsageError(
+            f"a writer holds shard {held[0]} of the data set at {url} ({urls[held[0]]}), and "
+            f"may merge with {name!r}; nothing was changed. Close it and try again"
+        )
+    for i in holding:
+        _forget_in_database(urls[i], name)
+
+
+def _live_manifest(url: str) -> Manifest:
+    with _store(url, must_exist=True, what="url") as store:
+        latest = ManifestStore(store).latest()
+        if latest is None:
+            raise NotFoundError(f"no inkpen database at {store.url}")
+        return require_live(latest, store.url).manifest
+
+
+def _forget_in_database(url: str | ObjectStore, name: str) -> None:
+    """Retire ``name`` in one database (see :func:`forget_merge_operator`)."""
     check_operator_name(name, "merge operator name")
     with _store(url, must_exist=True, what="url") as store:
         manifests = ManifestStore(store)

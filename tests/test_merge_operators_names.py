@@ -191,3 +191,43 @@ def test_the_command_lists_the_recorded_names(durable_kind: str, make_store_url:
     assert json.loads(forgot.out) == ["add"]
     assert ok("merge-operators", url, "--forget", "add").lines == ["forgot merge operator add"]
     assert ok("merge-operators", url).lines == ["no merge operators recorded"]
+
+
+def test_a_data_set_records_and_forgets_names_per_shard(make_store_url: MakeUrl) -> None:
+    url = make_store_url("local")
+    inkpen.shards.create(url, shards=3)
+    with inkpen.shards.open(url, merge_operators={"add": add, "sum": add}) as book:
+        keys = [f"k{i}" for i in range(12)]
+        for key in keys:
+            book.merge("b", key, b"1", operator="add")
+        home = inkpen.shards.shard_of("b", "k0", 3)
+        book.merge("b", "k0", b"1", operator="sum")  # recorded by k0's shard alone
+    assert inkpen.recorded_merge_operators(url) == ("add", "sum")
+    listed = json.loads(ok("merge-operators", url, "--json").out)
+    assert [row["shard"] for row in listed] == [0, 1, 2]
+    assert [row["names"] for row in listed] == [
+        ["add", "sum"] if i == home else ["add"] for i in range(3)
+    ]
+    assert ok("merge-operators", url, "--shard", str(home)).lines == ["add", "sum"]
+    with pytest.raises(inkpen.UsageError, match="no shard of the data set"):
+        inkpen.forget_merge_operator(url, "nope")
+    assert ok("merge-operators", url, "--forget", "sum").lines[0] == "forgot merge operator sum"
+    inkpen.forget_merge_operator(url, "add")
+    assert inkpen.recorded_merge_operators(url) == ()
+    with inkpen.shards.open(url) as book:  # no operator needed any more, values kept
+        assert book.get_many("b", keys) == [b"2"] + [b"1"] * 11
+
+
+def test_forgetting_in_a_data_set_is_refused_while_a_writer_holds_a_shard(
+    make_store_url: MakeUrl,
+) -> None:
+    url = make_store_url("local")
+    inkpen.shards.create(url, shards=2)
+    with inkpen.shards.open(url, merge_operators={"add": add}) as book:
+        book.merge("b", "k", b"1", operator="add")
+        book.merge("b", "other-key", b"1", operator="add")
+        book.merge("b", "third", b"1", operator="add")
+        with pytest.raises(inkpen.UsageError, match="a writer holds shard"):
+            inkpen.forget_merge_operator(url, "add")
+        fails(2, "merge-operators", url, "--forget", "add")
+    assert inkpen.recorded_merge_operators(url) == ("add",)
