@@ -743,11 +743,12 @@ class SstReader:
                 return None
             block_keys, values = self._block(block)
             return [_search_decoded(block_keys, values, key) for key in keys]
-        run = cache.get((self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN))
+        run_key = (self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN)
+        run = cache.get(run_key)
         if run is None:
             if cached_only:
                 return None
-            run = self._read_runs(block, cache, 0)
+            run = cache.load(run_key, lambda: self._read_runs(block, cache, 0))
         stored = self._from_run(block, run)  # type: ignore[arg-type]
         if self.version > 1:
             payload = self._payload(block, stored)
@@ -908,9 +909,11 @@ class SstReader:
     def _stored(self, block: int, cache: BlockCache, readahead: int = 0) -> bytes:
         """The checked stored bytes of ``block`` (snappy, without the CRC): from its cached run,
         or read with the runs after it up to ``readahead`` bytes (one run when 0)."""
-        found = cache.get((self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN))
+        key = (self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN)
+        found = cache.get(key)
         if found is None:
-            found = self._read_runs(block, cache, readahead)
+            # One thread reads a missing run; the others that want it wait for that read.
+            found = cache.load(key, lambda: self._read_runs(block, cache, readahead))
         return self._from_run(block, found)  # type: ignore[arg-type]
 
     def _from_run(self, block: int, run: _Run) -> bytes:
@@ -937,10 +940,11 @@ class SstReader:
         length = self._block_lengths[block]
         return _unframe(data, at, length, self.name, offset - at, f"data block {block}")
 
-    def _read_runs(self, block: int, cache: BlockCache, readahead: int) -> _Run:
+    def _read_runs(self, block: int, cache: BlockCache, readahead: int) -> tuple[_Run, int]:
         """Read the run of ``block`` and the runs after it up to ``readahead`` bytes in all (at
-        least the one run) in one ranged read, cache each run as read (a run's blocks are
-        checked as they are used), and answer ``block``'s run as ``(its offset, its bytes)``.
+        least the one run) in one ranged read, cache each run after the first as read (a run's
+        blocks are checked as they are used), and answer ``block``'s run with its weight, for
+        the caller to cache (:meth:`BlockCache.load`).
 
         A run is every block that starts in one aligned :data:`RUN_BYTES` of the file, so the
         run that holds a block is known without asking the cache anything else, and a miss
@@ -953,26 +957,36 @@ class SstReader:
         last = bisect_left(offsets, (first_run + runs) * RUN_BYTES) - 1
         start = offsets[first]
         data = fetch_exact(self._fetch, start, offsets[last] + lengths[last], self.name)
-        name, base = self.name, self.sqn_base
         if runs == 1:
-            mine = _Run(first, start, data, last + 1 - first)
-            cache.put((name, first_run, base, _RUN), mine, len(data) + _STORED_OVERHEAD)
-            return mine
+            return _Run(first, start, data, last + 1 - first), len(data) + _STORED_OVERHEAD
+        name, base = self.name, self.sqn_base
         wanted = None
-        run_first = first
-        for run in range(first_run, first_run + runs):
+        for run, found, weight in self._cut_runs(data, start, first_run, first_run + runs):
+            if run == first_run:
+                wanted = found, weight
+            else:
+                cache.put((name, run, base, _RUN), found, weight)
+        assert wanted is not None  # the run of ``block`` holds ``block``
+        return wanted
+
+    def _cut_runs(
+        self, data: bytes, start: int, first_run: int, end_run: int
+    ) -> Iterator[tuple[int, _Run, int]]:
+        """``(run number, run, weight)`` of every run ``first_run`` to ``end_run`` (exclusive)
+        in which a block starts, cut from ``data`` (the file's bytes from ``start``, whole
+        runs)."""
+        offsets = self._block_offsets
+        lengths = self._block_lengths
+        run_first = bisect_left(offsets, first_run * RUN_BYTES)
+        for run in range(first_run, end_run):
             run_last = bisect_left(offsets, (run + 1) * RUN_BYTES, run_first) - 1
             if run_last < run_first:
                 continue  # no block starts in this run (a block longer than a run)
             run_start = offsets[run_first]
             piece = data[run_start - start : offsets[run_last] + lengths[run_last] - start]
             found = _Run(run_first, run_start, piece, run_last + 1 - run_first)
-            cache.put((name, run, base, _RUN), found, len(piece) + _STORED_OVERHEAD)
-            if run == first_run:
-                wanted = found
+            yield run, found, len(piece) + _STORED_OVERHEAD
             run_first = run_last + 1
-        assert wanted is not None  # the run of ``block`` holds ``block``
-        return wanted
 
     def _decode(self, block: int, stored: bytes) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
         """Decode the checked stored bytes of ``block``: its keys and its values."""

@@ -10,7 +10,9 @@ itself, even when it crosses a chunk boundary, so a cold get of a 100-byte value
 :meth:`ChunkedFetch.direct` reads past the cache (a scan that reads each record once must not
 evict what point reads use). On a store whose ranged reads are cheap (``in_parts``), a
 journal reader reads a large record in parts, past the cache (:func:`reads_in_parts`). The
-table store (:mod:`inkpen.manifest.table_store`) picks which one a reader gets.
+table store (:mod:`inkpen.manifest.table_store`) picks which one a reader gets. A chunk or
+record missing from the cache is read by one thread while the others that want it wait
+(:meth:`~inkpen.formats.cache.LruCache.load`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class ChunkedFetch:
         self._chunk = chunk
         self._id = (store.url, key)
 
+    def _read(self, start: int, end: int) -> bytes:
+        return self.store.get_range(self.key, start, end)
+
     def _piece(self, index: int) -> bytes:
         piece = self._cache.get((self._id, index))
         if piece is None:
@@ -77,19 +82,22 @@ class ChunkedFetch:
         return piece  # type: ignore[return-value]
 
     def _record(self, start: int, end: int) -> bytes:
-        """A small range whose chunk is not cached: read alone and cached under its own key."""
-        key = (self._id, start, end)
-        found = self._cache.get(key)
-        if found is None:
-            found = self.store.get_range(self.key, start, end)
-            self._cache.put(key, found, len(found) + RANGE_OVERHEAD)
-        return found  # type: ignore[return-value]
+        """A small range whose chunk is not cached: read alone and cached under its own key
+        (one thread reads it while the others that want it wait)."""
+        return self._cache.load(  # type: ignore[return-value]
+            (self._id, start, end), lambda: self._sized(self._read(start, end), RANGE_OVERHEAD)
+        )
+
+    @staticmethod
+    def _sized(data: bytes, overhead: int) -> tuple[bytes, int]:
+        return data, len(data) + overhead
 
     def _load(self, index: int) -> bytes:
         start = index * self._chunk
-        piece = self.store.get_range(self.key, start, min(self._size, start + self._chunk))
-        self._cache.put((self._id, index), piece, len(piece))
-        return piece
+        end = min(self._size, start + self._chunk)
+        return self._cache.load(  # type: ignore[return-value]
+            (self._id, index), lambda: self._sized(self._read(start, end), 0)
+        )
 
     def cached(self, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` if a cached chunk or a cached range holds them, else None;
@@ -132,7 +140,7 @@ class ChunkedFetch:
 
     def direct(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` straight from the store, past the cache."""
-        return self.store.get_range(self.key, start, min(end, self._size))
+        return self._read(start, min(end, self._size))
 
     def direct_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """:meth:`direct` of every ``(start, end)`` of ``ranges``, in one ``get_ranges`` of the
