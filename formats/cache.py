@@ -40,6 +40,10 @@ class BlockCache(Protocol):
         its answer."""
         ...
 
+    def holds(self, key: Hashable) -> bool:
+        """Whether ``key`` is cached, without counting a hit or a miss or making it recent."""
+        ...
+
 
 class SingleFlight:
     """One loader per key at a time, and no lock held while it runs.
@@ -153,6 +157,10 @@ class LruCache:
     def flights(self) -> SingleFlight:
         """The loads under way (:meth:`load`)."""
         return self._flights
+
+    def holds(self, key: Hashable) -> bool:
+        """Whether ``key`` is cached now (no hit or miss counted, its recency unchanged)."""
+        return key in self._entries
 
     def _loaded(self, key: Hashable, loader: Callable[[], tuple[object, int]]) -> object:
         found = self._entries.get(key)  # a load that ended between the miss and this one

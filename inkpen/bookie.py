@@ -75,6 +75,7 @@ class Bookie(ReadAPI):
         self._changes = ChangeMaker(options)
         self._live = _LiveSource(engine.board)
         self._meter = engine.meter
+        self._read_ahead = options.read_ahead_bytes
         self._closed = False
         self._transactions: set[Transaction] = set()
         self._transactions_lock = threading.Lock()
@@ -314,6 +315,7 @@ class Bookie(ReadAPI):
             owner_open=lambda: not self._closed,
             release=self._engine.release_snapshot,
             meter=self._meter,
+            read_ahead=self._read_ahead,
         )
 
     def transaction(self, isolation: str = "snapshot") -> Transaction:
@@ -336,6 +338,7 @@ class Bookie(ReadAPI):
             owner_open=lambda: not self._closed,
             release=lambda _: let_go(),
             meter=self._meter,
+            read_ahead=self._read_ahead,
         )
         sqn = parts.max_sqn()
         commits.raise_floor(token, sqn)

@@ -172,6 +172,12 @@ class Options:
         (a lookup whose page is not cached reads that 1 KiB page; such a file held open costs
         about 4 bytes per 32 entries beyond it). Each bounds the memory it names whatever the
         amount of data.
+        ``read_ahead_bytes``: a key-order fold (``objects``, ``keys``, ``heads``,
+        ``index_query``; a Spark partition) reads its next SST blocks and files, and each
+        window's journal reads, on a shared pool of threads while it decodes the current ones,
+        with at most this many bytes read ahead and not yet used (8 MiB; 0: reads are made
+        when the fold gets to them, one after another). On an object store, where each read
+        is a round trip, this is what keeps a scan going at the speed it decodes.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
 
     Transactions (``Bookie.transaction``)
@@ -252,6 +258,7 @@ class Options:
     journal_cache_bytes: int = 64 * MiB
     journal_index_cache_bytes: int = 32 * MiB
     journal_chunk_bytes: int = 256 * KiB
+    read_ahead_bytes: int = 8 * MiB
 
     max_key_bytes: int = 64 * KiB
     max_value_bytes: int = 64 * MiB
@@ -318,6 +325,7 @@ class Options:
             "journal_cache_bytes": (0, 1 << 40),
             "journal_index_cache_bytes": (0, 1 << 40),
             "journal_chunk_bytes": (4 * KiB, 64 * MiB),
+            "read_ahead_bytes": (0, 1024 * MiB),
             "max_key_bytes": (1, 64 * KiB),
             "max_value_bytes": (0, 1024 * MiB),
             "max_indexes": (0, 1_000_000),

@@ -101,6 +101,9 @@ class ReadAPI:
 
     _meter: Meter = IDLE
     """Where gets, ``get_many`` calls and folds are recorded (a handle sets its own)."""
+    _read_ahead: int = 0
+    """Bytes a key-order fold reads ahead of itself (option ``read_ahead_bytes``; a handle sets
+    its own)."""
 
     def _check_open(self) -> None:
         raise NotImplementedError
@@ -216,8 +219,10 @@ class ReadAPI:
         b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
         s, e = _optional("start", start), _optional("end", end)
         check_flag("reverse", reverse)
+        ahead = self._read_ahead
         return self._fold(
-            lambda src, now: fold_keys(src, b, s, e, now, reverse=reverse), long_running=True
+            lambda src, now: fold_keys(src, b, s, e, now, reverse=reverse, read_ahead=ahead),
+            long_running=True,
         )
 
     def heads(
@@ -248,8 +253,11 @@ class ReadAPI:
         check_flag("reverse", reverse)
         kept = head_filter(segments, modified_range, max_objects)
         tag = self._head_tag()
+        ahead = self._read_ahead
         return self._fold(
-            lambda src, now: fold_heads(src, b, s, e, now, kept, tag=tag, reverse=reverse),
+            lambda src, now: fold_heads(
+                src, b, s, e, now, kept, tag=tag, reverse=reverse, read_ahead=ahead
+            ),
             long_running=True,
         )
 
@@ -344,8 +352,11 @@ class ReadAPI:
         if not isinstance(order, str):
             raise UsageError(f"order must be 'key' or 'sqn', got {order!r}")
         if order == "key":
+            ahead = self._read_ahead
             return self._fold(
-                lambda src, now: fold_objects_by_key(src, b, s, e, now, reverse=reverse),
+                lambda src, now: fold_objects_by_key(
+                    src, b, s, e, now, reverse=reverse, read_ahead=ahead
+                ),
                 long_running=True,
             )
         if order == "sqn" and reverse:
@@ -405,9 +416,19 @@ class ReadAPI:
                 regex = re.compile(regex)
             except (re.error, OverflowError, RecursionError) as exc:
                 raise UsageError(f"regex {regex!r} does not compile: {exc}") from None
+        ahead = self._read_ahead
         return self._fold(
             lambda src, now: fold_index(
-                src, b, f, lo, hi, now, regex=regex, return_terms=return_terms, reverse=reverse
+                src,
+                b,
+                f,
+                lo,
+                hi,
+                now,
+                regex=regex,
+                return_terms=return_terms,
+                reverse=reverse,
+                read_ahead=ahead,
             ),
             long_running=False,
         )

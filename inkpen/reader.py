@@ -123,6 +123,7 @@ class Reader(ReadAPI):
         self._manifest_id = manifest_id
         self._lease = lease
         self._options = options
+        self._read_ahead = options.read_ahead_bytes
         self._closed = False
         self._lock = threading.Lock()
         self._lapse: str | None = None

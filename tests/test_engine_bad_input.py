@@ -170,6 +170,10 @@ def test_arguments_out_of_every_range_are_usage_errors(
         ({"max_batch_bytes": HUGE}, "out of range"),
         ({"max_batch_bytes": 4096.0}, "must be an int"),
         ({"clock": None}, "clock"),
+        ({"read_ahead_bytes": -1}, "read_ahead_bytes=-1 is out of range"),
+        ({"read_ahead_bytes": HUGE}, "read_ahead_bytes=.* is out of range"),
+        ({"read_ahead_bytes": 1.5}, "read_ahead_bytes must be an int"),
+        ({"read_ahead_bytes": True}, "read_ahead_bytes must be an int"),
     ],
 )
 def test_more_bad_options_are_refused_before_touching_the_store(

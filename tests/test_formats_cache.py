@@ -111,6 +111,7 @@ def test_load_caches_what_the_loader_answers() -> None:
     assert cache.load("a", loader) == "value"
     assert calls == ["a"]
     assert cache.weight == 10
+    assert cache.holds("a") and not cache.holds("b")
 
 
 def test_one_loader_per_key_while_the_others_wait() -> None:
