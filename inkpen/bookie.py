@@ -28,6 +28,7 @@ from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.kernel.meter import Metrics
 from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.path import Views, ViewSource
+from inkpen.manifest.disk_cache import disk_cache_for
 from inkpen.manifest.feed_cursors import (
     advance_feed_cursor,
     create_feed_cursor,
@@ -536,6 +537,7 @@ def start_engine(
     """The writer's engine for :func:`open` (and :func:`inkpen.aio.open`, which drives the same
     engine from asyncio), with the options it was started with."""
     opts = Options.build(options, **overrides)
+    disk_cache_for(opts)  # an unusable cache_dir is refused before the store is touched
     if isinstance(url, str):
         store = open_store(url)
         owns = True

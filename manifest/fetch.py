@@ -10,9 +10,11 @@ itself, even when it crosses a chunk boundary, so a cold get of a 100-byte value
 :meth:`ChunkedFetch.direct` reads past the cache (a scan that reads each record once must not
 evict what point reads use). On a store whose ranged reads are cheap (``in_parts``), a
 journal reader reads a large record in parts, past the cache (:func:`reads_in_parts`). The
-table store (:mod:`inkpen.manifest.table_store`) picks which one a reader gets. A chunk or
-record missing from the cache is read by one thread while the others that want it wait
-(:meth:`~inkpen.formats.cache.LruCache.load`).
+table store (:mod:`inkpen.manifest.table_store`) picks which one a reader gets. Either may read
+through a disk cache (:mod:`inkpen.manifest.disk_cache`): every read but a scan's batched ones
+(``direct_many``) and ranges of more than eight chunks (bulk reads of whole files), which go to
+the store. A chunk or record missing from the cache is read by one thread while the others that
+want it wait (:meth:`~inkpen.formats.cache.LruCache.load`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import cast
 
 from inkpen.formats.cache import LruCache
 from inkpen.objectstore.base import ObjectStore, is_local
+
+from .disk_cache import CachedObject
 
 RANGE_OVERHEAD = 160
 """Bytes a cached range costs beyond its length (its key and the cache's bookkeeping)."""
@@ -37,16 +41,21 @@ def reads_in_parts(store: ObjectStore) -> bool:
 
 
 class DirectFetch:
-    """``fetch(start, end)`` straight from the store."""
+    """``fetch(start, end)`` straight from the store, or through the disk cache (``disk``:
+    the object through a :class:`~inkpen.manifest.disk_cache.DiskCache`)."""
 
-    __slots__ = ("in_parts", "key", "store")
+    __slots__ = ("_disk", "in_parts", "key", "store")
 
-    def __init__(self, store: ObjectStore, key: str) -> None:
+    def __init__(self, store: ObjectStore, key: str, disk: CachedObject | None = None) -> None:
         self.store = store
         self.key = key
         self.in_parts = reads_in_parts(store)
+        self._disk = disk
 
     def __call__(self, start: int, end: int) -> bytes:
+        disk = self._disk
+        if disk is not None:
+            return disk.get_range(start, end)
         return self.store.get_range(self.key, start, end)
 
     direct = __call__
@@ -57,12 +66,21 @@ class DirectFetch:
 
 
 class ChunkedFetch:
-    """``fetch(start, end)`` through a shared cache of aligned ``chunk``-byte pieces."""
+    """``fetch(start, end)`` through a shared cache of aligned ``chunk``-byte pieces; what it
+    reads for point reads (records, chunks, :meth:`direct` reads) comes through the disk
+    cache when there is one (``disk``), its bulk reads (:meth:`direct_many`, ranges of more
+    than eight chunks) straight from the store."""
 
-    __slots__ = ("_cache", "_chunk", "_id", "_size", "in_parts", "key", "store")
+    __slots__ = ("_cache", "_chunk", "_disk", "_id", "_size", "in_parts", "key", "store")
 
     def __init__(
-        self, store: ObjectStore, key: str, size: int, cache: LruCache, chunk: int
+        self,
+        store: ObjectStore,
+        key: str,
+        size: int,
+        cache: LruCache,
+        chunk: int,
+        disk: CachedObject | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -71,8 +89,13 @@ class ChunkedFetch:
         self._cache = cache
         self._chunk = chunk
         self._id = (store.url, key)
+        self._disk = disk
 
     def _read(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` for a point read: through the disk cache if there is one."""
+        disk = self._disk
+        if disk is not None:
+            return disk.get_range(start, end)
         return self.store.get_range(self.key, start, end)
 
     def _piece(self, index: int) -> bytes:
@@ -139,7 +162,8 @@ class ChunkedFetch:
             self._cache.put((self._id, start, end), data, len(data) + RANGE_OVERHEAD)
 
     def direct(self, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` straight from the store, past the cache."""
+        """Bytes ``[start, end)`` past the chunk cache (from the store, or through the disk
+        cache: an index, a multi-get's run, a slot page)."""
         return self._read(start, min(end, self._size))
 
     def direct_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:

@@ -70,6 +70,9 @@ class ScanSpec:
     now_ms: int
     read_ahead_bytes: int = 0
     """Bytes the task reads ahead of its scan (0: none)."""
+    cache_dir: str | None = None
+    """The executors' disk cache of file parts (None: none), of ``cache_dir_bytes``."""
+    cache_dir_bytes: int = 1024 * 1024 * 1024
 
 
 def _name_decoder(key_type: KeyType, what: str) -> Callable[[bytes], Any]:
@@ -199,7 +202,11 @@ def scan_slice(spec: ScanSpec, slice_: ScanSlice, schema: pa.Schema) -> Iterator
     store = open_store(spec.url)
     resolver = StoreResolver(store)
     rows = 0
-    options = Options(read_ahead_bytes=spec.read_ahead_bytes)
+    options = Options(
+        read_ahead_bytes=spec.read_ahead_bytes,
+        cache_dir=spec.cache_dir,
+        cache_dir_bytes=spec.cache_dir_bytes,
+    )
     try:
         views = load_views(resolver, slice_.manifest, slice_.manifest_id, options)
         batcher = _Batcher(schema)
