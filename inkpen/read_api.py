@@ -4,8 +4,9 @@
 Buckets, keys, index fields and terms are ``str`` (stored as UTF-8) or ``bytes``; folds give them
 back as ``bytes``. Folds stream: they hold one snapshot (the live Bookie takes one per fold, with
 the long timeout for key/object/head folds and the short one for index queries) and read each
-file block only when the fold reaches it. A fold's snapshot is released when the fold is
-exhausted, closed, or garbage-collected; use ``with book.keys(...) as keys:`` to release it early.
+file block when the fold reaches it, or a little before (option ``read_ahead_bytes``). A fold's
+snapshot (and its reads ahead) are released when the fold is exhausted, closed, or
+garbage-collected; use ``with book.keys(...) as keys:`` to release it early.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ a ledger lookup (the Bookie's cache, then the Penciller's memory, L0 and levels,
 first) which, for a value of at most ``inline_value_bytes``, holds the value itself; a larger
 value takes one journal lookup by SQN. Folds merge every ledger source in key order
 (``heapq.merge``; where sources share a key the most recent source wins) and stream: nothing is
-loaded whole, each SST block is read when the fold reaches it.
+loaded whole, each SST block is read when the fold reaches it, or a little before with a
+read-ahead (:mod:`.ahead`: the next blocks and files read while the current ones are decoded,
+within ``read_ahead_bytes``).
 
 A point read that finds a file gone (a merge or a compaction finished and the file was deleted
 after the reader took its views) takes fresh views and tries again; if files keep vanishing it
