@@ -591,7 +591,8 @@ class WindowReads:
 
     With ``ahead`` (:class:`~.ahead.ReadAhead`), every batch of the window, of every file, is
     planned first and then read through it, several at once within its window (a batch then
-    holds at most a quarter of the window); without, one batch after another.
+    holds at most a quarter of the window, or :data:`SCAN_RUN_MIN` if that is more); without,
+    one batch after another.
     """
 
     def __init__(self, journal: JournalView, ahead: ReadAhead | None = None) -> None:
