@@ -3,15 +3,23 @@
 Readers cache decoded blocks (ready to search) under keys they choose; the cache only weighs and
 evicts. One :class:`LruCache` is meant to be shared by every reader of a database, from many
 threads at once.
+
+No lock is ever held while a value is loaded (a ranged read of the store, a round trip on an
+object store): :meth:`LruCache.load` lets one thread load a missing key while the threads that
+want the same key wait for its answer (:class:`SingleFlight`), and threads that want other keys
+load them at the same time.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -25,6 +33,65 @@ class BlockCache(Protocol):
     def put(self, key: Hashable, value: object, weight: int) -> None:
         """Store ``value``, which costs about ``weight`` bytes of memory."""
         ...
+
+    def load(self, key: Hashable, loader: Callable[[], tuple[object, int]]) -> object:
+        """The value cached under ``key``, or the value ``loader()`` answers (with its weight),
+        then cached: one thread runs the loader while the others that want ``key`` wait for
+        its answer."""
+        ...
+
+    def holds(self, key: Hashable) -> bool:
+        """Whether ``key`` is cached, without counting a hit or a miss or making it recent."""
+        ...
+
+
+class SingleFlight:
+    """One loader per key at a time, and no lock held while it runs.
+
+    The first thread to :meth:`run` a key runs its loader; threads that ask for the same key
+    while it runs wait for that answer rather than load it again (two gets of one cold block
+    make one request). Threads asking for other keys are never held up: the lock guards only
+    the table of loads under way. A waiter whose leader failed runs its own loader (the
+    leader's error is the leader's; this thread may succeed, and raises its own error if not).
+    """
+
+    __slots__ = ("_lock", "_running", "waiting")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[Hashable, Future[object]] = {}
+        self.waiting = 0
+        """Threads waiting now for another's load."""
+
+    def __len__(self) -> int:
+        """Loads under way."""
+        return len(self._running)
+
+    def run(self, key: Hashable, loader: Callable[[], T]) -> T:
+        """``loader()``, or the answer of the loader another thread runs for ``key`` now."""
+        mine: Future[object] = Future()
+        with self._lock:
+            running = self._running.setdefault(key, mine)
+            if running is not mine:
+                self.waiting += 1
+        if running is not mine:
+            try:
+                return running.result()  # type: ignore[return-value]
+            except Exception:
+                return loader()
+            finally:
+                with self._lock:
+                    self.waiting -= 1
+        try:
+            value = loader()
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        finally:
+            with self._lock:
+                del self._running[key]
+        mine.set_result(value)
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +112,7 @@ class LruCache:
     by many threads. A value heavier than the whole capacity is not cached.
     """
 
-    __slots__ = ("_capacity", "_entries", "_hits", "_lock", "_misses", "_weight")
+    __slots__ = ("_capacity", "_entries", "_flights", "_hits", "_lock", "_misses", "_weight")
 
     def __init__(self, capacity_bytes: int) -> None:
         if not isinstance(capacity_bytes, int) or capacity_bytes < 0:
@@ -56,6 +123,7 @@ class LruCache:
         self._hits = 0
         self._misses = 0
         self._lock = threading.Lock()
+        self._flights = SingleFlight()
 
     def get(self, key: Hashable) -> object | None:
         """The value cached under ``key`` (now the most recently used), or None.
@@ -75,6 +143,32 @@ class LruCache:
             return found[0]  # evicted by another thread since the lookup: still a hit
         self._hits += 1
         return found[0]
+
+    def load(self, key: Hashable, loader: Callable[[], tuple[object, int]]) -> object:
+        """The value cached under ``key``; on a miss, ``loader()`` answers ``(value, weight)``,
+        which is cached and answered. One thread loads a missing key while the others that want
+        it wait for its answer (:class:`SingleFlight`); no lock is held while it loads."""
+        found = self.get(key)
+        if found is not None:
+            return found
+        return self._flights.run(key, lambda: self._loaded(key, loader))
+
+    @property
+    def flights(self) -> SingleFlight:
+        """The loads under way (:meth:`load`)."""
+        return self._flights
+
+    def holds(self, key: Hashable) -> bool:
+        """Whether ``key`` is cached now (no hit or miss counted, its recency unchanged)."""
+        return key in self._entries
+
+    def _loaded(self, key: Hashable, loader: Callable[[], tuple[object, int]]) -> object:
+        found = self._entries.get(key)  # a load that ended between the miss and this one
+        if found is not None:
+            return found[0]
+        value, weight = loader()
+        self.put(key, value, weight)
+        return value
 
     def put(self, key: Hashable, value: object, weight: int) -> None:
         """Cache ``value`` under ``key``, evicting the least recently used to stay in capacity."""

@@ -9,11 +9,29 @@ footer says, which is corruption, not a reason to return partial data.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from inkpen.errors import CorruptionError
 
 Fetch = Callable[[int, int], bytes]
 """``fetch(start, end) -> bytes``: the object's bytes ``[start, end)``."""
+
+Piece = tuple[int, int, int, int]
+"""One read of a scan's plan: ``(start, end, first, end_run)``, the bytes ``[start, end)`` of
+the file, which hold whole runs (or blocks) ``first`` to ``end_run`` exclusive of the reader
+that planned it."""
+
+
+class Prefetched(Protocol):
+    """Reads a scan planned (:meth:`~inkpen.formats.sst.SstReader.scan_plan`) and another
+    thread makes ahead of it: the reader takes each one when it gets there."""
+
+    def take(self, owner: object, offset: int) -> tuple[Piece, bytes] | None:
+        """The planned piece of ``owner`` (the reader that planned it) that holds byte
+        ``offset``, with its bytes (waiting for them if they are still being read), or None
+        when no piece planned ahead holds it (the reader then reads it itself). Pieces planned
+        before it and not taken are dropped."""
+        ...
 
 
 def fetch_exact(fetch: Fetch, start: int, end: int, name: str) -> bytes:

@@ -728,13 +728,16 @@ class _HashIndex:
         key = (self.token, number)
         cache = self.cache
         page = cache.get(key)  # type: ignore[union-attr]
-        if page is None:
-            start = self.slots_at + number * PAGE_BYTES
-            end = min(start + PAGE_BYTES, self.slots_end)
-            page = fetch_exact(self.fetch, start, end, self.name)  # type: ignore[arg-type]
-            self._check_page(number, page, start)
-            cache.put(key, page, PAGE_WEIGHT)  # type: ignore[union-attr]
+        if page is None:  # one thread reads it; the others that want it wait for it
+            page = cache.load(key, lambda: self._read_page(number))  # type: ignore[union-attr]
         return page  # type: ignore[return-value]
+
+    def _read_page(self, number: int) -> tuple[bytes, int]:
+        start = self.slots_at + number * PAGE_BYTES
+        end = min(start + PAGE_BYTES, self.slots_end)
+        page = fetch_exact(self.fetch, start, end, self.name)  # type: ignore[arg-type]
+        self._check_page(number, page, start)
+        return page, PAGE_WEIGHT
 
     def _check_page(self, number: int, page: bytes | memoryview, offset: int) -> None:
         """Raise unless slot page ``number`` (read at ``offset``) has the CRC taken at open."""
@@ -888,11 +891,13 @@ class _BlockIndex:
             return held
         cache = self.cache
         found = cache.get(self.token)  # type: ignore[union-attr]
-        if found is None:
-            region = fetch_exact(self.fetch, self.header.hash_offset, self.header.size, self.name)
-            found = _decode_block_index(region, self.header, self.name)
-            cache.put(self.token, found, self.weight)  # type: ignore[union-attr]
+        if found is None:  # one thread reads it again; the others that want it wait for it
+            found = cache.load(self.token, self._reload)  # type: ignore[union-attr]
         return found  # type: ignore[return-value]
+
+    def _reload(self) -> tuple[tuple[array[int], array[int]], int]:
+        region = fetch_exact(self.fetch, self.header.hash_offset, self.header.size, self.name)
+        return _decode_block_index(region, self.header, self.name), self.weight
 
     def block_of(
         self, stored_sqn: int, arrays: tuple[array[int], array[int]] | None = None

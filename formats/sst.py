@@ -59,7 +59,7 @@ from inkpen.errors import CorruptionError
 
 from .bloom import DEFAULT_BITS_PER_KEY, BloomFilter, bloom_hash
 from .cache import BlockCache
-from .fetching import Fetch, fetch_exact
+from .fetching import Fetch, Piece, Prefetched, fetch_exact, short_read
 from .keys import LedgerValue
 
 MAGIC = b"INKSST"
@@ -743,11 +743,12 @@ class SstReader:
                 return None
             block_keys, values = self._block(block)
             return [_search_decoded(block_keys, values, key) for key in keys]
-        run = cache.get((self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN))
+        run_key = (self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN)
+        run = cache.get(run_key)
         if run is None:
             if cached_only:
                 return None
-            run = self._read_runs(block, cache, 0)
+            run = cache.load(run_key, lambda: self._read_runs(block, cache, 0))
         stored = self._from_run(block, run)  # type: ignore[arg-type]
         if self.version > 1:
             payload = self._payload(block, stored)
@@ -860,15 +861,27 @@ class SstReader:
         return keys, raw_values
 
     def iter_range(
-        self, start: bytes | None = None, end: bytes | None = None
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefetched: Prefetched | None = None,
     ) -> Iterator[tuple[bytes, LedgerValue]]:
-        """Entries with ``start <= key < end`` in key order (None = open), block by block."""
+        """Entries with ``start <= key < end`` in key order (None = open), block by block.
+
+        ``prefetched``: the reads of :meth:`scan_plan`, made ahead by another thread; the scan
+        takes each as it gets there instead of reading it then."""
         first_keys = self._first_keys
         block = 0 if start is None else max(0, bisect_right(first_keys, start) - 1)
+        held: dict[int, _Run] = {}
+        scanned = prefetched is not None and self._cache is not None
         while block < len(first_keys):
             if end is not None and first_keys[block] >= end:
                 return
-            keys, values = self._block(block)
+            if scanned:
+                keys, values = self._scan_block(block, prefetched, held)  # type: ignore[arg-type]
+            else:
+                keys, values = self._block(block)
             low = 0 if start is None else bisect_left(keys, start)
             high = len(keys) if end is None else bisect_left(keys, end)
             if low == 0 and high == len(keys):
@@ -878,13 +891,23 @@ class SstReader:
             block += 1
 
     def iter_range_reverse(
-        self, start: bytes | None = None, end: bytes | None = None
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefetched: Prefetched | None = None,
     ) -> Iterator[tuple[bytes, LedgerValue]]:
-        """:meth:`iter_range` in descending key order, block by block from the last."""
+        """:meth:`iter_range` in descending key order, block by block from the last
+        (``prefetched``: the reads of ``scan_plan(start, end, reverse=True)``)."""
         first_keys = self._first_keys
         block = len(first_keys) - 1 if end is None else bisect_left(first_keys, end) - 1
+        held: dict[int, _Run] = {}
+        scanned = prefetched is not None and self._cache is not None
         while block >= 0:
-            keys, values = self._block(block)
+            if scanned:
+                keys, values = self._scan_block(block, prefetched, held)  # type: ignore[arg-type]
+            else:
+                keys, values = self._block(block)
             low = 0 if start is None else bisect_left(keys, start)
             high = len(keys) if end is None else bisect_left(keys, end)
             for i in range(high - 1, low - 1, -1):
@@ -908,9 +931,11 @@ class SstReader:
     def _stored(self, block: int, cache: BlockCache, readahead: int = 0) -> bytes:
         """The checked stored bytes of ``block`` (snappy, without the CRC): from its cached run,
         or read with the runs after it up to ``readahead`` bytes (one run when 0)."""
-        found = cache.get((self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN))
+        key = (self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN)
+        found = cache.get(key)
         if found is None:
-            found = self._read_runs(block, cache, readahead)
+            # One thread reads a missing run; the others that want it wait for that read.
+            found = cache.load(key, lambda: self._read_runs(block, cache, readahead))
         return self._from_run(block, found)  # type: ignore[arg-type]
 
     def _from_run(self, block: int, run: _Run) -> bytes:
@@ -937,10 +962,11 @@ class SstReader:
         length = self._block_lengths[block]
         return _unframe(data, at, length, self.name, offset - at, f"data block {block}")
 
-    def _read_runs(self, block: int, cache: BlockCache, readahead: int) -> _Run:
+    def _read_runs(self, block: int, cache: BlockCache, readahead: int) -> tuple[_Run, int]:
         """Read the run of ``block`` and the runs after it up to ``readahead`` bytes in all (at
-        least the one run) in one ranged read, cache each run as read (a run's blocks are
-        checked as they are used), and answer ``block``'s run as ``(its offset, its bytes)``.
+        least the one run) in one ranged read, cache each run after the first as read (a run's
+        blocks are checked as they are used), and answer ``block``'s run with its weight, for
+        the caller to cache (:meth:`BlockCache.load`).
 
         A run is every block that starts in one aligned :data:`RUN_BYTES` of the file, so the
         run that holds a block is known without asking the cache anything else, and a miss
@@ -953,26 +979,126 @@ class SstReader:
         last = bisect_left(offsets, (first_run + runs) * RUN_BYTES) - 1
         start = offsets[first]
         data = fetch_exact(self._fetch, start, offsets[last] + lengths[last], self.name)
-        name, base = self.name, self.sqn_base
         if runs == 1:
-            mine = _Run(first, start, data, last + 1 - first)
-            cache.put((name, first_run, base, _RUN), mine, len(data) + _STORED_OVERHEAD)
-            return mine
+            return _Run(first, start, data, last + 1 - first), len(data) + _STORED_OVERHEAD
+        name, base = self.name, self.sqn_base
         wanted = None
-        run_first = first
-        for run in range(first_run, first_run + runs):
+        for run, found, weight in self._cut_runs(data, start, first_run, first_run + runs):
+            if run == first_run:
+                wanted = found, weight
+            else:
+                cache.put((name, run, base, _RUN), found, weight)
+        assert wanted is not None  # the run of ``block`` holds ``block``
+        return wanted
+
+    def _cut_runs(
+        self, data: bytes, start: int, first_run: int, end_run: int
+    ) -> Iterator[tuple[int, _Run, int]]:
+        """``(run number, run, weight)`` of every run ``first_run`` to ``end_run`` (exclusive)
+        in which a block starts, cut from ``data`` (the file's bytes from ``start``, whole
+        runs)."""
+        offsets = self._block_offsets
+        lengths = self._block_lengths
+        run_first = bisect_left(offsets, first_run * RUN_BYTES)
+        for run in range(first_run, end_run):
             run_last = bisect_left(offsets, (run + 1) * RUN_BYTES, run_first) - 1
             if run_last < run_first:
                 continue  # no block starts in this run (a block longer than a run)
             run_start = offsets[run_first]
             piece = data[run_start - start : offsets[run_last] + lengths[run_last] - start]
             found = _Run(run_first, run_start, piece, run_last + 1 - run_first)
-            cache.put((name, run, base, _RUN), found, len(piece) + _STORED_OVERHEAD)
-            if run == first_run:
-                wanted = found
+            yield run, found, len(piece) + _STORED_OVERHEAD
             run_first = run_last + 1
-        assert wanted is not None  # the run of ``block`` holds ``block``
-        return wanted
+
+    # -- scans that read ahead ------------------------------------------------------------------
+
+    def scan_plan(
+        self, start: bytes | None = None, end: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[Piece]:
+        """The reads a scan of ``[start, end)`` (:meth:`iter_range`, or
+        :meth:`iter_range_reverse` with ``reverse``) makes of this file when nothing is cached,
+        in the order it makes them: ``(start, end, first run, end run)``, runs (:data:`RUN_BYTES`)
+        grouped up to ``readahead`` bytes a read. A scan handed these reads ahead
+        (``prefetched``) takes each one when it gets there. None without a cache."""
+        if self._cache is None:
+            return
+        first_keys = self._first_keys
+        low = 0 if start is None else max(0, bisect_right(first_keys, start) - 1)
+        high = len(first_keys) - 1 if end is None else bisect_left(first_keys, end) - 1
+        if high < low:
+            return
+        offsets = self._block_offsets
+        lengths = self._block_lengths
+        first_run, last_run = offsets[low] // RUN_BYTES, offsets[high] // RUN_BYTES
+        step = max(1, self._readahead // RUN_BYTES)
+        if reverse:
+            groups = (
+                (max(first_run, top - step), top) for top in range(last_run + 1, first_run, -step)
+            )
+        else:
+            groups = (
+                (bottom, min(last_run + 1, bottom + step))
+                for bottom in range(first_run, last_run + 1, step)
+            )
+        for bottom, top in groups:
+            first = bisect_left(offsets, bottom * RUN_BYTES)
+            last = bisect_left(offsets, top * RUN_BYTES) - 1
+            if last >= first:
+                yield offsets[first], offsets[last] + lengths[last], bottom, top
+
+    def read_piece(self, piece: Piece) -> bytes:
+        """The bytes of ``piece`` (one of :meth:`scan_plan`'s), read as planned: one ranged
+        read, checked for length when the scan takes it."""
+        return self._fetch(piece[0], piece[1])
+
+    def holds_runs(self, piece: Piece) -> bool:
+        """Whether the cache holds every run of ``piece`` (one of :meth:`scan_plan`'s): a scan
+        reading ahead then skips the read. Asks without counting a hit or a miss."""
+        cache = self._cache
+        if cache is None:
+            return False
+        name, base = self.name, self.sqn_base
+        offsets = self._block_offsets
+        first = bisect_left(offsets, piece[2] * RUN_BYTES)
+        for run in range(piece[2], piece[3]):
+            if first < len(offsets) and offsets[first] < (run + 1) * RUN_BYTES:
+                if not cache.holds((name, run, base, _RUN)):
+                    return False
+                first = bisect_left(offsets, (run + 1) * RUN_BYTES, first)
+        return True
+
+    def _scan_block(
+        self, block: int, prefetched: Prefetched, held: dict[int, _Run]
+    ) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
+        """:meth:`_block` in a scan reading ahead: the block's run from ``held`` (the runs of the
+        last piece taken), the cache, or the next piece ``prefetched`` took for this reader,
+        which is cut into runs and cached; read here only when no piece holds it."""
+        cache = self._cache
+        assert cache is not None
+        offset = self._block_offsets[block]
+        number = offset // RUN_BYTES
+        run = held.get(number)
+        if run is None:
+            key = (self.name, number, self.sqn_base, _RUN)
+            run = cache.get(key)  # type: ignore[assignment]
+            if run is None:
+                got = prefetched.take(self, offset)
+                if got is not None:
+                    (start, end, first_run, end_run), data = got
+                    if len(data) != end - start:
+                        raise short_read(self.name, start, end, len(data))
+                    held.clear()
+                    name, base = self.name, self.sqn_base
+                    for found_number, found, weight in self._cut_runs(
+                        data, start, first_run, end_run
+                    ):
+                        cache.put((name, found_number, base, _RUN), found, weight)
+                        held[found_number] = found
+                    run = held.get(number)
+                if run is None:
+                    readahead = self._readahead
+                    run = cache.load(key, lambda: self._read_runs(block, cache, readahead))  # type: ignore[assignment]
+        return self._decode(block, self._from_run(block, run))  # type: ignore[arg-type]
 
     def _decode(self, block: int, stored: bytes) -> tuple[tuple[bytes, ...], list[LedgerValue]]:
         """Decode the checked stored bytes of ``block``: its keys and its values."""

@@ -28,6 +28,7 @@ from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.kernel.meter import Metrics
 from inkpen.actors.kernel.views import ViewBoard
 from inkpen.actors.read.path import Views, ViewSource
+from inkpen.manifest.disk_cache import disk_cache_for
 from inkpen.manifest.feed_cursors import (
     advance_feed_cursor,
     create_feed_cursor,
@@ -82,6 +83,7 @@ class Bookie(ReadAPI):
         self._changes = ChangeMaker(options)
         self._live = _LiveSource(engine.board)
         self._meter = engine.meter
+        self._read_ahead = options.read_ahead_bytes
         self._closed = False
         self._opener = "inkpen.open"
         """What opens the database again, named when a call comes after close (``inkpen.aio``
@@ -325,6 +327,7 @@ class Bookie(ReadAPI):
             owner_open=lambda: not self._closed,
             release=self._engine.release_snapshot,
             meter=self._meter,
+            read_ahead=self._read_ahead,
         )
 
     def transaction(self, isolation: str = "snapshot") -> Transaction:
@@ -351,6 +354,7 @@ class Bookie(ReadAPI):
             owner_open=lambda: not self._closed,
             release=lambda _: let_go(),
             meter=self._meter,
+            read_ahead=self._read_ahead,
         )
         sqn = parts.max_sqn()
         commits.raise_floor(token, sqn)
@@ -548,6 +552,7 @@ def start_engine(
     """The writer's engine for :func:`open` (and :func:`inkpen.aio.open`, which drives the same
     engine from asyncio), with the options it was started with."""
     opts = Options.build(options, **overrides)
+    disk_cache_for(opts)  # an unusable cache_dir is refused before the store is touched
     if isinstance(url, str):
         store = open_store(url)
         owns = True

@@ -7,6 +7,7 @@ message saying what to change, before anything touches the store.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -177,6 +178,17 @@ class Options:
         (a lookup whose page is not cached reads that 1 KiB page; such a file held open costs
         about 4 bytes per 32 entries beyond it). Each bounds the memory it names whatever the
         amount of data.
+        ``read_ahead_bytes``: a key-order fold (``objects``, ``keys``, ``heads``,
+        ``index_query``; a Spark partition) reads its next SST blocks and files, and each
+        window's journal reads, on a shared pool of threads while it decodes the current ones,
+        with at most this many bytes read ahead and not yet used (8 MiB; 0: reads are made
+        when the fold gets to them, one after another). On an object store, where each read
+        is a round trip, this is what keeps a scan going at the speed it decodes.
+        ``cache_dir``: a local directory (made if missing) where the parts of SST and journal
+        files that reads fetch are kept on disk, checksummed, so that a restarted process (or
+        another one sharing the directory) reads its hot blocks with no request;
+        ``cache_dir_bytes`` bounds the files it holds (1 GiB), the least recently used going
+        first. None (the default): no disk cache.
         ``max_key_bytes``, ``max_value_bytes``, ``max_indexes``: enforced on every call.
 
     Transactions (``Bookie.transaction``)
@@ -257,6 +269,9 @@ class Options:
     journal_cache_bytes: int = 64 * MiB
     journal_index_cache_bytes: int = 32 * MiB
     journal_chunk_bytes: int = 256 * KiB
+    read_ahead_bytes: int = 8 * MiB
+    cache_dir: str | None = None
+    cache_dir_bytes: int = 1024 * MiB
 
     max_key_bytes: int = 64 * KiB
     max_value_bytes: int = 64 * MiB
@@ -323,6 +338,8 @@ class Options:
             "journal_cache_bytes": (0, 1 << 40),
             "journal_index_cache_bytes": (0, 1 << 40),
             "journal_chunk_bytes": (4 * KiB, 64 * MiB),
+            "read_ahead_bytes": (0, 1024 * MiB),
+            "cache_dir_bytes": (1 * MiB, 1 << 50),
             "max_key_bytes": (1, 64 * KiB),
             "max_value_bytes": (0, 1024 * MiB),
             "max_indexes": (0, 1_000_000),
@@ -360,6 +377,7 @@ class Options:
                 "option merge_policy must be a MergePolicy (an object with a "
                 f"choose(levels, *, turn) method) or None, got {self.merge_policy!r}"
             )
+        object.__setattr__(self, "cache_dir", _check_directory("cache_dir", self.cache_dir))
         if not callable(self.clock):
             raise UsageError("option clock must be a callable returning seconds since the epoch")
         object.__setattr__(self, "merge_operators", _check_operators(self.merge_operators))
@@ -429,6 +447,22 @@ def _check_operators(operators: Any) -> Mapping[str, MergeOperator]:
             )
         checked[name] = operator
     return MappingProxyType(checked)
+
+
+def _check_directory(name: str, value: Any) -> str | None:
+    """A directory option: None, or a path (``str`` or ``os.PathLike``) as a non-empty ``str``
+    without NUL."""
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise UsageError(
+            f"option {name} must be a directory path (str or os.PathLike) or None, got {value!r}"
+        )
+    if not value or "\x00" in value:
+        raise UsageError(f"option {name}={value!r} is not a usable directory path")
+    return value
 
 
 def _check_range(name: str, value: Any, lo: float, hi: float) -> None:

@@ -4,8 +4,9 @@
 Buckets, keys, index fields and terms are ``str`` (stored as UTF-8) or ``bytes``; folds give them
 back as ``bytes``. Folds stream: they hold one snapshot (the live Bookie takes one per fold, with
 the long timeout for key/object/head folds and the short one for index queries) and read each
-file block only when the fold reaches it. A fold's snapshot is released when the fold is
-exhausted, closed, or garbage-collected; use ``with book.keys(...) as keys:`` to release it early.
+file block when the fold reaches it, or a little before (option ``read_ahead_bytes``). A fold's
+snapshot (and its reads ahead) are released when the fold is exhausted, closed, or
+garbage-collected; use ``with book.keys(...) as keys:`` to release it early.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ class ReadAPI:
 
     _meter: Meter = IDLE
     """Where gets, ``get_many`` calls and folds are recorded (a handle sets its own)."""
+    _read_ahead: int = 0
+    """Bytes a key-order fold reads ahead of itself (option ``read_ahead_bytes``; a handle sets
+    its own)."""
 
     def _check_open(self) -> None:
         raise NotImplementedError
@@ -216,8 +220,10 @@ class ReadAPI:
         b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
         s, e = _optional("start", start), _optional("end", end)
         check_flag("reverse", reverse)
+        ahead = self._read_ahead
         return self._fold(
-            lambda src, now: fold_keys(src, b, s, e, now, reverse=reverse), long_running=True
+            lambda src, now: fold_keys(src, b, s, e, now, reverse=reverse, read_ahead=ahead),
+            long_running=True,
         )
 
     def heads(
@@ -248,8 +254,11 @@ class ReadAPI:
         check_flag("reverse", reverse)
         kept = head_filter(segments, modified_range, max_objects)
         tag = self._head_tag()
+        ahead = self._read_ahead
         return self._fold(
-            lambda src, now: fold_heads(src, b, s, e, now, kept, tag=tag, reverse=reverse),
+            lambda src, now: fold_heads(
+                src, b, s, e, now, kept, tag=tag, reverse=reverse, read_ahead=ahead
+            ),
             long_running=True,
         )
 
@@ -344,8 +353,11 @@ class ReadAPI:
         if not isinstance(order, str):
             raise UsageError(f"order must be 'key' or 'sqn', got {order!r}")
         if order == "key":
+            ahead = self._read_ahead
             return self._fold(
-                lambda src, now: fold_objects_by_key(src, b, s, e, now, reverse=reverse),
+                lambda src, now: fold_objects_by_key(
+                    src, b, s, e, now, reverse=reverse, read_ahead=ahead
+                ),
                 long_running=True,
             )
         if order == "sqn" and reverse:
@@ -405,9 +417,19 @@ class ReadAPI:
                 regex = re.compile(regex)
             except (re.error, OverflowError, RecursionError) as exc:
                 raise UsageError(f"regex {regex!r} does not compile: {exc}") from None
+        ahead = self._read_ahead
         return self._fold(
             lambda src, now: fold_index(
-                src, b, f, lo, hi, now, regex=regex, return_terms=return_terms, reverse=reverse
+                src,
+                b,
+                f,
+                lo,
+                hi,
+                now,
+                regex=regex,
+                return_terms=return_terms,
+                reverse=reverse,
+                read_ahead=ahead,
             ),
             long_running=False,
         )

@@ -35,6 +35,7 @@ from inkpen.actors.read.follower import Follower
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
+from inkpen.manifest.disk_cache import disk_cache_for
 from inkpen.manifest.store import ManifestStore
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import CountingStore, ObjectStore, open_store, parse_store_url
@@ -123,6 +124,7 @@ class Reader(ReadAPI):
         self._manifest_id = manifest_id
         self._lease = lease
         self._options = options
+        self._read_ahead = options.read_ahead_bytes
         self._closed = False
         self._opener = "inkpen.open_reader"
         """What opens another Reader, named when a call comes after close (``inkpen.aio``
@@ -405,6 +407,7 @@ def open_reader(
     if checkpoint is not None and not isinstance(checkpoint, str):
         raise UsageError(f"checkpoint must be a checkpoint id (str), got {checkpoint!r}")
     check_text("checkpoint", checkpoint, optional=True)
+    disk_cache_for(opts)  # an unusable cache_dir is refused before the store is touched
     if isinstance(url, str):
         parsed = parse_store_url(url)
         if backend_of(parsed).local and not os.path.isdir(parsed.location):

@@ -71,9 +71,11 @@ class Snapshot(ReadAPI):
         owner_open: Callable[[], bool],
         release: Callable[[str], object],
         meter: Meter = IDLE,
+        read_ahead: int = 0,
     ) -> None:
         self._parts = parts
         self._meter = meter
+        self._read_ahead = read_ahead
         self._head_only = head_only
         self._now = now_ms
         self._owner_open = owner_open

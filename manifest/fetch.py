@@ -10,7 +10,11 @@ itself, even when it crosses a chunk boundary, so a cold get of a 100-byte value
 :meth:`ChunkedFetch.direct` reads past the cache (a scan that reads each record once must not
 evict what point reads use). On a store whose ranged reads are cheap (``in_parts``), a
 journal reader reads a large record in parts, past the cache (:func:`reads_in_parts`). The
-table store (:mod:`inkpen.manifest.table_store`) picks which one a reader gets.
+table store (:mod:`inkpen.manifest.table_store`) picks which one a reader gets. Either may read
+through a disk cache (:mod:`inkpen.manifest.disk_cache`): every read but a scan's batched ones
+(``direct_many``) and ranges of more than eight chunks (bulk reads of whole files), which go to
+the store. A chunk or record missing from the cache is read by one thread while the others that
+want it wait (:meth:`~inkpen.formats.cache.LruCache.load`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import cast
 
 from inkpen.formats.cache import LruCache
 from inkpen.objectstore.base import ObjectStore, is_local
+
+from .disk_cache import CachedObject
 
 RANGE_OVERHEAD = 160
 """Bytes a cached range costs beyond its length (its key and the cache's bookkeeping)."""
@@ -35,16 +41,21 @@ def reads_in_parts(store: ObjectStore) -> bool:
 
 
 class DirectFetch:
-    """``fetch(start, end)`` straight from the store."""
+    """``fetch(start, end)`` straight from the store, or through the disk cache (``disk``:
+    the object through a :class:`~inkpen.manifest.disk_cache.DiskCache`)."""
 
-    __slots__ = ("in_parts", "key", "store")
+    __slots__ = ("_disk", "in_parts", "key", "store")
 
-    def __init__(self, store: ObjectStore, key: str) -> None:
+    def __init__(self, store: ObjectStore, key: str, disk: CachedObject | None = None) -> None:
         self.store = store
         self.key = key
         self.in_parts = reads_in_parts(store)
+        self._disk = disk
 
     def __call__(self, start: int, end: int) -> bytes:
+        disk = self._disk
+        if disk is not None:
+            return disk.get_range(start, end)
         return self.store.get_range(self.key, start, end)
 
     direct = __call__
@@ -55,12 +66,21 @@ class DirectFetch:
 
 
 class ChunkedFetch:
-    """``fetch(start, end)`` through a shared cache of aligned ``chunk``-byte pieces."""
+    """``fetch(start, end)`` through a shared cache of aligned ``chunk``-byte pieces; what it
+    reads for point reads (records, chunks, :meth:`direct` reads) comes through the disk
+    cache when there is one (``disk``), its bulk reads (:meth:`direct_many`, ranges of more
+    than eight chunks) straight from the store."""
 
-    __slots__ = ("_cache", "_chunk", "_id", "_size", "in_parts", "key", "store")
+    __slots__ = ("_cache", "_chunk", "_disk", "_id", "_size", "in_parts", "key", "store")
 
     def __init__(
-        self, store: ObjectStore, key: str, size: int, cache: LruCache, chunk: int
+        self,
+        store: ObjectStore,
+        key: str,
+        size: int,
+        cache: LruCache,
+        chunk: int,
+        disk: CachedObject | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -69,6 +89,14 @@ class ChunkedFetch:
         self._cache = cache
         self._chunk = chunk
         self._id = (store.url, key)
+        self._disk = disk
+
+    def _read(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` for a point read: through the disk cache if there is one."""
+        disk = self._disk
+        if disk is not None:
+            return disk.get_range(start, end)
+        return self.store.get_range(self.key, start, end)
 
     def _piece(self, index: int) -> bytes:
         piece = self._cache.get((self._id, index))
@@ -77,19 +105,22 @@ class ChunkedFetch:
         return piece  # type: ignore[return-value]
 
     def _record(self, start: int, end: int) -> bytes:
-        """A small range whose chunk is not cached: read alone and cached under its own key."""
-        key = (self._id, start, end)
-        found = self._cache.get(key)
-        if found is None:
-            found = self.store.get_range(self.key, start, end)
-            self._cache.put(key, found, len(found) + RANGE_OVERHEAD)
-        return found  # type: ignore[return-value]
+        """A small range whose chunk is not cached: read alone and cached under its own key
+        (one thread reads it while the others that want it wait)."""
+        return self._cache.load(  # type: ignore[return-value]
+            (self._id, start, end), lambda: self._sized(self._read(start, end), RANGE_OVERHEAD)
+        )
+
+    @staticmethod
+    def _sized(data: bytes, overhead: int) -> tuple[bytes, int]:
+        return data, len(data) + overhead
 
     def _load(self, index: int) -> bytes:
         start = index * self._chunk
-        piece = self.store.get_range(self.key, start, min(self._size, start + self._chunk))
-        self._cache.put((self._id, index), piece, len(piece))
-        return piece
+        end = min(self._size, start + self._chunk)
+        return self._cache.load(  # type: ignore[return-value]
+            (self._id, index), lambda: self._sized(self._read(start, end), 0)
+        )
 
     def cached(self, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` if a cached chunk or a cached range holds them, else None;
@@ -131,8 +162,9 @@ class ChunkedFetch:
             self._cache.put((self._id, start, end), data, len(data) + RANGE_OVERHEAD)
 
     def direct(self, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` straight from the store, past the cache."""
-        return self.store.get_range(self.key, start, min(end, self._size))
+        """Bytes ``[start, end)`` past the chunk cache (from the store, or through the disk
+        cache: an index, a multi-get's run, a slot page)."""
+        return self._read(start, min(end, self._size))
 
     def direct_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """:meth:`direct` of every ``(start, end)`` of ``ranges``, in one ``get_ranges`` of the

@@ -31,8 +31,10 @@ database's own files; a clone's inherited files live in its parent's store, foun
 :class:`~inkpen.manifest.clones.StoreResolver`). SST readers read straight from the store and
 keep blocks in the block cache (as stored for point lookups, decoded for scans and merges);
 journal readers read aligned chunks through the journal cache shared by every journal file
-(:mod:`inkpen.manifest.fetch`). Both apply the descriptor's ``sqn_base`` (bulk-loaded files
-store local SQNs).
+(:mod:`inkpen.manifest.fetch`). With a disk cache (option ``cache_dir``) both read through it
+(:mod:`inkpen.manifest.disk_cache`; the table stores of copies, backups and ``inkpen verify``
+have none: they read the store itself). Both apply the descriptor's ``sqn_base`` (bulk-loaded
+files store local SQNs).
 
 **Reading unrolled segments** (:meth:`TableStore.read_segments`). The journal segments a manifest
 has not rolled yet (``journal/<id>.jnl`` in its own store) are read back, in parallel, decoded,
@@ -66,6 +68,7 @@ from inkpen.objectstore.local import LocalStore
 from inkpen.options import Options
 
 from .clones import StoreResolver
+from .disk_cache import CachedObject, DiskCache, disk_cache_for
 from .fencing import (
     SegmentBytes,
     SegmentRef,
@@ -151,7 +154,9 @@ class TableStore:
     (default: the option's default); without a cache a reader reads the store directly.
     ``journal_index_cache`` keeps the journal files' SQN block indexes (and pages of version 1
     files' hash tables); without one each journal reader holds its whole index region.
-    ``on_write`` is told each new file's name just before it is stored.
+    ``disk_cache`` (option ``cache_dir``) keeps on local disk the parts of files the readers
+    read (:mod:`inkpen.manifest.disk_cache`). ``on_write`` is told each new file's name just
+    before it is stored.
     """
 
     def __init__(
@@ -163,9 +168,11 @@ class TableStore:
         journal_cache: LruCache | None = None,
         journal_chunk_bytes: int | None = None,
         journal_index_cache: LruCache | None = None,
+        disk_cache: DiskCache | None = None,
         on_write: Callable[[str], object] | None = None,
     ) -> None:
         self.store = store
+        self.disk_cache = disk_cache
         self._resolver = resolver
         self.block_cache = block_cache
         self.journal_cache = journal_cache
@@ -186,7 +193,8 @@ class TableStore:
         *,
         on_write: Callable[[str], object] | None = None,
     ) -> TableStore:
-        """A table store over ``resolver``'s own store with the caches ``options`` size."""
+        """A table store over ``resolver``'s own store with the caches ``options`` size (and the
+        disk cache it names)."""
         return cls(
             resolver.own_store,
             resolver=resolver,
@@ -196,6 +204,7 @@ class TableStore:
             ),
             journal_chunk_bytes=options.journal_chunk_bytes,
             journal_index_cache=LruCache(options.journal_index_cache_bytes),
+            disk_cache=disk_cache_for(options),
             on_write=on_write,
         )
 
@@ -416,13 +425,20 @@ class TableStore:
     def open_sst(self, descriptor: SstDescriptor) -> SstReader:
         """A reader of the SST ``descriptor`` names, from the store that holds it."""
         name = descriptor.name
+        store = self.store_for(descriptor.root)
         return SstReader.open(
             name,
             descriptor.size,
-            DirectFetch(self.store_for(descriptor.root), name),
+            DirectFetch(store, name, self._on_disk(store, name, descriptor.size)),
             cache=self.block_cache,
             sqn_base=descriptor.sqn_base,
         )
+
+    def _on_disk(self, store: ObjectStore, name: str, size: int) -> CachedObject | None:
+        """File ``name`` of ``store`` through the disk cache, if there is one (SST and journal
+        files only: immutable, see :mod:`inkpen.manifest.disk_cache`)."""
+        disk = self.disk_cache
+        return None if disk is None else disk.object(store, name, size)
 
     def open_journal(self, descriptor: JournalFileDescriptor) -> JournalReader:
         """A reader of the journal file ``descriptor`` names, from the store that holds it,
@@ -430,10 +446,11 @@ class TableStore:
         name = descriptor.name
         store = self.store_for(descriptor.root)
         cache = self.journal_cache
+        disk = self._on_disk(store, name, descriptor.size)
         fetch = (
-            ChunkedFetch(store, name, descriptor.size, cache, self._chunk)
+            ChunkedFetch(store, name, descriptor.size, cache, self._chunk, disk)
             if cache is not None
-            else DirectFetch(store, name)
+            else DirectFetch(store, name, disk)
         )
         return JournalReader.open(
             name,

@@ -21,6 +21,11 @@ Reading (``spark.read.format("inkpen")``):
 - ``partitions``: how many partitions (Spark tasks) to split the read into; else by size,
   ``partition_bytes`` (32 MiB) each;
 - ``batch_rows`` (8192): rows per Arrow batch a task hands to Spark;
+- ``read_ahead_bytes`` (8 MiB): bytes a task reads ahead of its scan (0: none), as the option
+  of that name does for a fold;
+- ``cache_dir``, ``cache_dir_bytes`` (1 GiB): a local disk cache of the file parts tasks read,
+  as the options of those names do (a directory on each executor's machine; tasks and
+  executors on one machine share it);
 - ``shard``: for a sharded data set (``path`` names one, :mod:`inkpen.shards`), read only these
   shards: a shard number or a comma-separated list of them (refused for a plain database);
 - ``feed``: accepted and must be false (or left out); ``feed=true`` names the change feed, which
@@ -68,6 +73,8 @@ MiB = 1024 * 1024
 DEFAULT_CHECKPOINT_LIFETIME = 3600.0
 DEFAULT_PARTITION_BYTES = 32 * MiB
 DEFAULT_BATCH_ROWS = 8192
+DEFAULT_READ_AHEAD_BYTES = 8 * MiB
+DEFAULT_CACHE_DIR_BYTES = 1024 * MiB
 DEFAULT_SST_BYTES = 32 * MiB
 DEFAULT_JOURNAL_BYTES = 64 * MiB
 MAX_PARTITIONS = 100_000
@@ -87,6 +94,9 @@ READ_OPTIONS = frozenset(
         "partitions",
         "partition_bytes",
         "batch_rows",
+        "read_ahead_bytes",
+        "cache_dir",
+        "cache_dir_bytes",
         "feed",
         "shard",
     }
@@ -129,6 +139,9 @@ class ReadOptions:
     batch_rows: int = DEFAULT_BATCH_ROWS
     shards: tuple[int, ...] | None = None
     """The ``shard`` option: only these shards of a data set (None: every shard)."""
+    read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES
+    cache_dir: str | None = None
+    cache_dir_bytes: int = DEFAULT_CACHE_DIR_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +273,16 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     partitions = _int(given, "partitions", None, 1, MAX_PARTITIONS)
     partition_bytes = _int(given, "partition_bytes", DEFAULT_PARTITION_BYTES, 64 * 1024, 1 << 40)
     batch_rows = _int(given, "batch_rows", DEFAULT_BATCH_ROWS, 1, 1_000_000)
+    read_ahead = _int(given, "read_ahead_bytes", DEFAULT_READ_AHEAD_BYTES, 0, 1024 * MiB)
+    cache_dir_bytes = _int(given, "cache_dir_bytes", DEFAULT_CACHE_DIR_BYTES, MiB, 1 << 50)
     assert partition_bytes is not None and batch_rows is not None
+    assert read_ahead is not None and cache_dir_bytes is not None
+    cache_dir = given.get("cache_dir")
+    if cache_dir is not None and (not str(cache_dir).strip() or "\x00" in str(cache_dir)):
+        raise UsageError(
+            "option cache_dir must be a directory path on the executors' machines; leave it "
+            "out for no disk cache"
+        )
     return ReadOptions(
         url=_url(given, "read"),
         checkpoint=None if checkpoint is None else str(checkpoint).strip(),
@@ -276,6 +298,9 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         partition_bytes=partition_bytes,
         batch_rows=batch_rows,
         shards=parse_shards(given),
+        read_ahead_bytes=read_ahead,
+        cache_dir=None if cache_dir is None else str(cache_dir).strip(),
+        cache_dir_bytes=cache_dir_bytes,
     )
 
 

@@ -27,8 +27,15 @@ from typing import Any
 import pyarrow as pa
 
 from inkpen.actors.kernel.views import CacheView, LedgerView
+from inkpen.actors.read.ahead import ReadAhead
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
-from inkpen.actors.read.path import SCAN_WINDOW, live_range, window_bodies, window_reader
+from inkpen.actors.read.path import (
+    SCAN_WINDOW,
+    live_range,
+    reading_ahead,
+    window_bodies,
+    window_reader,
+)
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.formats.keys import (
     LedgerValue,
@@ -61,6 +68,11 @@ class ScanSpec:
     key_type: KeyType
     batch_rows: int
     now_ms: int
+    read_ahead_bytes: int = 0
+    """Bytes the task reads ahead of its scan (0: none)."""
+    cache_dir: str | None = None
+    """The executors' disk cache of file parts (None: none), of ``cache_dir_bytes``."""
+    cache_dir_bytes: int = 1024 * 1024 * 1024
 
 
 def _name_decoder(key_type: KeyType, what: str) -> Callable[[bytes], Any]:
@@ -120,16 +132,19 @@ def _index_terms(
     return terms
 
 
-def _rows(spec: ScanSpec, slice_: ScanSlice, views: ManifestViews) -> Iterator[tuple[Any, ...]]:
+def _rows(
+    spec: ScanSpec, slice_: ScanSlice, views: ManifestViews, ahead: ReadAhead | None
+) -> Iterator[tuple[Any, ...]]:
     cache, ledger, journal = views.views()
     bucket_name = _name_decoder(spec.key_type, "bucket")
     key_name = _name_decoder(spec.key_type, "key")
     index_name = _name_decoder(spec.key_type, "index field or term")
-    read_window = window_reader(journal)
+    read_window = window_reader(journal, ahead)
     for lo, hi in slice_.ranges:
         terms_bucket: bytes | None = None
         terms: dict[bytes, list[dict[str, Any]]] = {}
-        for window in _windows(live_range(cache, ledger, lo, hi, spec.now_ms)):
+        entries = live_range(cache, ledger, lo, hi, spec.now_ms, ahead=ahead)
+        for window in _windows(entries):
             bodies: list[bytes | None] | None = None
             if spec.values:  # the window's values: from the ledger, or read in journal order
                 bodies = window_bodies(read_window, window)
@@ -187,14 +202,20 @@ def scan_slice(spec: ScanSpec, slice_: ScanSlice, schema: pa.Schema) -> Iterator
     store = open_store(spec.url)
     resolver = StoreResolver(store)
     rows = 0
+    options = Options(
+        read_ahead_bytes=spec.read_ahead_bytes,
+        cache_dir=spec.cache_dir,
+        cache_dir_bytes=spec.cache_dir_bytes,
+    )
     try:
-        views = load_views(resolver, slice_.manifest, slice_.manifest_id, Options())
+        views = load_views(resolver, slice_.manifest, slice_.manifest_id, options)
         batcher = _Batcher(schema)
-        for row in _rows(spec, slice_, views):
-            batcher.add(row)
-            if len(batcher) >= spec.batch_rows:
-                rows += len(batcher)
-                yield batcher.flush()
+        with reading_ahead(spec.read_ahead_bytes) as ahead:
+            for row in _rows(spec, slice_, views, ahead):
+                batcher.add(row)
+                if len(batcher) >= spec.batch_rows:
+                    rows += len(batcher)
+                    yield batcher.flush()
         if len(batcher):
             rows += len(batcher)
             yield batcher.flush()

@@ -174,6 +174,9 @@ class ShardedReader(DataSourceReader):
             key_type=self.options.key_type,
             batch_rows=self.options.batch_rows,
             now_ms=pin.pinned.now_ms,
+            read_ahead_bytes=self.options.read_ahead_bytes,
+            cache_dir=self.options.cache_dir,
+            cache_dir_bytes=self.options.cache_dir_bytes,
         )
         arrow = to_arrow_schema(with_shard_column(read_schema(self.options)), timezone="UTC")
         shard_field = arrow.field(SHARD_COLUMN)

@@ -226,6 +226,9 @@ class InkpenReader(DataSourceReader):
             key_type=self.options.key_type,
             batch_rows=self.options.batch_rows,
             now_ms=self.pinned.now_ms,
+            read_ahead_bytes=self.options.read_ahead_bytes,
+            cache_dir=self.options.cache_dir,
+            cache_dir_bytes=self.options.cache_dir_bytes,
         )
         arrow = to_arrow_schema(read_schema(self.options), timezone="UTC")
         return scan_slice(spec, partition.value, arrow)

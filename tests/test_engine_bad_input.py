@@ -170,6 +170,16 @@ def test_arguments_out_of_every_range_are_usage_errors(
         ({"max_batch_bytes": HUGE}, "out of range"),
         ({"max_batch_bytes": 4096.0}, "must be an int"),
         ({"clock": None}, "clock"),
+        ({"read_ahead_bytes": -1}, "read_ahead_bytes=-1 is out of range"),
+        ({"read_ahead_bytes": HUGE}, "read_ahead_bytes=.* is out of range"),
+        ({"read_ahead_bytes": 1.5}, "read_ahead_bytes must be an int"),
+        ({"read_ahead_bytes": True}, "read_ahead_bytes must be an int"),
+        ({"cache_dir": 5}, "cache_dir must be a directory path"),
+        ({"cache_dir": b"/tmp/x"}, "cache_dir must be a directory path"),
+        ({"cache_dir": ""}, "cache_dir='' is not a usable directory path"),
+        ({"cache_dir": "a\x00b"}, "is not a usable directory path"),
+        ({"cache_dir_bytes": 1024}, "cache_dir_bytes=1024 is out of range"),
+        ({"cache_dir_bytes": "1G"}, "cache_dir_bytes must be an int"),
     ],
 )
 def test_more_bad_options_are_refused_before_touching_the_store(
@@ -356,3 +366,14 @@ def test_sqns_lifetimes_and_counts_beyond_the_formats_are_refused(
         call(book)
     assert (checkpoints(store_url), book.feed_cursors()) == before
     assert book.create_feed_cursor("x", 2**63 - 1).sqn == 2**63 - 1
+
+
+def test_a_cache_dir_that_cannot_be_made_is_refused_before_the_store_is_touched(
+    store_url: str, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"not a directory")
+    for opener in (inkpen.open, inkpen.open_reader):
+        with pytest.raises(inkpen.UsageError, match="cannot be used as a disk cache"):
+            opener(store_url, cache_dir=str(blocker / "cache"))
+    assert list(open_store(store_url).list()) == []

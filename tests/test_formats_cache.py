@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from inkpen.formats.cache import BlockCache, LruCache
+from inkpen.formats.cache import BlockCache, LruCache, SingleFlight
+from support.waiting import wait_until
 
 
 def test_evicts_least_recently_used_by_weight() -> None:
@@ -96,3 +97,102 @@ def test_weight_stays_consistent_under_many_threads() -> None:
     assert cache.weight == 1000
     assert len(cache) == 10
     assert all(cache.get(key) == key for key in range(1000, 1010))
+
+
+def test_load_caches_what_the_loader_answers() -> None:
+    cache = LruCache(100)
+    calls: list[str] = []
+
+    def loader() -> tuple[object, int]:
+        calls.append("a")
+        return "value", 10
+
+    assert cache.load("a", loader) == "value"
+    assert cache.load("a", loader) == "value"
+    assert calls == ["a"]
+    assert cache.weight == 10
+    assert cache.holds("a") and not cache.holds("b")
+
+
+def test_one_loader_per_key_while_the_others_wait() -> None:
+    """Eight threads load one key: one loader runs (the others are seen waiting for it while
+    it is held), all get its value."""
+    cache = LruCache(1000)
+    release = threading.Event()
+    calls: list[int] = []
+
+    def loader() -> tuple[object, int]:
+        calls.append(1)
+        assert release.wait(30)
+        return "shared", 1
+
+    found: list[object] = []
+    threads = [
+        threading.Thread(target=lambda: found.append(cache.load("k", loader))) for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: cache.flights.waiting == 7, "seven threads waiting for the loader")
+    assert len(cache.flights) == 1
+    release.set()
+    for thread in threads:
+        thread.join()
+    assert found == ["shared"] * 8
+    assert calls == [1]
+    assert len(cache.flights) == 0 and cache.flights.waiting == 0
+
+
+def test_loads_of_different_keys_run_at_once() -> None:
+    """Sixteen keys loaded by sixteen threads: every loader is under way at the same time (a
+    barrier inside the loader breaks if one lock made them take turns)."""
+    cache = LruCache(1000)
+    barrier = threading.Barrier(16, timeout=30)
+
+    def loader(key: int) -> tuple[object, int]:
+        barrier.wait()
+        return key, 1
+
+    found: dict[int, object] = {}
+
+    def load(key: int) -> None:
+        found[key] = cache.load(key, lambda: loader(key))
+
+    threads = [threading.Thread(target=load, args=(key,)) for key in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert found == {key: key for key in range(16)}
+
+
+def test_a_waiter_whose_leader_failed_loads_for_itself() -> None:
+    flights = SingleFlight()
+    release = threading.Event()
+    started = threading.Event()
+
+    def failing() -> str:
+        started.set()
+        assert release.wait(30)
+        raise OSError("the store refused")
+
+    errors: list[BaseException] = []
+
+    def lead() -> None:
+        try:
+            flights.run("k", failing)
+        except OSError as exc:
+            errors.append(exc)
+
+    leader = threading.Thread(target=lead)
+    leader.start()
+    assert started.wait(30)
+    answers: list[str] = []
+    follower = threading.Thread(target=lambda: answers.append(flights.run("k", lambda: "own")))
+    follower.start()
+    wait_until(lambda: flights.waiting == 1, "the follower waiting")
+    release.set()
+    leader.join()
+    follower.join()
+    assert [str(e) for e in errors] == ["the store refused"]
+    assert answers == ["own"]
+    assert len(flights) == 0

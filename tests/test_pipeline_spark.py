@@ -98,6 +98,23 @@ def test_a_bulk_load_reads_back_as_last_write_wins(
     assert evens == {k for (b, k), v in expected.items() if b == b"b0" and int(v[1:]) % 2 == 0}
 
 
+def test_reads_with_a_small_read_ahead_and_a_disk_cache_read_the_same_rows(
+    spark: SparkSession, url: str, tmp_path: Path
+) -> None:
+    """A 4 KiB read-ahead window (every planned read alone) and a disk cache on the executors'
+    machine: the rows are those of the load, read twice (the second time from the cache)."""
+    rows_with_duplicates(spark).write.format("inkpen").option("path", url).mode("append").save()
+    expected = expected_last_writes()
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        found = triples(
+            read(spark, url, partitions="4", read_ahead_bytes="4096", cache_dir=str(cache))
+        )
+        assert {(b, k): v for b, k, v in found} == expected
+        assert len(found) == DISTINCT
+    assert list(cache.glob("inkpen-parts-1/*/*"))
+
+
 def test_a_read_during_writes_sees_exactly_its_checkpoint(spark: SparkSession, url: str) -> None:
     busy = {
         "ledger_cache_entries": 50,
@@ -341,6 +358,10 @@ def test_other_driver_errors_come_before_any_task(
             read(spark, empty)
         with pytest.raises(Exception, match=r"unknown option.*checkpont"):
             read(spark, empty, checkpont="x")
+        with pytest.raises(Exception, match=r"read_ahead_bytes=-1 is out of range"):
+            read(spark, empty, read_ahead_bytes="-1")
+        with pytest.raises(Exception, match=r"cache_dir_bytes=1 is out of range"):
+            read(spark, empty, cache_dir="/tmp", cache_dir_bytes="1")
         with pytest.raises(Exception, match=r"only adds to a database: use .mode\('append'\)"):
             frame.write.format("inkpen").option("path", empty).mode("overwrite").save()
         with pytest.raises(Exception, match="needs the database's URL"):

@@ -5,7 +5,9 @@ a ledger lookup (the Bookie's cache, then the Penciller's memory, L0 and levels,
 first) which, for a value of at most ``inline_value_bytes``, holds the value itself; a larger
 value takes one journal lookup by SQN. Folds merge every ledger source in key order
 (``heapq.merge``; where sources share a key the most recent source wins) and stream: nothing is
-loaded whole, each SST block is read when the fold reaches it.
+loaded whole, each SST block is read when the fold reaches it, or a little before with a
+read-ahead (:mod:`.ahead`: the next blocks and files read while the current ones are decoded,
+within ``read_ahead_bytes``).
 
 A point read that finds a file gone (a merge or a compaction finished and the file was deleted
 after the reader took its views) takes fresh views and tries again; if files keep vanishing it
@@ -19,11 +21,13 @@ import bisect
 import heapq
 import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal, Protocol
 
 from inkpen.actors.kernel.views import CacheView, JournalView, LedgerView
+from inkpen.actors.read.ahead import Planned, ReadAhead, Stream
 from inkpen.errors import CorruptionError, NotFoundError
 from inkpen.formats.journal import JournalEntry, JournalReader, Kind
 from inkpen.formats.keys import (
@@ -187,6 +191,7 @@ def ledger_range(
     hi: bytes | None,
     *,
     reverse: bool = False,
+    ahead: ReadAhead | None = None,
 ) -> Iterator[tuple[bytes, LedgerValue]]:
     """Every ledger entry with lo <= key < hi in key order (descending with ``reverse``), the
     most recent source's per key.
@@ -194,6 +199,8 @@ def ledger_range(
     Sources are merged with ``heapq.merge`` on the key alone: it is stable (also with
     ``reverse``), so among equal keys the source listed first (the most recent) comes first and
     the rest are skipped. A range that only one source covers is streamed from it directly.
+    With ``ahead``, every file source (an L0 file; a level's files, in the order the range
+    visits them) reads its planned blocks ahead through it (:mod:`.ahead`).
     """
     streams: list[Iterator[tuple[bytes, LedgerValue]]] = [
         table.iter_range(lo, hi, reverse=reverse)
@@ -203,13 +210,23 @@ def ledger_range(
     for handle in ledger.l0:
         d = handle.descriptor
         if (hi is None or d.first_key < hi) and (lo is None or d.last_key >= lo):
-            streams.append(_sst_range(handle.reader, lo, hi, reverse))
+            reader = handle.reader
+            planned = None if ahead is None else ahead.sst_stream([reader], lo, hi, reverse)
+            streams.append(_sst_range(reader, lo, hi, reverse, planned))
     for level in ledger.levels:
         files = level.overlapping(lo, hi)
+        if not files:
+            continue
+        planned = None
+        if ahead is not None:
+            order = reversed(files) if reverse else files
+            planned = ahead.sst_stream([h.reader for h in order], lo, hi, reverse)
         if len(files) == 1:
-            streams.append(_sst_range(files[0].reader, lo, hi, reverse))
-        elif files:
-            streams.append(_chain(files, lo, hi, reverse))
+            streams.append(_sst_range(files[0].reader, lo, hi, reverse, planned))
+        else:
+            streams.append(_chain(files, lo, hi, reverse, planned))
+    if ahead is not None:
+        ahead.start()  # every source's first reads, in turn, before the merge asks for them
     if len(streams) == 1:
         yield from streams[0]
         return
@@ -225,18 +242,26 @@ _first = itemgetter(0)
 
 
 def _sst_range(
-    reader: Any, lo: bytes | None, hi: bytes | None, reverse: bool
+    reader: Any,
+    lo: bytes | None,
+    hi: bytes | None,
+    reverse: bool,
+    planned: Stream | None = None,
 ) -> Iterator[tuple[bytes, LedgerValue]]:
     if reverse:
-        return reader.iter_range_reverse(lo, hi)  # type: ignore[no-any-return]
-    return reader.iter_range(lo, hi)  # type: ignore[no-any-return]
+        return reader.iter_range_reverse(lo, hi, prefetched=planned)  # type: ignore[no-any-return]
+    return reader.iter_range(lo, hi, prefetched=planned)  # type: ignore[no-any-return]
 
 
 def _chain(
-    files: tuple[Any, ...], lo: bytes | None, hi: bytes | None, reverse: bool = False
+    files: tuple[Any, ...],
+    lo: bytes | None,
+    hi: bytes | None,
+    reverse: bool = False,
+    planned: Stream | None = None,
 ) -> Iterator[tuple[bytes, LedgerValue]]:
     for handle in reversed(files) if reverse else files:
-        yield from _sst_range(handle.reader, lo, hi, reverse)
+        yield from _sst_range(handle.reader, lo, hi, reverse, planned)
 
 
 def live_range(
@@ -247,11 +272,18 @@ def live_range(
     now_ms: int,
     *,
     reverse: bool = False,
+    ahead: ReadAhead | None = None,
 ) -> Iterator[tuple[bytes, LedgerValue]]:
     """:func:`ledger_range` without tombstones and expired entries."""
-    for key, value in ledger_range(cache, ledger, lo, hi, reverse=reverse):
+    for key, value in ledger_range(cache, ledger, lo, hi, reverse=reverse, ahead=ahead):
         if is_live(value, now_ms):
             yield key, value
+
+
+def reading_ahead(window: int) -> AbstractContextManager[ReadAhead | None]:
+    """A fold's :class:`~.ahead.ReadAhead` of ``window`` bytes (option ``read_ahead_bytes``),
+    closed when the fold ends; none for 0."""
+    return ReadAhead(window) if window > 0 else nullcontext()
 
 
 def object_bounds(
@@ -272,11 +304,13 @@ def fold_keys(
     now_ms: int,
     *,
     reverse: bool = False,
+    read_ahead: int = 0,
 ) -> Iterator[bytes]:
     cache, ledger, _ = source.views()
     lo, hi = object_bounds(bucket, start, end)
-    for key, _ in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse):
-        yield decode_key(key).key
+    with reading_ahead(read_ahead) as ahead:
+        for key, _ in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse, ahead=ahead):
+            yield decode_key(key).key
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +343,7 @@ def filtered_heads(
     kept: HeadFilter,
     *,
     reverse: bool = False,
+    ahead: ReadAhead | None = None,
 ) -> Iterator[tuple[bytes, LedgerValue]]:
     """Live ledger entries in [lo, hi) that ``kept`` keeps, at most ``kept.max_objects``, in key
     order (descending with ``reverse``)."""
@@ -316,7 +351,7 @@ def filtered_heads(
     if left is not None and left <= 0:
         return
     plain = kept.segments is None and kept.lo_ms is None and kept.hi_ms is None
-    for key, value in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse):
+    for key, value in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse, ahead=ahead):
         if plain or kept.keeps(key, value):
             yield key, value
             if left is not None:
@@ -335,13 +370,17 @@ def fold_heads(
     *,
     tag: Tag = Tag.OBJECT,
     reverse: bool = False,
+    read_ahead: int = 0,
 ) -> Iterator[tuple[bytes, bytes, Head]]:
     cache, ledger, _ = source.views()
     lo, hi = object_bounds(bucket, start, end, tag=tag)
     head_only = tag == Tag.HEAD
-    for key, value in filtered_heads(cache, ledger, lo, hi, now_ms, kept, reverse=reverse):
-        decoded = decode_key(key)
-        yield decoded.bucket, decoded.key, to_head(value, decoded.subkey, head_only=head_only)
+    with reading_ahead(read_ahead) as ahead:
+        for key, value in filtered_heads(
+            cache, ledger, lo, hi, now_ms, kept, reverse=reverse, ahead=ahead
+        ):
+            decoded = decode_key(key)
+            yield decoded.bucket, decoded.key, to_head(value, decoded.subkey, head_only=head_only)
 
 
 def fold_objects_by_key(
@@ -352,6 +391,7 @@ def fold_objects_by_key(
     now_ms: int,
     *,
     reverse: bool = False,
+    read_ahead: int = 0,
 ) -> Iterator[tuple[bytes, bytes, bytes]]:
     """Live objects in key order (descending with ``reverse``), a window of rows at a time.
 
@@ -362,16 +402,32 @@ def fold_objects_by_key(
     row whose value the ledger keeps leaves at once while no window is open, so a scan of small
     values holds no rows (rows held by the thousand outlive the interpreter's young
     collections, and the cycle collector then walks them again and again).
+
+    ``read_ahead`` (bytes; 0: none): the ledger's blocks and each window's journal reads are
+    read ahead of the fold, within that many bytes (:mod:`.ahead`).
     """
+    with reading_ahead(read_ahead) as ahead:
+        yield from _objects_by_key(source, bucket, start, end, now_ms, reverse, ahead)
+
+
+def _objects_by_key(
+    source: ViewSource,
+    bucket: bytes | None,
+    start: bytes | None,
+    end: bytes | None,
+    now_ms: int,
+    reverse: bool,
+    ahead: ReadAhead | None,
+) -> Iterator[tuple[bytes, bytes, bytes]]:
     cache, ledger, journal = source.views()
     lo, hi = object_bounds(bucket, start, end)
-    read_window = window_reader(journal)
+    read_window = window_reader(journal, ahead)
     # Keys of one bucket with an empty subkey and no NUL anywhere are the bucket prefix, the
     # key, then two terminators: the key is a slice. Anything else is split in full.
     prefix = None if bucket is None else bucket_prefix(Tag.OBJECT, bucket)
     skip = 0 if prefix is None else len(prefix)
     rows: list[tuple[bytes, LedgerValue]] = []
-    for item in ledger_range(cache, ledger, lo, hi, reverse=reverse):
+    for item in ledger_range(cache, ledger, lo, hi, reverse=reverse, ahead=ahead):
         value = item[1]
         if value[1] != ACTIVE:
             continue
@@ -440,20 +496,21 @@ def window_bodies(
     return bodies
 
 
-def window_reader(journal: JournalLookup) -> WindowRead:
+def window_reader(journal: JournalLookup, ahead: ReadAhead | None = None) -> WindowRead:
     """``read(rows)``: the object bodies of ``rows`` (``(ledger key, SQN)``), in their order,
     for one scan (call it window after window).
 
     A journal view reads them with a :class:`WindowReads`; a snapshot's pair of views asks its
     newer view, then its registered one for the rows the newer did not hold (as
     :func:`values_of` does row by row); anything else goes row by row through :func:`values_of`.
+    With ``ahead``, a window's reads are made through it, several at once.
     """
     if isinstance(journal, JournalView):
-        return WindowReads(journal)
+        return WindowReads(journal, ahead)
     current = getattr(journal, "current", None)
     registered = getattr(journal, "registered", None)
     if isinstance(current, JournalView) and isinstance(registered, JournalView):
-        newer, older = WindowReads(current), WindowReads(registered)
+        newer, older = WindowReads(current, ahead), WindowReads(registered, ahead)
 
         def paired(rows: list[tuple[bytes, int]]) -> list[bytes | None]:
             bodies = newer(rows)
@@ -479,6 +536,8 @@ SCAN_RUN = 4 * 1024 * 1024
 """The largest single read of a scan."""
 SCAN_BATCH = 8 * 1024 * 1024
 """The most bytes of one file's reads a scan asks the store for together (``get_ranges``)."""
+SCAN_RUN_MIN = 256 * 1024
+"""The fewest bytes a batch of a scan reading ahead holds (unless its file has no more)."""
 
 
 def place_records(
@@ -529,37 +588,60 @@ class WindowReads:
     the records between them being kept for the windows that want them later. A read never
     reaches into kept bytes, so no journal byte is read twice. Entries of unrolled segments
     come from memory; a record whose slot holds another key is looked up in full.
+
+    With ``ahead`` (:class:`~.ahead.ReadAhead`), every batch of the window, of every file, is
+    planned first and then read through it, several at once within its window (a batch then
+    holds at most a quarter of the window, or :data:`SCAN_RUN_MIN` if that is more); without,
+    one batch after another.
     """
 
-    def __init__(self, journal: JournalView) -> None:
+    def __init__(self, journal: JournalView, ahead: ReadAhead | None = None) -> None:
         self.journal = journal
+        self.ahead = ahead
+        self.batch_bytes = (
+            SCAN_BATCH if ahead is None else max(SCAN_RUN_MIN, min(SCAN_BATCH, ahead.window // 4))
+        )
         self.kept = 0
         self.runs: dict[int, tuple[list[int], list[bytes]]] = {}
         """Per file (its index in the view): the kept runs' starts, sorted, and their bytes."""
 
     def __call__(self, rows: list[tuple[bytes, int]]) -> list[bytes | None]:
         bodies: list[bytes | None] = [None] * len(rows)
+        batches: list[_Batch] = []
         for file_index, wanted in place_records(self.journal, rows, bodies).items():
             wanted.sort()
-            self._read_file(file_index, wanted, rows, bodies)
+            batches.extend(self._plan_file(file_index, wanted, rows, bodies))
+        ahead = self.ahead
+        if ahead is None or len(batches) < 2:
+            for batch in batches:
+                self._read_batch(batch, batch.read(), rows, bodies)
+            return bodies
+        stream = ahead.stream(
+            Planned(None, (0, 0, 0, 0), batch.read, batch.size) for batch in batches
+        )
+        try:
+            for batch in batches:
+                self._read_batch(batch, stream.take_next(), rows, bodies)
+        finally:
+            stream.close()
         return bodies
 
-    def _read_file(
+    def _plan_file(
         self,
         file_index: int,
         wanted: list[tuple[int, int, int, bytes]],
         rows: list[tuple[bytes, int]],
         bodies: list[bytes | None],
-    ) -> None:
-        """Plan the reads of one file's wanted records (sorted by offset), make them in
-        batches of at most :data:`SCAN_BATCH` bytes (each batch one ``get_ranges`` of the
-        store), and answer every record from its read or from bytes kept earlier."""
+    ) -> list[_Batch]:
+        """Plan the reads of one file's wanted records (sorted by offset) in batches of at most
+        :attr:`batch_bytes` (each batch one ``get_ranges`` of the store); answer at once the
+        records kept from earlier windows."""
         reader = self.journal.files[file_index].reader
         starts, kept = self.runs.setdefault(file_index, ([], []))
         records_end = reader.header.hash_offset
         blocks = reader.header.version >= 2  # a read of a block holds records wanted later
-        batch: list[tuple[int, int, int, int, bool]] = []  # reads: (i, j, start, end, keep)
-        batch_bytes = 0
+        batches: list[_Batch] = []
+        batch = _Batch(reader, wanted, starts, kept)
         i = 0
         count = len(wanted)
         while i < count:
@@ -588,27 +670,26 @@ class WindowReads:
             keep = may_keep and (blocks or end - offset > sum(w[1] for w in wanted[i:j]))
             if keep:
                 self.kept += end - offset  # counted now: the next runs' plans depend on it
-            batch.append((i, j, offset, end, keep))
-            batch_bytes += end - offset
-            if batch_bytes >= SCAN_BATCH:
-                self._read_batch(reader, batch, wanted, rows, bodies, starts, kept)
-                batch, batch_bytes = [], 0
+            batch.reads.append((i, j, offset, end, keep))
+            batch.size += end - offset
+            if batch.size >= self.batch_bytes:
+                batches.append(batch)
+                batch = _Batch(reader, wanted, starts, kept)
             i = j
-        if batch:
-            self._read_batch(reader, batch, wanted, rows, bodies, starts, kept)
+        if batch.reads:
+            batches.append(batch)
+        return batches
 
     @staticmethod
     def _read_batch(
-        reader: JournalReader,
-        batch: list[tuple[int, int, int, int, bool]],
-        wanted: list[tuple[int, int, int, bytes]],
+        batch: _Batch,
+        found: list[bytes],
         rows: list[tuple[bytes, int]],
         bodies: list[bytes | None],
-        starts: list[int],
-        kept: list[bytes],
     ) -> None:
-        found = reader.read_records_many([(start, end) for _, _, start, end, _ in batch])
-        for (i, j, start, _, keep), data in zip(batch, found, strict=True):
+        """Answer the rows of a batch from its reads (``found``), keeping what it keeps."""
+        starts, kept, wanted, reader = batch.starts, batch.kept, batch.wanted, batch.reader
+        for (i, j, start, _, keep), data in zip(batch.reads, found, strict=True):
             if keep:
                 k = bisect.bisect_right(starts, start)
                 starts.insert(k, start)
@@ -633,6 +714,32 @@ class WindowReads:
                 key, sqn = rows[row]
                 body = reader.value(sqn, Kind.OBJECT, key)
             bodies[row] = body
+
+
+class _Batch:
+    """The reads of one file a window asks the store for together: ``(i, j, start, end,
+    keep)`` each, answering ``wanted[i:j]`` (records sorted by offset) from bytes ``[start,
+    end)``; ``size`` their bytes."""
+
+    __slots__ = ("kept", "reader", "reads", "size", "starts", "wanted")
+
+    def __init__(
+        self,
+        reader: JournalReader,
+        wanted: list[tuple[int, int, int, bytes]],
+        starts: list[int],
+        kept: list[bytes],
+    ) -> None:
+        self.reader = reader
+        self.wanted = wanted
+        self.starts = starts
+        self.kept = kept
+        self.reads: list[tuple[int, int, int, int, bool]] = []
+        self.size = 0
+
+    def read(self) -> list[bytes]:
+        """The batch's reads, in one ``get_ranges`` of the store."""
+        return self.reader.read_records_many([(start, end) for _, _, start, end, _ in self.reads])
 
 
 _PUTS = frozenset({Kind.OBJECT, Kind.VALUE_IN_LEDGER})
@@ -735,6 +842,7 @@ def fold_index(
     regex: str | bytes | re.Pattern[str] | re.Pattern[bytes] | None,
     return_terms: bool,
     reverse: bool = False,
+    read_ahead: int = 0,
 ) -> Iterator[bytes | tuple[bytes, bytes]]:
     """Index entries of ``field`` with start <= term <= end, as object keys or (term, key).
 
@@ -744,18 +852,19 @@ def fold_index(
     cache, ledger, _ = source.views()
     lo, hi = index_range(bucket, field, start, end)
     matcher = term_matcher(regex)
-    for key, _ in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse):
-        decoded = decode_key(key)
-        term = decoded.subkey
-        if matcher is not None and not matcher(term):
-            continue
-        found = decoded.object_key
-        owner = lookup(cache, ledger, object_key(bucket, found))
-        if owner is None:
-            owner = lookup(cache, ledger, object_key(bucket, found, tag=Tag.HEAD))
-        if owner is None or not is_live(owner, now_ms):
-            continue
-        yield (term, found) if return_terms else found
+    with reading_ahead(read_ahead) as ahead:
+        for key, _ in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse, ahead=ahead):
+            decoded = decode_key(key)
+            term = decoded.subkey
+            if matcher is not None and not matcher(term):
+                continue
+            found = decoded.object_key
+            owner = lookup(cache, ledger, object_key(bucket, found))
+            if owner is None:
+                owner = lookup(cache, ledger, object_key(bucket, found, tag=Tag.HEAD))
+            if owner is None or not is_live(owner, now_ms):
+                continue
+            yield (term, found) if return_terms else found
 
 
 def term_matcher(
