@@ -61,8 +61,8 @@ def merge_operators_command(url: str, name: str | None, as_json: bool, shard: in
         if as_json:
             render.echo_json([{"shard": i, "names": names} for i, names in enumerate(per_shard)])
         elif name is None:
-            for i, names in enumerate(per_shard):
-                click.echo(f"shard {i}\t{', '.join(names) or 'no merge operators recorded'}")
+            for i, shard_names in enumerate(per_shard):
+                click.echo(f"shard {i}\t{', '.join(shard_names) or 'no merge operators recorded'}")
         return
     with database(chosen.url) as manifests:
         names = latest_manifest(manifests).manifest.merge_operators
