@@ -367,7 +367,9 @@ class Bookie(ReadAPI):
         """Run one journal compaction (Leveled's ``book_compactjournal``) and return its report.
 
         Scores the journal files against a ledger snapshot, rewrites the most rewarding run
-        without the values nothing needs, and commits.
+        without the values nothing needs, and commits. ``report.outcome`` says how it ended:
+        ``"compacted"``, ``"nothing_to_do"``, or ``"replaced_meanwhile"`` when a newer commit
+        (a re-roll of the same files) replaced what it chose first; nothing is committed then.
         """
         self._check_open()
         return self._engine.compact_journal()

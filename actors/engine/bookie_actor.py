@@ -101,7 +101,11 @@ class _ShutdownBookie:
 
 
 class LedgerSnapshot:
-    """A ledger-only snapshot as journal compaction uses it: lookups, its highest SQN, release."""
+    """A snapshot as journal compaction uses it: ledger lookups, its highest SQN, release. Its
+    journal clone is registered with the Inker before the compaction chooses any file, so every
+    journal file a later commit drops (a re-roll, another compaction) stays on the store until
+    the compaction releases it: the file's clerk is told to wait, and the writer checkpoint keeps
+    it from GC whatever ``min_age``."""
 
     def __init__(self, parts: SnapshotParts, bookie: pykka.ActorRef[Any]) -> None:
         self._parts = parts
@@ -266,7 +270,8 @@ class Bookie(InkpenActor):
                 )
             )
             return
-        parts = self._take(_TakeSnapshot(long_running=True, ledger_only=True))
+        # Not ledger_only: the journal clone registers the files the compaction will choose.
+        parts = self._take(_TakeSnapshot(long_running=True, ledger_only=False))
         snapshot = LedgerSnapshot(parts, self.actor_ref)
         if not inker_clerk_actor.compact(self.inker_clerk, snapshot, message.result):
             snapshot.release()
