@@ -16,18 +16,28 @@ at most ``max_value_bytes`` (64 MiB by default); a put carries at most ``max_ind
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from time import perf_counter
 from typing import Any
 
 from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.engine.engine import Engine
 from inkpen.actors.engine.hot_backup import HotBackup
-from inkpen.actors.journal.changes import ChangeMaker, PendingChange
+from inkpen.actors.journal.changes import ChangeMaker, PendingChange, as_bytes
 from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.kernel.meter import Metrics
 from inkpen.actors.kernel.views import ViewBoard
+from inkpen.actors.read.feed import (
+    CaughtUp,
+    Change,
+    GapPolicy,
+    changes_in,
+    check_gaps,
+    check_since,
+    waiting,
+)
 from inkpen.actors.read.path import Views, ViewSource
+from inkpen.formats.keys import MAX_KEY_BYTES
 from inkpen.manifest.feed_cursors import (
     advance_feed_cursor,
     create_feed_cursor,
@@ -43,7 +53,7 @@ from .batch import Batch
 from .checks import check_flag, check_seconds, check_text
 from .errors import FencedError, InkpenError, NotFoundError, UsageError
 from .options import Options
-from .read_api import ReadAPI
+from .read_api import FoldIterator, ReadAPI
 from .snapshot import PartsSource, Snapshot
 from .transaction import SnapshotAnchors, Transaction, check_isolation
 
@@ -298,6 +308,69 @@ class Bookie(ReadAPI):
             "this handle's reads still named. Close it, and read through the newer writer or an "
             "inkpen.open_reader handle"
         )
+
+    # -- the change feed -------------------------------------------------------------------------
+
+    def changes(
+        self,
+        since: int = 0,
+        *,
+        bucket: str | bytes | None = None,
+        gaps: GapPolicy = "raise",
+        wait: float | None = None,
+    ) -> FoldIterator[Change]:
+        """Every change with an SQN above ``since``, in SQN order (see :class:`ReadAPI`).
+
+        With ``wait`` (seconds) the iterator tails this writer's own commits, as a following
+        Reader's does: having given every change readable so far, it waits for the next batch
+        this Bookie applies (woken by it, not polling) and goes on; it ends once ``wait``
+        seconds pass with nothing new, or when the Bookie closes. Without ``wait`` it ends at
+        the last change readable now.
+        """
+        if wait is None:
+            return super().changes(since, bucket=bucket, gaps=gaps)
+        steps, seconds = self._start_tail(since, bucket, gaps, wait)
+        return FoldIterator(waiting(steps, seconds), lambda: None)
+
+    def _start_tail(
+        self, since: int, bucket: str | bytes | None, gaps: GapPolicy, wait: float
+    ) -> tuple[Iterator[Change | CaughtUp], float]:
+        """Check the arguments of ``changes(since, wait=...)`` and start its steps (the changes
+        readable now, then a :class:`CaughtUp` on the writer's news, and so on). The caller
+        waits: :meth:`changes` in its thread, :mod:`inkpen.aio` in its loop."""
+        first = check_since(since)
+        b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
+        policy = check_gaps(gaps)
+        seconds = check_seconds("wait", wait)
+        self._check_open()
+        return self._tail_steps(first, b, policy), seconds
+
+    def _tail_steps(
+        self, since: int, bucket: bytes | None, gaps: GapPolicy
+    ) -> Iterator[Change | CaughtUp]:
+        news = self._engine.applied
+        position = since
+        while True:
+            version = news.version  # before the views: a batch applied after it wakes the wait
+            self._check_open()
+            seen = [position]
+            views = self._engine.board.take()
+            files = views[2].files
+            if not files or files[-1].descriptor.max_sqn <= position:
+                # What lies above ``position`` is in the unrolled segments, in memory: the live
+                # views serve it without a snapshot (no file is read that a commit could drop).
+                yield from changes_in(views, position, bucket=bucket, gaps=gaps, seen=seen)
+            else:
+                source = self._fold_source(long_running=True)
+                try:
+                    found = changes_in(
+                        source.views(), position, bucket=bucket, gaps=gaps, seen=seen
+                    )
+                    yield from self._guarded_items(found)
+                finally:
+                    source.release()
+            position = seen[0]
+            yield CaughtUp(news, version)
 
     # -- snapshots and maintenance ------------------------------------------------------------
 

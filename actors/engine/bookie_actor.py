@@ -3,7 +3,8 @@
 The public :class:`inkpen.Bookie` handle validates each call and hands writes to the Inker's
 intake; this actor is where a durable batch comes back (:class:`ApplyBatch` from the Inker). The
 Bookie turns the batch's journal entries into ledger entries (the object's metadata plus one
-entry per index spec), adds them to its cache, publishes the cache on the view board, and only
+entry per index spec), adds them to its cache, publishes the cache on the view board, advances
+the writer's news of applied changes (``ctx.applied``, which tails of its feed wait on), and only
 then releases the batch's callers, so a put that has returned is visible to every later read.
 
 The cache is a short list of immutable tables, newest first; a new table is merged with the one
@@ -190,6 +191,8 @@ class Bookie(InkpenActor):
             tables[0:2] = [MemTable.merged(tables[0:2])]
         self.tables = tables
         self._publish()
+        if message.entries:  # readable now: wake the tails of this writer's feed
+            self.ctx.applied.advance(message.entries[-1].sqn)
         batch.complete()
         if self._entries() >= self.ctx.options.ledger_cache_entries:
             self._push()

@@ -21,6 +21,11 @@ walking SQNs upwards from ``since + 1`` it raises :class:`~inkpen.errors.FeedGap
 the first SQN it cannot give, unless the caller passed ``gaps="skip"``. A feed cursor
 (``manifest.model.FeedCursor``) holds compaction and the journal's dropping of bodies off every
 entry above the lowest live cursor, so a consumer holding one never meets a gap.
+
+Tails. ``changes(since, wait=...)`` on a following Reader or on the writer's own Bookie gives
+every change readable now, then a :class:`CaughtUp` step naming the news to wait on
+(:mod:`inkpen.actors.kernel.news`: the follower's refreshes, the writer's applied batches), and
+so on; :func:`waiting` waits in the caller's thread, :mod:`inkpen.aio` in its event loop.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inkpen.actors.kernel.news import News
 from inkpen.actors.read.path import Views, lookup
 from inkpen.checks import check_sqn
 from inkpen.errors import FeedGapError, UsageError
@@ -56,6 +62,30 @@ class Change:
     """The index changes the write made: ``(op, field, term)``."""
     last_modified: float
     """Seconds since the epoch, when the change was written (as :class:`~inkpen.Head` has it)."""
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """A tail's step once every change readable so far was given: wait for ``news`` to move past
+    ``version`` (at most the tail's ``wait`` seconds; if none came, the tail ends)."""
+
+    news: News
+    version: int
+
+
+def waiting(steps: Iterator[Change | CaughtUp], wait: float) -> Iterator[Change]:
+    """The changes of a tail's steps, waiting in this thread at each :class:`CaughtUp` (an
+    event loop waits its own way: :mod:`inkpen.aio`)."""
+    try:
+        for step in steps:
+            if not isinstance(step, CaughtUp):
+                yield step
+            elif not step.news.wait_for_change(step.version, wait):
+                return
+    finally:
+        close = getattr(steps, "close", None)
+        if close is not None:
+            close()
 
 
 def check_since(since: Any) -> int:
@@ -199,6 +229,7 @@ def changes_in(
 
 
 __all__ = [
+    "CaughtUp",
     "Change",
     "GapPolicy",
     "LedgerLookup",
@@ -208,4 +239,5 @@ __all__ = [
     "entries_above",
     "ledger_body",
     "scan_changes",
+    "waiting",
 ]
