@@ -34,11 +34,13 @@ from inkpen.actors.read.feed import (
     changes_in,
     check_gaps,
     check_since,
+    not_held,
     waiting,
 )
 from inkpen.actors.read.path import Views, ViewSource
 from inkpen.formats.keys import MAX_KEY_BYTES
 from inkpen.manifest.feed_cursors import (
+    NotHeld,
     advance_feed_cursor,
     create_feed_cursor,
     delete_feed_cursor,
@@ -73,6 +75,29 @@ class _LiveSource(ViewSource):
 
     def views(self) -> Views:
         return self._board.take()
+
+
+class _WriterHistory:
+    """The writer's own change history, to check feed cursors against: the last SQN it has
+    applied (every change a caller has seen acknowledged), and its journal read through a
+    snapshot (whose registration keeps the files while they are read)."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def last_sqn(self) -> int:
+        return self._engine.applied.sqn
+
+    def not_held(self, since: int, upto: int) -> NotHeld:
+        engine = self._engine
+        parts = engine.take_snapshot(long_running=False, ledger_only=False)
+        try:
+            assert parts.journal is not None
+            return not_held(parts.journal.current, since, upto)
+        finally:
+            engine.release_snapshot(parts.snapshot_id)
 
 
 class Bookie(ReadAPI):
@@ -473,15 +498,27 @@ class Bookie(ReadAPI):
         While it lives, journal compaction keeps every change above the lowest live cursor, so
         ``changes(cursor.sqn)`` meets no gap. ``lifetime`` (seconds): it expires that long after
         its creation or last advance; None: until deleted. ``owner``: free text saying who holds
-        it (``inkpen feed list`` shows it). A name in use is a ``UsageError``.
+        it (``inkpen feed list`` shows it). A name in use, or an ``sqn`` above the last SQN this
+        writer has acknowledged, is a ``UsageError``.
         """
         self._check_open()
-        return create_feed_cursor(self._manifests(), name, sqn, lifetime=lifetime, owner=owner)
+        return create_feed_cursor(
+            self._manifests(),
+            name,
+            sqn,
+            lifetime=lifetime,
+            owner=owner,
+            history=_WriterHistory(self._engine),
+        )
 
     def advance_feed_cursor(self, name: str, sqn: int) -> FeedCursor:
-        """Move the named cursor forward to ``sqn`` (renewing its lifetime); never back."""
+        """Move the named cursor to ``sqn``, renewing its lifetime: forward up to the last SQN
+        (above it: ``UsageError``), or back over changes the journal still holds whole
+        (otherwise ``FeedGapError`` naming the first it does not)."""
         self._check_open()
-        return advance_feed_cursor(self._manifests(), name, sqn)
+        return advance_feed_cursor(
+            self._manifests(), name, sqn, history=_WriterHistory(self._engine)
+        )
 
     def delete_feed_cursor(self, name: str) -> None:
         """Delete the named cursor (``NotFoundError`` if there is none)."""

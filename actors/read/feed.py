@@ -35,11 +35,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from inkpen.actors.kernel.news import News
+from inkpen.actors.kernel.views import JournalView
 from inkpen.actors.read.path import Views, lookup
 from inkpen.checks import check_sqn
 from inkpen.errors import FeedGapError, UsageError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import LedgerValue, object_parts
+from inkpen.manifest.feed_cursors import NotHeld, not_held_in
 
 GapPolicy = Literal["raise", "skip"]
 LedgerLookup = Callable[[bytes], LedgerValue | None]
@@ -207,6 +209,25 @@ def scan_changes(
         yield to_change(entry, b, k, value)
 
 
+WHOLE = frozenset({Kind.OBJECT, Kind.TOMBSTONE})
+"""The kinds of journal entry that hold their change whole (a put's value, a delete)."""
+
+
+def not_held(journal: JournalView, since: int, upto: int) -> NotHeld:
+    """What the journal view does not hold whole of the changes in ``(since, upto]``: an SQN
+    absent (journal compaction dropped it), kept only as KEY_CHANGES, or a put whose value left
+    for the ledger (its next write takes it: no cursor can keep it). Reads every entry of the
+    range; answers the first and last such SQN and the journal files holding the range."""
+    files = frozenset(
+        h.name
+        for h in journal.files
+        if h.descriptor.max_sqn > since and h.descriptor.min_sqn <= upto
+    )
+    present = ((e.sqn, e.kind in WHOLE) for e in entries_above(journal, since))
+    first, last = not_held_in(present, since, upto)
+    return NotHeld(first, last, files)
+
+
 def changes_in(
     views: Views,
     since: int,
@@ -238,6 +259,7 @@ __all__ = [
     "check_since",
     "entries_above",
     "ledger_body",
+    "not_held",
     "scan_changes",
     "waiting",
 ]

@@ -4,6 +4,9 @@ A feed cursor records how far a consumer of the change feed has read (an SQN); w
 journal compaction keeps every change above the lowest live cursor. Each command is one
 compare-and-swap manifest update (``list`` only reads) through the manifest layer; none bumps the
 writer epoch, so a live writer keeps running and builds its next manifest update on top.
+``create`` and ``advance`` check the SQN against the history the store holds (the latest
+manifest and the segments a live writer has stored after it, so every acknowledged write counts),
+read without writing (:mod:`inkpen.manifest.feed_history`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from inkpen.manifest.feed_cursors import (
     delete_feed_cursor,
     list_feed_cursors,
 )
+from inkpen.manifest.feed_history import StoredHistory
 from inkpen.manifest.model import FeedCursor
 
 from . import render
@@ -112,15 +116,20 @@ def list_command(url: str, as_json: bool) -> None:
     help="Who holds the cursor, shown by `feed list` (default: this user and host).",
 )
 def create(url: str, name: str, sqn: int, lifetime: float | None, owner: str | None) -> None:
-    """Create a feed cursor NAME at --sqn.
+    """Create a feed cursor NAME at --sqn (at most the database's last SQN).
 
     \b
     Example:
       inkpen feed create ./.inkpen-demo/db exporter --sqn 0 --lifetime 7d --owner nightly-export
     """
-    with database(url) as manifests:
+    with database(url) as manifests, StoredHistory(manifests.store) as history:
         made = create_feed_cursor(
-            manifests, name, sqn, lifetime=lifetime, owner=owner or _default_owner()
+            manifests,
+            name,
+            sqn,
+            lifetime=lifetime,
+            owner=owner or _default_owner(),
+            history=history,
         )
     click.echo(
         f"feed cursor {made.name} at sqn {made.sqn}, expires "
@@ -133,14 +142,18 @@ def create(url: str, name: str, sqn: int, lifetime: float | None, owner: str | N
 @click.argument("name")
 @click.argument("sqn", type=SQN)
 def advance(url: str, name: str, sqn: int) -> None:
-    """Move feed cursor NAME forward to SQN (never back), renewing its lifetime.
+    """Move feed cursor NAME to SQN, renewing its lifetime.
+
+    Forward up to the database's last SQN; back only over changes the journal still holds whole
+    (exit 1 naming the first SQN it does not hold). The last SQN is that of the newest write
+    acknowledged when the command starts, read from the segments a live writer has stored.
 
     \b
     Example:
       inkpen feed advance ./.inkpen-demo/db exporter 1200
     """
-    with database(url) as manifests:
-        done = advance_feed_cursor(manifests, name, sqn)
+    with database(url) as manifests, StoredHistory(manifests.store) as history:
+        done = advance_feed_cursor(manifests, name, sqn, history=history)
     click.echo(f"feed cursor {done.name} at sqn {done.sqn}")
 
 

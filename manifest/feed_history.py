@@ -1,0 +1,135 @@
+"""The change history as the store holds it, read without writing: what a process other than the
+writer checks feed cursors against (:class:`~inkpen.manifest.feed_cursors.FeedHistory`).
+
+The latest manifest knows only what the writer has rolled and persisted; the journal segments
+after its ``last_rolled_segment`` hold the rest, and a put is acknowledged only once its segment
+is stored. So the **last SQN** is the highest of the latest manifest's journal files and ledger
+and of the last journal segment the reader rule accepts after it (its header, one ranged read):
+every write acknowledged before the question was asked counts.
+
+**What is held** over ``(since, upto]`` is read from the journal files of the latest manifest
+over that range (every entry: an SQN absent or not whole is not held) and from the headers of
+the segments after them (a segment holds its batch's SQNs, a contiguous run, whole). Nothing pins
+what is read, so a file or segment collected meanwhile (a compaction or roll committed, then its
+inputs deleted) is met as :class:`~inkpen.errors.NotFoundError` and the question is asked again
+of the newer manifest; the answer names the journal files it read, which the cursor's update
+compares with the manifest it builds on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from inkpen.errors import NotFoundError, StoreError
+from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, HEADER_SIZE, JournalHeader, Kind, read_header
+from inkpen.objectstore import ObjectStore
+
+from .clones import StoreResolver
+from .feed_cursors import NotHeld, files_over, not_held_in
+from .fencing import accepted_segments, scan_latest, with_epochs
+from .model import VersionedManifest
+from .paths import segment_key
+from .store import ManifestStore
+from .table_store import TableStore
+
+ATTEMPTS = 8
+"""Times a question is asked again of a newer manifest after a file it read was collected."""
+
+WHOLE = (Kind.OBJECT, Kind.TOMBSTONE)
+
+
+class _Headers(Protocol):
+    """The headers of the segments after a manifest (all, or the last only), read as asked."""
+
+    def __call__(self, *, last_only: bool) -> Iterator[JournalHeader]: ...
+
+
+class StoredHistory:
+    """:class:`~inkpen.manifest.feed_cursors.FeedHistory` read from the store of a database
+    (see the module docstring); makes no write. A context manager (it closes the stores of a
+    clone's parents it opened)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._manifests = ManifestStore(store)
+        self._resolver = StoreResolver(store)
+        self._tables = TableStore(store, resolver=self._resolver)
+
+    def last_sqn(self) -> int:
+        for _ in range(ATTEMPTS):
+            versioned, headers = self._state()
+            try:
+                tops = [h.max_sqn for h in headers(last_only=True)]
+            except NotFoundError:
+                continue  # rolled and collected since the listing: the newer manifest has it
+            manifest = versioned.manifest
+            return max(
+                [
+                    manifest.ledger.persisted_sqn,
+                    *(f.max_sqn for f in manifest.journal.files),
+                    *(s.max_sqn for s in manifest.ledger.ssts()),
+                    *tops,
+                ]
+            )
+        raise self._vanishing()
+
+    def not_held(self, since: int, upto: int) -> NotHeld:
+        for _ in range(ATTEMPTS):
+            versioned, headers = self._state()
+            try:
+                first, last = not_held_in(
+                    self._present(versioned, headers, since, upto), since, upto
+                )
+            except NotFoundError:
+                continue
+            return NotHeld(first, last, files_over(versioned.manifest, since, upto))
+        raise self._vanishing()
+
+    def _present(
+        self, versioned: VersionedManifest, headers: _Headers, since: int, upto: int
+    ) -> Iterator[tuple[int, bool]]:
+        """Each SQN of ``(since, upto]`` the journal holds, ascending, with whether its change is
+        there whole: every entry of the journal files over the range, then the segments' runs."""
+        for descriptor in versioned.manifest.journal.files:
+            if descriptor.max_sqn > since and descriptor.min_sqn <= upto:
+                for entry in self._tables.open_journal(descriptor).iter_entries():
+                    yield entry.sqn, entry.kind in WHOLE
+        for header in headers(last_only=False):
+            if header.max_sqn > since and header.min_sqn <= upto:
+                yield from ((n, True) for n in range(header.min_sqn, header.max_sqn + 1))
+
+    def _state(self) -> tuple[VersionedManifest, _Headers]:
+        """The latest manifest, and the headers of the segments after it (read on demand)."""
+        latest = self._manifests.latest()
+        if latest is None:
+            raise NotFoundError(f"no inkpen database at {self._manifests.url}")
+        versioned, scan = scan_latest(self._manifests, latest)
+        store = self._manifests.store
+        refs = accepted_segments(with_epochs(store, scan.refs))
+        data = [r for r in refs if r.size > EMPTY_JOURNAL_SIZE]  # fences hold no entries
+
+        def headers(*, last_only: bool) -> Iterator[JournalHeader]:
+            for ref in data[-1:] if last_only else data:
+                key = segment_key(ref.id)
+                yield read_header(store.get_range(key, 0, HEADER_SIZE), key)
+
+        return versioned, headers
+
+    def _vanishing(self) -> StoreError:
+        return StoreError(
+            f"the journal of {self._manifests.url} changed under every one of {ATTEMPTS} reads "
+            "(its files were collected as they were read); try again",
+            definite=True,
+        )
+
+    def close(self) -> None:
+        self._resolver.close()
+
+    def __enter__(self) -> StoredHistory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["StoredHistory"]
