@@ -4,25 +4,26 @@ writer checks feed cursors against (:class:`~inkpen.manifest.feed_cursors.FeedHi
 The latest manifest knows only what the writer has rolled and persisted; the journal segments
 after its ``last_rolled_segment`` hold the rest, and a put is acknowledged only once its segment
 is stored. So the **last SQN** is the highest of the latest manifest's journal files and ledger
-and of the last journal segment the reader rule accepts after it (its header, one ranged read):
+and of the last journal segment the reader rule accepts after it (its header, a ranged read):
 every write acknowledged before the question was asked counts.
 
 **What is held** over ``(since, upto]`` is read from the journal files of the latest manifest
 over that range (every entry: an SQN absent or not whole is not held) and from the headers of
-the segments after them (a segment holds its batch's SQNs, a contiguous run, whole). Nothing pins
-what is read, so a file or segment collected meanwhile (a compaction or roll committed, then its
-inputs deleted) is met as :class:`~inkpen.errors.NotFoundError` and the question is asked again
-of the newer manifest; the answer names the journal files it read, which the cursor's update
-compares with the manifest it builds on.
+the first and last segments after them (a segment holds its batch's run whole, and SQNs are
+dense, so those two bound every SQN the segments hold). Nothing pins what is read, so a file or
+segment collected meanwhile (a compaction or roll committed, then its inputs deleted) is met as
+:class:`~inkpen.errors.NotFoundError` and the question is asked again of the newer manifest; the
+answer names the journal files it read, which the cursor's update compares with the manifest it
+builds on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from concurrent.futures import ThreadPoolExecutor
 
 from inkpen.errors import NotFoundError, StoreError
-from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, HEADER_SIZE, JournalHeader, Kind, read_header
+from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, HEADER_SIZE, Kind, read_header
 from inkpen.objectstore import ObjectStore
 
 from .clones import StoreResolver
@@ -39,12 +40,6 @@ ATTEMPTS = 8
 WHOLE = (Kind.OBJECT, Kind.TOMBSTONE)
 
 
-class _Headers(Protocol):
-    """The headers of the segments after a manifest (all, or the last only), read as asked."""
-
-    def __call__(self, *, last_only: bool) -> Iterator[JournalHeader]: ...
-
-
 class StoredHistory:
     """:class:`~inkpen.manifest.feed_cursors.FeedHistory` read from the store of a database
     (see the module docstring); makes no write. A context manager (it closes the stores of a
@@ -57,9 +52,8 @@ class StoredHistory:
 
     def last_sqn(self) -> int:
         for _ in range(ATTEMPTS):
-            versioned, headers = self._state()
             try:
-                tops = [h.max_sqn for h in headers(last_only=True)]
+                versioned, segments = self._state()
             except NotFoundError:
                 continue  # rolled and collected since the listing: the newer manifest has it
             manifest = versioned.manifest
@@ -68,38 +62,37 @@ class StoredHistory:
                     manifest.ledger.persisted_sqn,
                     *(f.max_sqn for f in manifest.journal.files),
                     *(s.max_sqn for s in manifest.ledger.ssts()),
-                    *tops,
+                    *(segments[1:]),
                 ]
             )
         raise self._vanishing()
 
     def not_held(self, since: int, upto: int) -> NotHeld:
         for _ in range(ATTEMPTS):
-            versioned, headers = self._state()
             try:
-                first, last = not_held_in(
-                    self._present(versioned, headers, since, upto), since, upto
-                )
+                versioned, segments = self._state()
+                present = self._present(versioned, segments, since, upto)
+                first, last = not_held_in(present, since, upto)
             except NotFoundError:
                 continue
             return NotHeld(first, last, files_over(versioned.manifest, since, upto))
         raise self._vanishing()
 
     def _present(
-        self, versioned: VersionedManifest, headers: _Headers, since: int, upto: int
+        self, versioned: VersionedManifest, segments: tuple[int, ...], since: int, upto: int
     ) -> Iterator[tuple[int, bool]]:
         """Each SQN of ``(since, upto]`` the journal holds, ascending, with whether its change is
-        there whole: every entry of the journal files over the range, then the segments' runs."""
+        there whole: every entry of the journal files over the range, then the segments' run."""
         for descriptor in versioned.manifest.journal.files:
             if descriptor.max_sqn > since and descriptor.min_sqn <= upto:
                 for entry in self._tables.open_journal(descriptor).iter_entries():
                     yield entry.sqn, entry.kind in WHOLE
-        for header in headers(last_only=False):
-            if header.max_sqn > since and header.min_sqn <= upto:
-                yield from ((n, True) for n in range(header.min_sqn, header.max_sqn + 1))
+        if segments:
+            low, high = max(segments[0], since + 1), min(segments[1], upto)
+            yield from ((n, True) for n in range(low, high + 1))
 
-    def _state(self) -> tuple[VersionedManifest, _Headers]:
-        """The latest manifest, and the headers of the segments after it (read on demand)."""
+    def _state(self) -> tuple[VersionedManifest, tuple[int, ...]]:
+        """The latest manifest, and the SQNs its unrolled segments run from and to (none: ())."""
         latest = self._manifests.latest()
         if latest is None:
             raise NotFoundError(f"no inkpen database at {self._manifests.url}")
@@ -107,13 +100,15 @@ class StoredHistory:
         store = self._manifests.store
         refs = accepted_segments(with_epochs(store, scan.refs))
         data = [r for r in refs if r.size > EMPTY_JOURNAL_SIZE]  # fences hold no entries
-
-        def headers(*, last_only: bool) -> Iterator[JournalHeader]:
-            for ref in data[-1:] if last_only else data:
-                key = segment_key(ref.id)
-                yield read_header(store.get_range(key, 0, HEADER_SIZE), key)
-
-        return versioned, headers
+        if not data:
+            return versioned, ()
+        # Each segment holds one batch's run and SQNs are dense: the first and the last header
+        # give them all.
+        keys = [segment_key(data[0].id), segment_key(data[-1].id)]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            heads = list(pool.map(lambda key: store.get_range(key, 0, HEADER_SIZE), keys))
+        first, last = (read_header(head, key) for head, key in zip(heads, keys, strict=True))
+        return versioned, (first.min_sqn, last.max_sqn)
 
     def _vanishing(self) -> StoreError:
         return StoreError(
