@@ -55,7 +55,7 @@ from inkpen.manifest.gc import GcReport
 from inkpen.manifest.model import FeedCursor
 from inkpen.manifest.store import ManifestStore
 
-from ._shard_feed import CommitWaker, Step, bookie_tail, reader_tail, waiting
+from ._shard_feed import Step, tail, waiting
 from ._shard_layout import Descriptor, check_shard_number, shard_url
 from ._shard_parts import (
     ShardedHotBackup,
@@ -100,7 +100,6 @@ class ShardedBookie(ShardedReads):
         self._handles: dict[int, Bookie | Reader] = {}
         self._state_lock = threading.Lock()
         self._pool = ShardPool(self._n)
-        self._wakers = [CommitWaker() for _ in range(self._n)]
         self._closed = False
         self._checker = ChangeMaker(options)
 
@@ -230,7 +229,6 @@ class ShardedBookie(ShardedReads):
         self._writer(index, "this put").put(
             bucket, key, value, indexes=indexes, ttl=ttl, if_sqn=if_sqn
         )
-        self._wakers[index].bump()
 
     def delete(
         self,
@@ -247,7 +245,6 @@ class ShardedBookie(ShardedReads):
             indexes = _replayable(indexes)
             self._checker.delete(bucket, key, indexes, if_sqn=if_sqn)
         self._writer(index, "this delete").delete(bucket, key, indexes=indexes, if_sqn=if_sqn)
-        self._wakers[index].bump()
 
     def merge(
         self,
@@ -265,7 +262,6 @@ class ShardedBookie(ShardedReads):
         if not self._opened(index):
             self._checker.merge(bucket, key, operand, operator)
         self._writer(index, "this merge").merge(bucket, key, operand, operator=operator)
-        self._wakers[index].bump()
 
     def write(self, batch: Batch) -> None:
         """``Bookie.write`` of a batch whose keys all route to one shard (atomic there).
@@ -276,7 +272,6 @@ class ShardedBookie(ShardedReads):
         index = self._batch_shard(batch)
         if index is not None:
             self._writer(index, "this batch").write(batch)
-            self._wakers[index].bump()
 
     def _batch_shard(self, batch: Batch) -> int | None:
         """The shard of ``batch`` once its changes are checked (None: an empty batch, marked
@@ -327,7 +322,6 @@ class ShardedBookie(ShardedReads):
         if found is not None:
             index, chosen = found
             self._writer(index, "this mput").mput(chosen)
-            self._wakers[index].bump()
 
     def _mput_shard(
         self, specs: Iterable[tuple[str, Any, Any, Any, Any]]
@@ -360,7 +354,6 @@ class ShardedBookie(ShardedReads):
             level,
             route=self._route,
             begin=begin,
-            committed=lambda index: self._wakers[index].bump(),
             checker=self._checker,
         )
 
@@ -400,9 +393,9 @@ class ShardedBookie(ShardedReads):
 
         With ``wait`` (seconds) it tails: having given every change readable so far, it waits
         for more and goes on, and ends once ``wait`` seconds pass with nothing new. A shard this
-        handle writes wakes it at once on every write acknowledged through this handle; another
-        shard's following Reader wakes it when it finds its writer's news (within a second, or
-        at once after ``refresh()``)."""
+        handle writes wakes it at once on every write its Bookie acknowledges; another shard's
+        following Reader wakes it when it finds its writer's news (within a second, or at once
+        after ``refresh()``)."""
         index = self._check_changes(since, shard, bucket, gaps)
         if wait is None:
             return self._handle(index).changes(since, bucket=bucket, gaps=gaps)
@@ -415,13 +408,7 @@ class ShardedBookie(ShardedReads):
         """The steps of a tail of shard ``index``'s feed (see :mod:`inkpen._shard_feed`), for
         :meth:`changes` and ``inkpen.aio``; the arguments are checked already."""
         b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
-        handle = self._handle(index)
-        if isinstance(handle, Bookie):
-            return bookie_tail(handle, since, b, gaps, self._wakers[index])
-        return reader_tail(handle, since, b, gaps, 0.0)
-
-    def _waker(self, index: int) -> CommitWaker:
-        return self._wakers[index]
+        return tail(self._handle(index), since, b, gaps)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -586,8 +573,6 @@ class ShardedBookie(ShardedReads):
             if self._closed:
                 return
             self._closed = True
-        for waker in self._wakers:
-            waker.stop()
         handles = list(self._handles.values())
         first: BaseException | None = None
         for handle in handles:

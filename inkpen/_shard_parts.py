@@ -165,13 +165,11 @@ class ShardedTransaction:
         *,
         route: Callable[[bytes, bytes], int],
         begin: Callable[[int], Transaction],
-        committed: Callable[[int], None],
         checker: ChangeMaker,
     ) -> None:
         self._isolation = isolation
         self._route = route
         self._begin = begin
-        self._committed = committed
         self._checker = checker
         self._lock = threading.RLock()
         self._inner: Transaction | None = None
@@ -301,13 +299,11 @@ class ShardedTransaction:
         :meth:`inkpen.Transaction.commit`); a transaction that touched no key commits nothing."""
         with self._lock:
             self._check_usable()
-            inner, index = self._inner, self._shard
+            inner = self._inner
             if inner is None:
                 self._state = "committed"
                 return
         inner.commit()
-        assert index is not None
-        self._committed(index)
 
     def rollback(self) -> None:
         """Discard the buffered changes and end the transaction."""

@@ -16,20 +16,32 @@ at most ``max_value_bytes`` (64 MiB by default); a put carries at most ``max_ind
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from time import perf_counter
 from typing import Any
 
 from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.engine.engine import Engine
 from inkpen.actors.engine.hot_backup import HotBackup
-from inkpen.actors.journal.changes import ChangeMaker, PendingChange
+from inkpen.actors.journal.changes import ChangeMaker, PendingChange, as_bytes
 from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.kernel.meter import Metrics
 from inkpen.actors.kernel.views import ViewBoard
+from inkpen.actors.read.feed import (
+    CaughtUp,
+    Change,
+    GapPolicy,
+    changes_in,
+    check_gaps,
+    check_since,
+    not_held,
+    waiting,
+)
 from inkpen.actors.read.path import Views, ViewSource
+from inkpen.formats.keys import MAX_KEY_BYTES
 from inkpen.manifest.disk_cache import disk_cache_for
 from inkpen.manifest.feed_cursors import (
+    NotHeld,
     advance_feed_cursor,
     create_feed_cursor,
     delete_feed_cursor,
@@ -44,7 +56,7 @@ from .batch import Batch
 from .checks import check_flag, check_seconds, check_text
 from .errors import FencedError, InkpenError, NotFoundError, UsageError
 from .options import Options
-from .read_api import ReadAPI
+from .read_api import FoldIterator, ReadAPI
 from .snapshot import PartsSource, Snapshot
 from .transaction import SnapshotAnchors, Transaction, check_isolation, refuse_nested
 
@@ -71,6 +83,29 @@ class _LiveSource(ViewSource):
 
     def views(self) -> Views:
         return self._board.take()
+
+
+class _WriterHistory:
+    """The writer's own change history, to check feed cursors against: the last SQN it has
+    applied (every change a caller has seen acknowledged), and its journal read through a
+    snapshot (whose registration keeps the files while they are read)."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def last_sqn(self) -> int:
+        return self._engine.applied.sqn
+
+    def not_held(self, since: int, upto: int) -> NotHeld:
+        engine = self._engine
+        parts = engine.take_snapshot(long_running=False, ledger_only=False)
+        try:
+            assert parts.journal is not None
+            return not_held(parts.journal.current, since, upto)
+        finally:
+            engine.release_snapshot(parts.snapshot_id)
 
 
 class Bookie(ReadAPI):
@@ -312,6 +347,69 @@ class Bookie(ReadAPI):
             "inkpen.open_reader handle"
         )
 
+    # -- the change feed -------------------------------------------------------------------------
+
+    def changes(
+        self,
+        since: int = 0,
+        *,
+        bucket: str | bytes | None = None,
+        gaps: GapPolicy = "raise",
+        wait: float | None = None,
+    ) -> FoldIterator[Change]:
+        """Every change with an SQN above ``since``, in SQN order (see :class:`ReadAPI`).
+
+        With ``wait`` (seconds) the iterator tails this writer's own commits, as a following
+        Reader's does: having given every change readable so far, it waits for the next batch
+        this Bookie applies (woken by it, not polling) and goes on; it ends once ``wait``
+        seconds pass with nothing new, or when the Bookie closes. Without ``wait`` it ends at
+        the last change readable now.
+        """
+        if wait is None:
+            return super().changes(since, bucket=bucket, gaps=gaps)
+        steps, seconds = self._start_tail(since, bucket, gaps, wait)
+        return FoldIterator(waiting(steps, seconds), lambda: None)
+
+    def _start_tail(
+        self, since: int, bucket: str | bytes | None, gaps: GapPolicy, wait: float
+    ) -> tuple[Iterator[Change | CaughtUp], float]:
+        """Check the arguments of ``changes(since, wait=...)`` and start its steps (the changes
+        readable now, then a :class:`CaughtUp` on the writer's news, and so on). The caller
+        waits: :meth:`changes` in its thread, :mod:`inkpen.aio` in its loop."""
+        first = check_since(since)
+        b = None if bucket is None else as_bytes("bucket", bucket, MAX_KEY_BYTES)
+        policy = check_gaps(gaps)
+        seconds = check_seconds("wait", wait)
+        self._check_open()
+        return self._tail_steps(first, b, policy), seconds
+
+    def _tail_steps(
+        self, since: int, bucket: bytes | None, gaps: GapPolicy
+    ) -> Iterator[Change | CaughtUp]:
+        news = self._engine.applied
+        position = since
+        while True:
+            version = news.version  # before the views: a batch applied after it wakes the wait
+            self._check_open()
+            seen = [position]
+            views = self._engine.board.take()
+            files = views[2].files
+            if not files or files[-1].descriptor.max_sqn <= position:
+                # What lies above ``position`` is in the unrolled segments, in memory: the live
+                # views serve it without a snapshot (no file is read that a commit could drop).
+                yield from changes_in(views, position, bucket=bucket, gaps=gaps, seen=seen)
+            else:
+                source = self._fold_source(long_running=True)
+                try:
+                    found = changes_in(
+                        source.views(), position, bucket=bucket, gaps=gaps, seen=seen
+                    )
+                    yield from self._guarded_items(found)
+                finally:
+                    source.release()
+            position = seen[0]
+            yield CaughtUp(news, version)
+
     # -- snapshots and maintenance ------------------------------------------------------------
 
     def snapshot(self, *, long_running: bool = False, ledger_only: bool = False) -> Snapshot:
@@ -386,7 +484,9 @@ class Bookie(ReadAPI):
         """Run one journal compaction (Leveled's ``book_compactjournal``) and return its report.
 
         Scores the journal files against a ledger snapshot, rewrites the most rewarding run
-        without the values nothing needs, and commits.
+        without the values nothing needs, and commits. ``report.outcome`` says how it ended:
+        ``"compacted"``, ``"nothing_to_do"``, or ``"replaced_meanwhile"`` when a newer commit
+        (a re-roll of the same files) replaced what it chose first; nothing is committed then.
         """
         self._check_open()
         return self._engine.compact_journal()
@@ -417,15 +517,27 @@ class Bookie(ReadAPI):
         While it lives, journal compaction keeps every change above the lowest live cursor, so
         ``changes(cursor.sqn)`` meets no gap. ``lifetime`` (seconds): it expires that long after
         its creation or last advance; None: until deleted. ``owner``: free text saying who holds
-        it (``inkpen feed list`` shows it). A name in use is a ``UsageError``.
+        it (``inkpen feed list`` shows it). A name in use, or an ``sqn`` above the last SQN this
+        writer has acknowledged, is a ``UsageError``.
         """
         self._check_open()
-        return create_feed_cursor(self._manifests(), name, sqn, lifetime=lifetime, owner=owner)
+        return create_feed_cursor(
+            self._manifests(),
+            name,
+            sqn,
+            lifetime=lifetime,
+            owner=owner,
+            history=_WriterHistory(self._engine),
+        )
 
     def advance_feed_cursor(self, name: str, sqn: int) -> FeedCursor:
-        """Move the named cursor forward to ``sqn`` (renewing its lifetime); never back."""
+        """Move the named cursor to ``sqn``, renewing its lifetime: forward up to the last SQN
+        (above it: ``UsageError``), or back over changes the journal still holds whole
+        (otherwise ``FeedGapError`` naming the first it does not)."""
         self._check_open()
-        return advance_feed_cursor(self._manifests(), name, sqn)
+        return advance_feed_cursor(
+            self._manifests(), name, sqn, history=_WriterHistory(self._engine)
+        )
 
     def delete_feed_cursor(self, name: str) -> None:
         """Delete the named cursor (``NotFoundError`` if there is none)."""

@@ -24,13 +24,20 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from inkpen.actors.journal.changes import as_bytes
 from inkpen.actors.kernel.meter import IDLE, Meter, Metrics
 from inkpen.actors.read.checkpoint_views import ManifestViews, load_views
-from inkpen.actors.read.feed import Change, GapPolicy, changes_in, check_gaps, check_since
+from inkpen.actors.read.feed import (
+    CaughtUp,
+    Change,
+    GapPolicy,
+    changes_in,
+    check_gaps,
+    check_since,
+    waiting,
+)
 from inkpen.actors.read.follower import Follower
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import CheckpointLease
@@ -70,29 +77,6 @@ class _Source:
 
     def release(self) -> None:
         return None
-
-
-@dataclass(frozen=True)
-class CaughtUp:
-    """A tail's step when every change readable so far was given: wait for ``follower``'s views
-    to move past ``version`` (at most the tail's ``wait`` seconds; none came: the tail ends)."""
-
-    follower: Follower
-    version: int
-
-
-def _waiting(steps: Iterator[Change | CaughtUp], wait: float) -> Iterator[Change]:
-    """The changes of a tail's steps, waiting in this thread at each :class:`CaughtUp`."""
-    try:
-        for step in steps:
-            if not isinstance(step, CaughtUp):
-                yield step
-            elif not step.follower.wait_for_change(step.version, wait):
-                return
-    finally:
-        close = getattr(steps, "close", None)
-        if close is not None:
-            close()
 
 
 class Reader(ReadAPI):
@@ -311,7 +295,7 @@ class Reader(ReadAPI):
         if wait is None:
             return super().changes(since, bucket=bucket, gaps=gaps)
         steps, seconds = self._start_tail(since, bucket, gaps, wait)
-        return FoldIterator(_waiting(steps, seconds), lambda: None)
+        return FoldIterator(waiting(steps, seconds), lambda: None)
 
     def _start_tail(
         self, since: int, bucket: str | bytes | None, gaps: GapPolicy, wait: float

@@ -240,15 +240,20 @@ def _comparable(value: Any, url: str) -> Any:
     return value
 
 
+UNROLLED = {**TINY, "roll_segments": 100_000, "roll_bytes": 1 << 30}
+"""Nothing rolls while the handle is open: every change stays whole in a segment."""
+
 CURSOR_SCRIPT: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("create_feed_cursor", ("a",), {"lifetime": 60.0}),
     ("create_feed_cursor", ("b", 5), {"owner": "tests"}),
     ("create_feed_cursor", ("a", 9), {}),  # already exists
     ("create_feed_cursor", ("", 0), {}),  # a bad name
     ("advance_feed_cursor", ("a", 7), {}),
-    ("advance_feed_cursor", ("a", 6), {}),  # cannot move back
+    ("advance_feed_cursor", ("a", 6), {}),  # back over a change the journal holds whole
     ("advance_feed_cursor", ("missing", 3), {}),
     ("feed_cursors", (), {}),
+    ("advance_feed_cursor", ("a", 11), {}),  # past the last SQN
+    ("create_feed_cursor", ("c", 10**9), {}),  # past the last SQN
     ("delete_feed_cursor", ("b",), {}),
     ("delete_feed_cursor", ("b",), {}),  # gone already
     ("feed_cursors", (), {}),
@@ -259,16 +264,18 @@ def test_feed_cursors_answer_as_the_sync_bookie_does(
     store_kind: str, make_store_url: Callable[[str], str]
 ) -> None:
     sync_url, async_url = make_store_url(store_kind), make_store_url(store_kind)
-    with inkpen.open(sync_url, **TINY) as book:
-        book.put("b", "k", b"v")
+    with inkpen.open(sync_url, **UNROLLED) as book:
+        for i in range(10):  # SQNs 1 to 10, all in segments: held whole
+            book.put("b", f"k{i}", b"v")
         expected = [
             outcome(sync_url, partial(getattr(book, name), *args, **kw))
             for name, args, kw in CURSOR_SCRIPT
         ]
 
     async def main() -> list[Any]:
-        async with inkpen.aio.open(async_url, **TINY) as book:
-            await book.put("b", "k", b"v")
+        async with inkpen.aio.open(async_url, **UNROLLED) as book:
+            for i in range(10):
+                await book.put("b", f"k{i}", b"v")
             got = [
                 await async_outcome(async_url, partial(getattr(book, name), *args, **kw))
                 for name, args, kw in CURSOR_SCRIPT
@@ -279,11 +286,13 @@ def test_feed_cursors_answer_as_the_sync_bookie_does(
     got = run(main())
     assert got == expected
     assert expected[2][0] == "UsageError" and sorted(expected[7]) == [
-        ("a", 7, 60.0, None, False),
+        ("a", 6, 60.0, None, False),
         ("b", 5, None, "tests", True),
     ]
+    assert [e[0] for e in expected[8:10]] == ["UsageError", "UsageError"]
+    assert "the last SQN of" in expected[8][1] and " is 10," in expected[8][1]
     with inkpen.open(async_url) as book:  # the async handle's cursors are in the manifest
-        assert [(c.name, c.sqn) for c in book.feed_cursors()] == [("a", 7)]
+        assert [(c.name, c.sqn) for c in book.feed_cursors()] == [("a", 6)]
 
 
 MPUTS: list[Any] = [

@@ -225,6 +225,7 @@ def test_the_derived_surface_holds_what_the_handles_are_known_to_have() -> None:
     assert {"refresh", "changes", "close", "get_many"} <= set(reader)
     assert {"last_sqn", "following", "checkpoint_id", "manifest_id"} <= set(reader_props)
     assert "wait" in inspect.signature(inkpen.Reader.changes).parameters
+    assert "wait" in inspect.signature(inkpen.Bookie.changes).parameters  # the writer's tail
     assert "__call__" in public_surface(inkpen.HotBackup)[0]
     assert "ledger_only" in public_surface(inkpen.Snapshot)[1]
 

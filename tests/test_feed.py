@@ -3,20 +3,24 @@ gaps that journal compaction leaves, and feed cursors that prevent them."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
 
 import inkpen
+import inkpen.aio
+from inkpen.formats.journal import Kind, iter_journal
 from inkpen.manifest.feed_cursors import (
     advance_feed_cursor,
     create_feed_cursor,
     delete_feed_cursor,
     hold_feed_cursor,
 )
+from inkpen.manifest.feed_history import StoredHistory
 from inkpen.manifest.gc import GcOptions, run_gc
 from inkpen.manifest.model import LedgerState, Manifest, VersionedManifest
-from inkpen.manifest.paths import manifest_key
+from inkpen.manifest.paths import manifest_key, parse_segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.engine import TINY
@@ -116,10 +120,18 @@ def test_bad_arguments_are_usage_errors(store_url: str) -> None:
             book.changes(bucket=5)  # type: ignore[arg-type]
 
 
-def overwrite_and_compact(book: inkpen.Bookie) -> None:
+def overwrite(book: inkpen.Bookie) -> None:
     for round_ in range(4):
         for i in range(60):
             book.put("r", f"k{i:02d}", f"{round_}".encode() * 50)
+
+
+def overwrite_and_compact(book: inkpen.Bookie) -> None:
+    overwrite(book)
+    compact_all(book)
+
+
+def compact_all(book: inkpen.Bookie) -> None:
     book.flush()
     book.compact_ledger()
     for _ in range(20):
@@ -147,9 +159,11 @@ def test_compaction_gap_raises_unless_skipped(store_url: str) -> None:
 @pytest.mark.parametrize("store_kind", ["memory", "local"], indirect=True)
 def test_a_feed_cursor_keeps_compaction_off_what_it_has_not_read(store_url: str) -> None:
     with inkpen.open(store_url, **TINY) as book:
-        cursor = book.create_feed_cursor("exporter", 30)
-        assert (cursor.name, cursor.sqn, cursor.expire_time) == ("exporter", 30, None)
-        overwrite_and_compact(book)
+        cursor = book.create_feed_cursor("exporter", 0)  # a cursor names SQNs written
+        assert (cursor.name, cursor.sqn, cursor.expire_time) == ("exporter", 0, None)
+        overwrite(book)
+        assert book.advance_feed_cursor("exporter", 30).sqn == 30
+        compact_all(book)
         # everything above the cursor survives, values included
         after = list(book.changes(30))
         assert [c.sqn for c in after] == list(range(31, 241))
@@ -172,6 +186,8 @@ def test_feed_cursor_protocol(store_url: str) -> None:
     with inkpen.open(store_url, **TINY) as book:
         made = book.create_feed_cursor("a", lifetime=60.0)
         assert made.expire_time is not None and made.lifetime == 60.0 and made.sqn == 0
+        for i in range(10):  # a cursor names SQNs the database has
+            book.put("x", f"k{i}", b"v")
         book.create_feed_cursor("b", 5)
         assert sorted((c.name, c.sqn) for c in book.feed_cursors()) == [("a", 0), ("b", 5)]
         with pytest.raises(inkpen.UsageError, match="already exists"):
@@ -179,8 +195,9 @@ def test_feed_cursor_protocol(store_url: str) -> None:
         moved = book.advance_feed_cursor("a", 7)
         assert moved.sqn == 7 and moved.expire_time is not None
         assert moved.expire_time >= made.expire_time
-        with pytest.raises(inkpen.UsageError, match="cannot move back"):
-            book.advance_feed_cursor("a", 6)
+        # Back over what the journal holds whole (cursor "a" at 0 kept every body), and on.
+        assert book.advance_feed_cursor("a", 6).sqn == 6
+        assert book.advance_feed_cursor("a", 7).sqn == 7
         for bad in (("", 0), ("x", -1), ("x", "1"), (5, 0)):
             with pytest.raises(inkpen.UsageError):
                 book.create_feed_cursor(*bad)
@@ -210,8 +227,10 @@ def test_feed_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
     listed = ok("feed", "list", url).out
     assert "job\tsqn 0\tlive" in listed and "other\tsqn 1\tlive" in listed
     ok("feed", "advance", url, "job", "1")
-    fails(2, "feed", "advance", url, "job", "0")
+    # The close left the small value of SQN 1 to the ledger: the journal does not hold it.
+    assert "SQN 1 whole" in fails(1, "feed", "advance", url, "job", "0").stderr
     fails(2, "feed", "create", url, "job")
+    assert "the last SQN" in fails(2, "feed", "create", url, "c2", "--sqn", "2").stderr
     ok("feed", "delete", url, "other")
     fails(1, "feed", "delete", url, "other")
     import json
@@ -361,3 +380,164 @@ def test_a_cursor_change_whose_version_was_collected_before_it_landed_is_made_ag
         assert found.lifetime == (900.0 if step == "hold" else 600.0)
     others.store.close()
     store.close()
+
+
+# -- where a cursor may be: up to the last SQN, back over what the journal holds -----------------
+
+
+def whole_sqns(url: str) -> dict[int, bool]:
+    """Every SQN the journal holds (the latest manifest's journal files, then the segments it
+    has not rolled), read from the store's objects: True where its change is there whole."""
+    store = open_store(url)
+    try:
+        latest = ManifestStore(store).latest()
+        assert latest is not None
+        journal = latest.manifest.journal
+        found: dict[int, bool] = {}
+        keys = [f.name for f in journal.files]
+        keys += [
+            i.key
+            for i in store.list("journal/")
+            if (n := parse_segment_key(i.key)) is not None and n > journal.last_rolled_segment
+        ]
+        for key in keys:
+            for entry in iter_journal(store.get(key), key):
+                found[entry.sqn] = entry.kind in (Kind.OBJECT, Kind.TOMBSTONE)
+        return found
+    finally:
+        store.close()
+
+
+def first_not_whole(url: str, since: int, upto: int) -> int | None:
+    held = whole_sqns(url)
+    return next((n for n in range(since + 1, upto + 1) if not held.get(n, False)), None)
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "local"], indirect=True)
+def test_a_cursor_above_the_last_sqn_is_refused(store_url: str) -> None:
+    with inkpen.open(store_url, **TINY) as book:
+        for i in range(30):
+            book.put("b", f"k{i}", b"v")
+        book.create_feed_cursor("c", 10)
+        for bad in (31, 10**9):
+            with pytest.raises(inkpen.UsageError, match=r"the last SQN of .* is 30"):
+                book.create_feed_cursor("c2", bad)
+            with pytest.raises(inkpen.UsageError, match=r"the last SQN of .* is 30"):
+                book.advance_feed_cursor("c", bad)
+        assert [(c.name, c.sqn) for c in book.feed_cursors()] == [("c", 10)]  # nothing changed
+        assert book.create_feed_cursor("c2", 30).sqn == 30
+        book.put("b", "k30", b"v")
+        assert book.advance_feed_cursor("c", 31).sqn == 31  # the last SQN moves with the writes
+
+
+def test_the_async_twins_refuse_a_cursor_above_the_last_sqn(store_url: str) -> None:
+    async def run() -> None:
+        async with await inkpen.aio.open(store_url) as book:
+            await book.put("b", "k", b"v")
+            with pytest.raises(inkpen.UsageError, match="is 1"):
+                await book.create_feed_cursor("c", 2)
+            await book.create_feed_cursor("c", 1)
+            with pytest.raises(inkpen.UsageError, match="is 1"):
+                await book.advance_feed_cursor("c", 99999999)
+            assert [c.sqn for c in await book.feed_cursors()] == [1]
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "local"], indirect=True)
+def test_a_cursor_moves_back_over_what_the_journal_still_holds(store_url: str) -> None:
+    with inkpen.open(store_url, **TINY) as book:
+        book.create_feed_cursor("c", 0)  # holds every body while the writes roll
+        overwrite(book)
+        # Straight back: nothing has let go of the changes in between.
+        book.advance_feed_cursor("c", 240)
+        assert first_not_whole(store_url, 20, 240) is None
+        assert book.advance_feed_cursor("c", 20).sqn == 20
+        compact_all(book)  # the cursor at 20 keeps everything above it
+        assert [c.sqn for c in book.changes(20)] == list(range(21, 241))
+        # Forward, then compaction (and rolls) let go of what lies below: back is refused at
+        # the first change the journal no longer holds whole, and nothing moves.
+        book.advance_feed_cursor("c", 200)
+        compact_all(book)
+        book.put("r", "k00", b"again")  # a roll after the advance leaves small bodies out
+        book.flush()
+        book._engine.roll()
+        first = first_not_whole(store_url, 20, 200)
+        assert first is not None
+        with pytest.raises(inkpen.FeedGapError, match=f"SQN {first} whole") as caught:
+            book.advance_feed_cursor("c", 20)
+        assert caught.value.sqn == first
+        assert [c.sqn for c in book.feed_cursors()] == [200]
+        # It names the lowest SQN the cursor can move back to, and that one works.
+        lowest = int(str(caught.value).rsplit("back to SQN ", 1)[1].split()[0])
+        assert first <= lowest < 200 and first_not_whole(store_url, lowest, 200) is None
+        if lowest > 0:
+            assert first_not_whole(store_url, lowest - 1, 200) == lowest
+        assert book.advance_feed_cursor("c", lowest).sqn == lowest
+        assert [c.sqn for c in book.changes(lowest, gaps="raise")][:1] == [lowest + 1]
+
+
+def test_a_cursor_set_past_the_end_before_can_come_back(store_url: str) -> None:
+    with inkpen.open(store_url, **TINY) as book:
+        for i in range(20):
+            book.put("b", f"k{i}", b"v")
+        # As versions that did not check made it: far above the last SQN.
+        create_feed_cursor(book._engine.manifests, "typo", 99999999)
+        assert book.advance_feed_cursor("typo", 20).sqn == 20  # nothing above 20 to hold
+        assert book.advance_feed_cursor("typo", 0).sqn == 0
+
+
+def test_moving_back_is_checked_again_when_the_journal_changes_meanwhile(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Another process moves a cursor back while the writer compacts: the range it checked
+    held every change, but a compaction committed between its check and its update dropped
+    some. The update finds other journal files over the range and checks again."""
+    url = str(tmp_path / "db")
+    # What the compaction replaces stays on the store: the check reads it whole.
+    keep = {**TINY, "delete_poll_interval": 3600.0, "gc_min_age": 3600.0}
+    with inkpen.open(url, **keep) as book:
+        book.create_feed_cursor("c", 0)
+        overwrite(book)  # 240 puts over 60 keys, every body kept
+        book.flush()
+        book.advance_feed_cursor("c", 240)  # from now on compaction may drop what is replaced
+        assert first_not_whole(url, 100, 240) is None
+        store = HookedStore(open_store(url))
+        compacted: list[int] = []
+
+        def the_writer_compacts(key: str) -> None:  # during the other process's check
+            for _ in range(20):
+                if not book.compact_journal().compacted:
+                    break
+                compacted.append(1)
+
+        store.before_read("journal/compacted/", the_writer_compacts)
+        try:
+            with StoredHistory(store) as history, pytest.raises(inkpen.FeedGapError) as caught:
+                advance_feed_cursor(ManifestStore(store), "c", 100, history=history)
+        finally:
+            store.close()
+        assert compacted
+        assert caught.value.sqn == first_not_whole(url, 100, 240)
+        assert [c.sqn for c in book.feed_cursors()] == [240]  # it did not move
+
+
+def test_the_command_line_counts_the_writes_a_live_writer_acknowledged(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The manifest of a database a writer holds knows only what it has rolled; the command
+    line's last SQN also counts the segments the writer has stored: every acknowledged write."""
+    from support.cli import error_line, fails, ok
+
+    url = str(tmp_path / "db")
+    with inkpen.open(url, roll_segments=100_000, roll_bytes=1 << 30) as book:
+        for i in range(12):
+            book.put("b", f"k{i}", b"v")
+        manifests = ManifestStore(open_store(url))
+        latest = manifests.latest()
+        assert latest is not None
+        assert latest.manifest.journal.files == () and latest.manifest.ledger.persisted_sqn == 0
+        ok("feed", "create", url, "c", "--sqn", "12")
+        assert "the last SQN" in error_line(fails(2, "feed", "create", url, "d", "--sqn", "13"))
+        assert " is 12" in error_line(fails(2, "feed", "advance", url, "c", "99999999"))
+        book.put("b", "k12", b"v")
+        ok("feed", "advance", url, "c", "13")
+        ok("feed", "advance", url, "c", "5")  # back over segments, which hold every change
+        assert [(c.name, c.sqn) for c in book.feed_cursors()] == [("c", 5)]
+        manifests.store.close()

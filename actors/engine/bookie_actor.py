@@ -3,7 +3,8 @@
 The public :class:`inkpen.Bookie` handle validates each call and hands writes to the Inker's
 intake; this actor is where a durable batch comes back (:class:`ApplyBatch` from the Inker). The
 Bookie turns the batch's journal entries into ledger entries (the object's metadata plus one
-entry per index spec), adds them to its cache, publishes the cache on the view board, and only
+entry per index spec), adds them to its cache, publishes the cache on the view board, advances
+the writer's news of applied changes (``ctx.applied``, which tails of its feed wait on), and only
 then releases the batch's callers, so a put that has returned is visible to every later read.
 
 The cache is a short list of immutable tables, newest first; a new table is merged with the one
@@ -101,7 +102,11 @@ class _ShutdownBookie:
 
 
 class LedgerSnapshot:
-    """A ledger-only snapshot as journal compaction uses it: lookups, its highest SQN, release."""
+    """A snapshot as journal compaction uses it: ledger lookups, its highest SQN, release. Its
+    journal clone is registered with the Inker before the compaction chooses any file, so every
+    journal file a later commit drops (a re-roll, another compaction) stays on the store until
+    the compaction releases it: the file's clerk is told to wait, and the writer checkpoint keeps
+    it from GC whatever ``min_age``."""
 
     def __init__(self, parts: SnapshotParts, bookie: pykka.ActorRef[Any]) -> None:
         self._parts = parts
@@ -186,6 +191,8 @@ class Bookie(InkpenActor):
             tables[0:2] = [MemTable.merged(tables[0:2])]
         self.tables = tables
         self._publish()
+        if message.entries:  # readable now: wake the tails of this writer's feed
+            self.ctx.applied.advance(message.entries[-1].sqn)
         batch.complete()
         if self._entries() >= self.ctx.options.ledger_cache_entries:
             self._push()
@@ -266,7 +273,8 @@ class Bookie(InkpenActor):
                 )
             )
             return
-        parts = self._take(_TakeSnapshot(long_running=True, ledger_only=True))
+        # Not ledger_only: the journal clone registers the files the compaction will choose.
+        parts = self._take(_TakeSnapshot(long_running=True, ledger_only=False))
         snapshot = LedgerSnapshot(parts, self.actor_ref)
         if not inker_clerk_actor.compact(self.inker_clerk, snapshot, message.result):
             snapshot.release()

@@ -49,6 +49,7 @@ from inkpen.actors.kernel.heap import limit_heap_growth
 from inkpen.actors.kernel.in_flight import InFlight
 from inkpen.actors.kernel.keeper import ManifestKeeper
 from inkpen.actors.kernel.meter import Meter, Metrics
+from inkpen.actors.kernel.news import Applied
 from inkpen.actors.kernel.scheduler import Scheduler
 from inkpen.actors.kernel.throttle import Throttle
 from inkpen.actors.kernel.views import SegmentTable, SstHandle, ViewBoard
@@ -236,6 +237,7 @@ class Engine:
             )
             penciller_actor.load_levels(penciller, levels)
             inker_actor.load(inker, files, segments, max_sqn)
+            ctx.applied.advance(max_sqn)  # replayed below: readable once the open returns
             bookie = Bookie.start(ctx)
             started_refs.append(bookie)
             penciller_clerk = PencillerClerk.start(ctx, penciller)
@@ -324,6 +326,7 @@ class Engine:
             return
         self.closed = True
         started = time.monotonic()
+        self.ctx.applied.stop()  # tails of the feed end instead of waiting
         closed = UsageError("this Bookie is closed")
         self.ctx.throttle.halt(closed)  # puts held back by backpressure end now
         if not persist:  # a crash at this moment: no commit and no file write after it
@@ -438,6 +441,11 @@ class Engine:
     @property
     def url(self) -> str:
         return self.ctx.store.url
+
+    @property
+    def applied(self) -> Applied:
+        """The last SQN the writer has applied, and the news tails of its feed wait on."""
+        return self.ctx.applied
 
     @property
     def board(self) -> ViewBoard:

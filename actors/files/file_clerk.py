@@ -132,6 +132,7 @@ class FileClerk(InkpenActor):
 
     @handles(_DeleteDeferred)
     def _deferred(self, _: _DeleteDeferred) -> None:
+        log.debug("clerk.delete_deferred", kind=self.kind, name=self.name)
         self._next_wait = min(MAX_POLL_INTERVAL, self._next_wait * 2)
         self._schedule_poll()
 

@@ -321,6 +321,9 @@ class Inker(FileOwner):
         """Journal files rolled with bodies their ledger entries hold, the ledger not having
         persisted them yet: the highest such SQN of each. Re-rolled once it has."""
         self.rerolling = False
+        self.reroll_registration: str | None = None
+        """The registration that keeps the files a re-roll in the clerk reads (see
+        :meth:`_reroll_due`), until its answer comes back."""
         self._stopped: InkpenError | None = None
         """Why the Inker stopped writing other than the fence (the keeper holds that)."""
         self.unsettled: _Unsettled | None = None
@@ -639,6 +642,10 @@ class Inker(FileOwner):
             bodies = self._bodies()
             assert bodies is not None
             self.rerolling = True
+            # The clerk reads these files later, perhaps after a compaction it is running now
+            # has replaced them: registered, they stay on the store until the answer is back.
+            self.reroll_registration = f"reroll-{uuid.uuid4().hex}"
+            self._register_snapshot(self.reroll_registration, long_running=True)
             reroll(self.clerk, due, bodies, self.actor_ref)
 
     def _rerollable(self) -> tuple[JournalHandle, ...]:
@@ -841,10 +848,32 @@ class Inker(FileOwner):
 
     # -- compaction -------------------------------------------------------------------------
 
+    def _replaced_meanwhile(self, chosen: tuple[str, ...]) -> list[str]:
+        """The files of ``chosen`` (a compaction's or re-roll's inputs) that a commit since
+        replaced; the work written from them is of no use any more."""
+        return sorted(name for name in chosen if name not in self.files)
+
+    def _discard(self, handles: tuple[JournalHandle, ...]) -> None:
+        """Files written for a commit that will not happen: nothing names them, GC removes them."""
+        self.ctx.in_flight.discard([h.name for h in handles])
+        for handle in handles:
+            stop(handle.clerk)
+
     @handles(CompactionDone)
     def _compacted(self, message: CompactionDone) -> None:
-        """Swap compacted files in and set the replaced ones for deletion."""
+        """Swap compacted files in and set the replaced ones for deletion; a compaction whose
+        inputs a newer commit replaced meanwhile ends as ``replaced_meanwhile``."""
         replaced = set(message.replaced)
+        gone = self._replaced_meanwhile(message.replaced)
+        if gone:
+            self._discard(message.handles)
+            log.info("journal.compaction_replaced_meanwhile", replaced=gone)
+            message.result.set_result(
+                dataclasses.replace(
+                    message.report, compacted=(), written=(), replaced_meanwhile=tuple(gone)
+                )
+            )
+            return
 
         def install(versioned: VersionedManifest) -> None:
             meter = self.ctx.meter
@@ -882,8 +911,17 @@ class Inker(FileOwner):
     @handles(Rerolled)
     def _rerolled(self, message: Rerolled) -> None:
         """Swap re-rolled files in (as a compaction's: same SQNs, some bodies left out)."""
+        if self.reroll_registration is not None:
+            self.registry.release(self.reroll_registration)
+            self.reroll_registration = None
         if message.error is not None or not message.replaced:
             self.rerolling = False
+            return
+        gone = self._replaced_meanwhile(message.replaced)
+        if gone:  # a compaction replaced them: it has judged those bodies already
+            self._discard(message.handles)
+            self.rerolling = False
+            log.debug("journal.reroll_replaced_meanwhile", replaced=gone)
             return
 
         def install(versioned: VersionedManifest) -> None:

@@ -11,8 +11,10 @@ their bytes or count pass ``roll_bytes`` / ``roll_segments`` the Inker sends the
 (:func:`roll_segments`). Rolling keeps the number of journal objects small and lets GC remove
 the segments.
 
-**Compaction** (:func:`compact`, Leveled's Inker's clerk). With a ledger snapshot taken when the
-request was made:
+**Compaction** (:func:`compact`, Leveled's Inker's clerk). With a snapshot taken when the
+request was made (its ledger view judges the entries; it is registered with the Inker too, before
+any file is chosen, so no journal file dropped after that moment is deleted, by its clerk or by
+GC, until the compaction has read it):
 
 1. score every journal file by sampling ``compaction_sample_size`` of its records: the score is
    the percentage of sampled bytes the rules of :mod:`inkpen.actors.journal.retention` would keep;
@@ -21,7 +23,9 @@ request was made:
 3. rewrite the run's entries through the same rules (per tag: ``retain`` keeps key changes,
    ``recovr`` drops them) into new journal files;
 4. tell the Inker (:class:`CompactionDone`); it commits the swap in one manifest change and sets
-   the replaced files' clerks to delete_pending.
+   the replaced files' clerks to delete_pending. A chosen file that a newer commit (a re-roll,
+   another compaction) replaced meanwhile ends the round as ``replaced_meanwhile`` in the
+   report, with nothing committed.
 
 In a head-only store compaction is **trimming** instead (Leveled's ``book_trimjournal``): the
 journal files whose every entry the ledger has persisted (``max_sqn <= persisted_sqn`` of the
@@ -36,7 +40,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import pykka
 
@@ -55,7 +59,9 @@ log = get_logger("inkpen.inker")
 
 
 class LedgerSnapshotLike(Protocol):
-    """What compaction needs of a ledger snapshot."""
+    """What compaction needs of its snapshot: ledger lookups, its highest SQN, its release. The
+    snapshot also holds a registration with the Inker, taken before the compaction chooses its
+    files, which keeps every journal file a later commit drops until ``release``."""
 
     max_sqn: int
 
@@ -138,6 +144,9 @@ class RollFailed:
     error: BaseException
 
 
+CompactionOutcome = Literal["compacted", "replaced_meanwhile", "nothing_to_do"]
+
+
 @dataclass(frozen=True, slots=True)
 class CompactionReport:
     """What one compaction attempt did."""
@@ -153,6 +162,18 @@ class CompactionReport:
     manifest_id: int | None = None
     kept_above: int | None = None
     """Every entry above this SQN was kept (the ledger snapshot's SQN, or a lower feed cursor)."""
+    replaced_meanwhile: tuple[str, ...] = ()
+    """Files this compaction chose that a newer commit (a re-roll, another compaction) replaced
+    before it could commit: then nothing was committed (``compacted`` and ``written`` are
+    empty, the files it wrote are left to GC) and the next compaction judges the newer files."""
+
+    @property
+    def outcome(self) -> CompactionOutcome:
+        """``"compacted"`` (committed), ``"replaced_meanwhile"`` (see
+        :attr:`replaced_meanwhile`) or ``"nothing_to_do"`` (no run scored above zero)."""
+        if self.compacted:
+            return "compacted"
+        return "replaced_meanwhile" if self.replaced_meanwhile else "nothing_to_do"
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +400,9 @@ class InkerClerk(InkpenActor):
         if options.head_only is not None:
             return self._trim()
         max_sqn = self._feed_floor(snapshot.max_sqn)
+        # The snapshot's registration with the Inker predates this view: a file in it that a
+        # re-roll or compaction drops meanwhile stays on the store until the snapshot is
+        # released (its clerk is told to wait, the writer checkpoint keeps it from GC).
         files = [h for h in self.ctx.board.journal.files if h.descriptor.min_sqn <= max_sqn]
         judgement = Judgement(
             snapshot.get,

@@ -1,4 +1,5 @@
-"""What the actors of one open Bookie share: stores, options, views, timers, throttle, meter."""
+"""What the actors of one open Bookie share: stores, options, views, timers, throttle, meter,
+and the news of applied changes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from inkpen.actors.kernel.in_flight import InFlight
 from inkpen.actors.kernel.keeper import ManifestKeeper
 from inkpen.actors.kernel.meter import Meter
+from inkpen.actors.kernel.news import Applied
 from inkpen.actors.kernel.scheduler import Scheduler
 from inkpen.actors.kernel.throttle import Throttle
 from inkpen.actors.kernel.views import ViewBoard
@@ -38,6 +40,8 @@ class EngineContext:
     """Set by the Penciller whenever an L0 write or a merge frees room for pushes."""
     meter: Meter = field(default_factory=Meter)
     """What the handle and the owners count (``Bookie.metrics()``)."""
+    applied: Applied = field(default_factory=Applied)
+    """The last SQN the Bookie actor applied, which tails of the writer's feed wait on."""
 
     def halt(self, error: InkpenError) -> None:
         """This writer writes no more (fenced, stopped by a store failure, a lost ledger file,

@@ -21,6 +21,11 @@ walking SQNs upwards from ``since + 1`` it raises :class:`~inkpen.errors.FeedGap
 the first SQN it cannot give, unless the caller passed ``gaps="skip"``. A feed cursor
 (``manifest.model.FeedCursor``) holds compaction and the journal's dropping of bodies off every
 entry above the lowest live cursor, so a consumer holding one never meets a gap.
+
+Tails. ``changes(since, wait=...)`` on a following Reader or on the writer's own Bookie gives
+every change readable now, then a :class:`CaughtUp` step naming the news to wait on
+(:mod:`inkpen.actors.kernel.news`: the follower's refreshes, the writer's applied batches), and
+so on; :func:`waiting` waits in the caller's thread, :mod:`inkpen.aio` in its event loop.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inkpen.actors.kernel.news import News
+from inkpen.actors.kernel.views import JournalView
 from inkpen.actors.read.path import Views, lookup
 from inkpen.checks import check_sqn
 from inkpen.errors import FeedGapError, UsageError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import LedgerValue, object_parts
+from inkpen.manifest.feed_cursors import NotHeld, not_held_in
 
 GapPolicy = Literal["raise", "skip"]
 LedgerLookup = Callable[[bytes], LedgerValue | None]
@@ -56,6 +64,30 @@ class Change:
     """The index changes the write made: ``(op, field, term)``."""
     last_modified: float
     """Seconds since the epoch, when the change was written (as :class:`~inkpen.Head` has it)."""
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """A tail's step once every change readable so far was given: wait for ``news`` to move past
+    ``version`` (at most the tail's ``wait`` seconds; if none came, the tail ends)."""
+
+    news: News
+    version: int
+
+
+def waiting(steps: Iterator[Change | CaughtUp], wait: float) -> Iterator[Change]:
+    """The changes of a tail's steps, waiting in this thread at each :class:`CaughtUp` (an
+    event loop waits its own way: :mod:`inkpen.aio`)."""
+    try:
+        for step in steps:
+            if not isinstance(step, CaughtUp):
+                yield step
+            elif not step.news.wait_for_change(step.version, wait):
+                return
+    finally:
+        close = getattr(steps, "close", None)
+        if close is not None:
+            close()
 
 
 def check_since(since: Any) -> int:
@@ -177,6 +209,25 @@ def scan_changes(
         yield to_change(entry, b, k, value)
 
 
+WHOLE = frozenset({Kind.OBJECT, Kind.TOMBSTONE})
+"""The kinds of journal entry that hold their change whole (a put's value, a delete)."""
+
+
+def not_held(journal: JournalView, since: int, upto: int) -> NotHeld:
+    """What the journal view does not hold whole of the changes in ``(since, upto]``: an SQN
+    absent (journal compaction dropped it), kept only as KEY_CHANGES, or a put whose value left
+    for the ledger (its next write takes it: no cursor can keep it). Reads every entry of the
+    range; answers the first and last such SQN and the journal files holding the range."""
+    files = frozenset(
+        h.name
+        for h in journal.files
+        if h.descriptor.max_sqn > since and h.descriptor.min_sqn <= upto
+    )
+    present = ((e.sqn, e.kind in WHOLE) for e in entries_above(journal, since))
+    first, last = not_held_in(present, since, upto)
+    return NotHeld(first, last, files)
+
+
 def changes_in(
     views: Views,
     since: int,
@@ -199,6 +250,7 @@ def changes_in(
 
 
 __all__ = [
+    "CaughtUp",
     "Change",
     "GapPolicy",
     "LedgerLookup",
@@ -207,5 +259,7 @@ __all__ = [
     "check_since",
     "entries_above",
     "ledger_body",
+    "not_held",
     "scan_changes",
+    "waiting",
 ]

@@ -33,9 +33,9 @@ book.snapshot() as snap``; ``await book.snapshot()`` answers the snapshot itself
 book.transaction() as txn`` commits at the block's end, or rolls back on an exception, and
 ``await inkpen.aio.retrying(fn)`` reruns a coroutine function on conflict). ``backup = await
 book.hot_backup()`` answers an :class:`AsyncHotBackup`, and ``await backup(dest)`` copies. A
-following Reader's ``changes(since, wait=...)`` tails in the loop: between the changes it reads in
-a worker thread, it waits for the follower's news as the puts wait for their batch, holding no
-thread.
+following Reader's or the writer's own ``changes(since, wait=...)`` tails in the loop: between the
+changes it reads in a worker thread, it waits for news (the follower's refreshes, the writer's
+applied batches) as the puts wait for their batch, holding no thread.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ from inkpen.actors.journal.changes import PendingChange
 from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.journal.intake import WriteGroup
 from inkpen.actors.kernel.meter import Metrics
-from inkpen.actors.read.feed import Change, GapPolicy
-from inkpen.actors.read.follower import Follower
+from inkpen.actors.kernel.news import News
+from inkpen.actors.read.feed import CaughtUp, Change, GapPolicy
 from inkpen.actors.read.path import Head
 from inkpen.batch import Batch
 from inkpen.formats.tictac import TicTacTree
@@ -76,7 +76,7 @@ from ..checks import check_count
 from ..errors import ConflictError, UsageError
 from ..options import Options
 from ..read_api import ReadAPI
-from ..reader import CaughtUp, Reader
+from ..reader import Reader
 from ..snapshot import Snapshot
 from ..transaction import NESTED, RETRY_DEADLINE, Backoff, Transaction
 
@@ -173,8 +173,9 @@ class AsyncFold(Generic[T]):
 
 
 class _AsyncTail(AsyncFold[Change]):
-    """A following Reader's ``changes(since, wait=...)``: chunks of the changes readable now,
-    read in a worker thread; between them, a wait for the follower's news in the loop."""
+    """A tail, ``changes(since, wait=...)`` of a following Reader or of the writer: chunks of the
+    changes readable now, read in a worker thread; between them, a wait for news (the follower's
+    refreshes, the writer's applied batches) in the loop."""
 
     def __init__(
         self,
@@ -190,7 +191,7 @@ class _AsyncTail(AsyncFold[Change]):
     async def _refill(self) -> list[Change]:
         while True:
             pause, self._pause = self._pause, None
-            if pause is not None and not await _changed(pause.follower, pause.version, self._wait):
+            if pause is not None and not await _changed(pause.news, pause.version, self._wait):
                 # ``wait`` seconds and nothing new, or the Reader closed: the tail ends. Its steps
                 # stand at a CaughtUp, between scans: closing them here reads nothing.
                 self._close_items()
@@ -214,27 +215,27 @@ class _AsyncTail(AsyncFold[Change]):
         return out
 
 
-async def _changed(follower: Follower, version: int, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds, in the loop and holding no thread, for ``follower``'s views
-    to move past ``version`` (:meth:`Follower.wait_for_change` for a coroutine)."""
+async def _changed(news: News, version: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds, in the loop and holding no thread, for ``news`` to move
+    past ``version`` (:meth:`News.wait_for_change` for a coroutine)."""
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
 
-    def wake() -> None:  # in the follower's thread
+    def wake() -> None:  # in the publisher's thread
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             loop.call_soon_threadsafe(woken.set)
 
-    remove = follower.add_listener(wake)
+    remove = news.add_listener(wake)
     try:
         deadline = loop.time() + timeout
-        while follower.version == version and not follower.stopped:
+        while news.version == version and not news.stopped:
             left = deadline - loop.time()
             if left <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), left)
             woken.clear()
-        return follower.version != version
+        return news.version != version
     finally:
         remove()
 
@@ -914,6 +915,25 @@ class AsyncBookie(_AsyncReads[Bookie]):
         if dest is None:
             return backup
         return await backup(dest)
+
+    def changes(
+        self,
+        since: int = 0,
+        *,
+        bucket: str | bytes | None = None,
+        gaps: GapPolicy = "raise",
+        wait: float | None = None,
+    ) -> AsyncFold[Change]:
+        """``async for change in book.changes(since)``: the change feed, in SQN order. With
+        ``wait``, the tail of :meth:`inkpen.Bookie.changes`: between the changes it reads in a
+        worker thread, it waits in the loop, holding no thread, for this writer's next applied
+        batch, and ends once ``wait`` seconds pass with nothing new."""
+        if wait is None:
+            return super().changes(since, bucket=bucket, gaps=gaps)
+        sync = self._sync
+        return _AsyncTail(
+            lambda: sync._start_tail(since, bucket, gaps, wait), self._call, self._fold_chunk
+        )
 
     async def compact_journal(self) -> CompactionReport:
         """Run one journal compaction (see :meth:`inkpen.Bookie.compact_journal`)."""

@@ -22,7 +22,7 @@ writer through that shard's :class:`~inkpen.aio.AsyncBookie` (opening a shard, t
 runs in a worker thread). Everything else (reads, folds, snapshots, transactions, checkpoints,
 maintenance) runs in the handle's own worker threads. ``changes(since, shard=i, wait=...)``
 tails in the loop: between the changes it reads in a worker thread, it waits for the shard's
-news (the writes made through this handle, or the following Reader's) holding no thread.
+news (its writer's applied SQN, or its following Reader's) holding no thread.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
 from inkpen import shards as _shards
-from inkpen._shard_feed import Pause, Step, Waker
+from inkpen._shard_feed import Pause, Step
 from inkpen._shard_handle import ShardedBookie
 from inkpen._shard_layout import Descriptor, check_shard_number
 from inkpen._shard_parts import (
@@ -49,6 +49,7 @@ from inkpen._shard_sets import DataSetCheckpoint
 from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.kernel.meter import Metrics
+from inkpen.actors.kernel.news import News
 from inkpen.actors.read.feed import Change, GapPolicy
 from inkpen.actors.read.path import Head
 from inkpen.batch import Batch, IndexSpecs
@@ -102,7 +103,7 @@ class _AsyncStepsTail(AsyncFold[Change]):
     async def _refill(self) -> list[Change]:
         while True:
             pause, self._pause = self._pause, None
-            if pause is not None and not await _changed(pause.waker, pause.version, self._wait):
+            if pause is not None and not await _changed(pause.news, pause.version, self._wait):
                 self._close_items()  # ``wait`` seconds and nothing new, or the shard closed
                 return []
             changes: list[Change] = await self._run(self._next_chunk)
@@ -124,8 +125,8 @@ class _AsyncStepsTail(AsyncFold[Change]):
         return out
 
 
-async def _changed(waker: Waker, version: int, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds, in the loop and holding no thread, for ``waker`` to move
+async def _changed(news: News, version: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds, in the loop and holding no thread, for ``news`` to move
     past ``version``."""
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
@@ -134,17 +135,17 @@ async def _changed(waker: Waker, version: int, timeout: float) -> bool:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             loop.call_soon_threadsafe(woken.set)
 
-    remove = waker.add_listener(wake)
+    remove = news.add_listener(wake)
     try:
         deadline = loop.time() + timeout
-        while waker.version == version and not waker.stopped:
+        while news.version == version and not news.stopped:
             left = deadline - loop.time()
             if left <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), left)
             woken.clear()
-        return waker.version != version
+        return news.version != version
     finally:
         remove()
 
@@ -534,7 +535,6 @@ class AsyncShardedBookie(_AsyncShardedReads[ShardedBookie]):
             self._sync._checker.put(bucket, key, value, indexes, ttl, if_sqn=if_sqn)
         writer = await self._writer(index, "this put")
         await writer.put(bucket, key, value, indexes=indexes, ttl=ttl, if_sqn=if_sqn)
-        self._sync._waker(index).bump()
 
     async def delete(
         self,
@@ -551,7 +551,6 @@ class AsyncShardedBookie(_AsyncShardedReads[ShardedBookie]):
             self._sync._checker.delete(bucket, key, indexes, if_sqn=if_sqn)
         writer = await self._writer(index, "this delete")
         await writer.delete(bucket, key, indexes=indexes, if_sqn=if_sqn)
-        self._sync._waker(index).bump()
 
     async def merge(
         self,
@@ -567,7 +566,6 @@ class AsyncShardedBookie(_AsyncShardedReads[ShardedBookie]):
             self._sync._checker.merge(bucket, key, operand, operator)
         writer = await self._writer(index, "this merge")
         await writer.merge(bucket, key, operand, operator=operator)
-        self._sync._waker(index).bump()
 
     async def write(self, batch: Batch) -> None:
         """Apply a batch whose keys all route to one shard, atomically there; returns once
@@ -576,7 +574,6 @@ class AsyncShardedBookie(_AsyncShardedReads[ShardedBookie]):
         if index is not None:
             writer = await self._writer(index, "this batch")
             await writer.write(batch)
-            self._sync._waker(index).bump()
 
     async def mput(self, specs: Iterable[tuple[str, Any, Any, Any, Any]]) -> None:
         """Head-only changes of one shard, as one durable batch there."""
@@ -585,7 +582,6 @@ class AsyncShardedBookie(_AsyncShardedReads[ShardedBookie]):
             index, chosen = found
             writer = await self._writer(index, "this mput")
             await writer.mput(chosen)
-            self._sync._waker(index).bump()
 
     def transaction(self, isolation: str = "snapshot") -> _Begun[AsyncShardedTransaction]:
         """An :class:`AsyncShardedTransaction`: ``async with book.transaction() as txn``

@@ -9,6 +9,10 @@ A sharded data set's SQNs are per shard, so its consumer keeps a cursor per shar
 name: given a data set's URL, ``list`` lists every shard's cursors, ``create`` makes the cursor
 in every shard (at SQN 0: another SQN belongs to one shard, so it needs ``--shard I``),
 ``delete`` removes it from every shard holding it, and ``advance`` needs ``--shard I``.
+
+``create`` and ``advance`` check the SQN against the history the store holds (the latest
+manifest and the segments a live writer has stored after it, so every acknowledged write counts),
+read without writing (:mod:`inkpen.manifest.feed_history`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from inkpen.manifest.feed_cursors import (
     delete_feed_cursor,
     list_feed_cursors,
 )
+from inkpen.manifest.feed_history import StoredHistory
 from inkpen.manifest.model import FeedCursor
 
 from . import render
@@ -135,7 +140,7 @@ def list_command(url: str, as_json: bool, shard: int | None) -> None:
 def create(
     url: str, name: str, sqn: int, lifetime: float | None, owner: str | None, shard: int | None
 ) -> None:
-    """Create a feed cursor NAME at --sqn.
+    """Create a feed cursor NAME at --sqn (at most the database's last SQN).
 
     Given a sharded data set, creates NAME in every shard at SQN 0 (SQNs are per shard: for
     another SQN, name the shard with --shard I).
@@ -156,8 +161,10 @@ def create(
         holder = owner or _default_owner()
 
         def made_in(shard_url: str) -> FeedCursor:
-            with database(shard_url) as manifests:
-                return create_feed_cursor(manifests, name, 0, lifetime=lifetime, owner=holder)
+            with database(shard_url) as manifests, StoredHistory(manifests.store) as history:
+                return create_feed_cursor(
+                    manifests, name, 0, lifetime=lifetime, owner=holder, history=history
+                )
 
         made_all = each_shard("feed", url, chosen.shards, made_in, quick=True)
         click.echo(
@@ -166,9 +173,14 @@ def create(
         )
         return
     url = chosen.url
-    with database(url) as manifests:
+    with database(url) as manifests, StoredHistory(manifests.store) as history:
         made = create_feed_cursor(
-            manifests, name, sqn, lifetime=lifetime, owner=owner or _default_owner()
+            manifests,
+            name,
+            sqn,
+            lifetime=lifetime,
+            owner=owner or _default_owner(),
+            history=history,
         )
     click.echo(
         f"feed cursor {made.name} at sqn {made.sqn}, expires "
@@ -182,7 +194,11 @@ def create(
 @click.argument("sqn", type=SQN)
 @shard_option
 def advance(url: str, name: str, sqn: int, shard: int | None) -> None:
-    """Move feed cursor NAME forward to SQN (never back), renewing its lifetime.
+    """Move feed cursor NAME to SQN, renewing its lifetime.
+
+    Forward up to the database's last SQN; back only over changes the journal still holds whole
+    (exit 1 naming the first SQN it does not hold). The last SQN is that of the newest write
+    acknowledged when the command starts, read from the segments a live writer has stored.
 
     A sharded data set's SQNs are per shard: name the shard whose cursor moves with --shard I.
 
@@ -199,8 +215,8 @@ def advance(url: str, name: str, sqn: int, shard: int | None) -> None:
             "the shard whose feed the SQN is in",
         )
     url = chosen.url
-    with database(url) as manifests:
-        done = advance_feed_cursor(manifests, name, sqn)
+    with database(url) as manifests, StoredHistory(manifests.store) as history:
+        done = advance_feed_cursor(manifests, name, sqn, history=history)
     click.echo(f"feed cursor {done.name} at sqn {done.sqn}")
 
 

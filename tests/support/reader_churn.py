@@ -1,9 +1,10 @@
 """A Reader process that opens, reads and closes Readers in cycles, for the churn test.
 
-Run as ``python reader_churn.py URL LIFETIME SECONDS SEED``. Until SECONDS have passed it opens
-``inkpen.open_reader(URL, checkpoint_lifetime=LIFETIME)``, folds bucket ``r``, gets a few keys
+Run as ``python reader_churn.py URL LIFETIME SECONDS SEED [PAUSE]``. Until SECONDS have passed it
+opens ``inkpen.open_reader(URL, checkpoint_lifetime=LIFETIME)``, folds bucket ``r``, gets a few keys
 (every fourth cycle it keeps reading for a little longer than half the lifetime, so a lease
-refresh falls inside it) and closes the Reader. It prints one JSON line per cycle:
+refresh falls inside it) and closes the Reader, then holds no checkpoint for PAUSE seconds (0 by
+default). It prints one JSON line per cycle:
 
 - ``{"cycle": n, "checkpoint": id, "opened": t, "fold": {key: value}}`` after a cycle that read
   without error and whose gets agreed with its fold (a Reader reads one fixed state); ``t`` is
@@ -56,6 +57,7 @@ def main() -> None:
         float(sys.argv[3]),
         int(sys.argv[4]),
     )
+    pause = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     rng = random.Random(seed)
     end = time.monotonic() + seconds
     cycles = 0
@@ -71,6 +73,7 @@ def main() -> None:
             }
         print(json.dumps(line), flush=True)
         cycles += 1
+        time.sleep(pause)  # pacing, not synchronisation: a time in which no lease of it pins
     print(json.dumps({"done": cycles}), flush=True)
 
 
