@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 import inkpen
-from inkpen import shards
+from inkpen import Bookie, shards
 from inkpen.anti_entropy import compare_stores
 from inkpen.errors import ConflictError, NotFoundError, UsageError
 from inkpen.manifest.checkpoints import list_checkpoints
@@ -429,7 +429,9 @@ def test_changes_wait_tails_a_shard_written_here_and_wakes_on_its_commits(
         assert got_first.wait(60)
         book.put("b", key_in(0), b"another shard: not in this feed")
         # a commit of shard 1 wakes the tail at once, even made through the shard's own Bookie
-        book.shard(1).put("b", second, b"2")
+        own = book.shard(1)
+        assert isinstance(own, Bookie)  # the writer of the data set writes each shard
+        own.put("b", second, b"2")
         assert done.wait(60)  # well before the tail's 60 s of quiet
         thread.join()
         assert seen == [first.encode(), second.encode()]
