@@ -61,6 +61,15 @@ own updates and checkpoint changes confirm that they show in the latest
 Fence segments (size :data:`~inkpen.formats.journal.EMPTY_JOURNAL_SIZE`) are kept by default: the
 slot after each writer's last segment holds a newer writer's fence, and deleting it would let a
 stalled writer write into that slot and acknowledge writes nobody replays.
+
+**How the executor issues its requests.** The pinned manifests are read at once (up to the
+store's :func:`~inkpen.objectstore.parallel.concurrency`); the deletes go in batches
+(:meth:`~inkpen.objectstore.ObjectStore.delete_many`: ``DeleteObjects`` requests of 1,000 keys on
+S3, several at once), one kind of object after another in the plan's order, with the epoch
+read again before each batch. A key the store could not delete does not stop the pass: the
+report names it with its error (``GcReport.failed``, logged as ``gc.delete_failed``), and the
+next pass, which plans it again, retries it. A destroyed database keeps its latest manifest
+until every other object is gone.
 """
 
 from __future__ import annotations
@@ -75,6 +84,8 @@ from inkpen.errors import CorruptionError, FencedError, InkpenError, NotFoundErr
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectInfo, ObjectStore
+from inkpen.objectstore.base import DELETE_MANY_KEYS, DeleteResult
+from inkpen.objectstore.parallel import concurrency, run_bounded
 
 from .checkpoints import drop_expired
 from .clones import StoreResolver, release_parent_pin
@@ -102,8 +113,9 @@ MIN_AGE_WITHOUT_WRITER = 60.0
 """The least ``min_age`` of a GC not run by the writer (unless ``offline``): far above the time an
 inkpen writer takes from storing an L0 file, a roll or a merge output to committing it. A bulk
 load's tasks store files long before its commit and need a larger ``min_age`` (section 9.2)."""
-DELETE_BATCH = 64
-"""Deletes between two reads of the writer epoch."""
+DELETE_BATCH = 8 * DELETE_MANY_KEYS
+"""Deletes between two reads of the writer epoch: one ``delete_many`` of up to eight requests
+(eight ``DeleteObjects`` of 1,000 keys on S3, sent at once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +303,9 @@ class GcReport:
     dry_run: bool
     detached: bool = False
     """True when this pass detached a clone from its parent (see :func:`detach_clone`)."""
+    failed: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    """Planned objects the store could not delete, each with its error (the next pass retries
+    them); ``deleted`` never names them."""
 
     @property
     def destroyed(self) -> bool:
@@ -325,14 +340,18 @@ def _read_pinned(
 ) -> dict[int, Manifest]:
     stored = (parse_manifest_key(info.key) for info in listing)
     required, ranged = pinned_ids(latest, (i for i in stored if i is not None), now)
-    pinned: dict[int, Manifest] = {}
-    for manifest_id in sorted(required | ranged):
+    wanted = sorted(required | ranged)
+
+    def read(manifest_id: int) -> Manifest | None:
         try:
-            pinned[manifest_id] = manifest_store.read(manifest_id)
+            return manifest_store.read(manifest_id)
         except NotFoundError as exc:
             if manifest_id in required:
                 raise _missing_pinned(manifest_store, manifest_id, now) from exc
-    return pinned
+            return None
+
+    found = run_bounded(read, wanted, limit=concurrency(manifest_store.store))
+    return {i: m for i, m in zip(wanted, found, strict=True) if m is not None}
 
 
 def _missing_pinned(manifest_store: ManifestStore, manifest_id: int, now: float) -> Exception:
@@ -444,6 +463,13 @@ def run_gc(
 
     sizes = {info.key: info.size for info in listing}
     deleted: list[str] = []
+    failed: dict[str, str] = {}
+
+    def delete(keys: list[str]) -> None:
+        result = target.delete_many(keys)
+        deleted.extend(result.deleted(keys))
+        _note_failures(target.url, result, failed)
+
     if plan.destroy:
         resolver = StoreResolver(target)
         try:
@@ -451,34 +477,63 @@ def run_gc(
         finally:
             resolver.close()
         last = manifest_key(latest.id)
-        for key in plan.deletes:
-            if key != last:
-                target.delete(key)
-                deleted.append(key)
-        for info in target.list(""):  # objects written after the listing
-            if info.key != last:
-                target.delete(info.key)
-                deleted.append(info.key)
-                sizes.setdefault(info.key, info.size)
-        target.delete(last)
-        deleted.append(last)
-        remove_empty_directories(target)
+        delete([key for key in plan.deletes if key != last])
+        later = [info for info in target.list("") if info.key != last and info.key not in failed]
+        for info in later:  # objects written after the listing
+            sizes.setdefault(info.key, info.size)
+        delete([info.key for info in later])
+        if not failed:  # the destroyed manifest stays until everything else is gone
+            delete([last])
+        if not failed:
+            remove_empty_directories(target)
     else:
-        for start in range(0, len(plan.deletes), DELETE_BATCH):
+        for batch in _batches(plan.deletes):
             now_epoch = _current_epoch(manifest_store)
             if now_epoch != epoch:
                 _stopped(target.url, epoch, now_epoch, writer_epoch, len(deleted))
                 break
-            for key in plan.deletes[start : start + DELETE_BATCH]:
-                target.delete(key)
-                deleted.append(key)
+            delete(batch)
     freed = sum(sizes.get(key, 0) for key in deleted)
     detached = not plan.destroy and detach_clone(manifest_store, latest, pinned)
-    report = GcReport(target.url, plan, tuple(deleted), freed, dropped, False, detached)
+    report = GcReport(
+        target.url,
+        plan,
+        tuple(deleted),
+        freed,
+        dropped,
+        False,
+        detached,
+        MappingProxyType(failed),
+    )
     (log.info if deleted else log.debug)(
         "gc.deleted", url=target.url, count=len(deleted), bytes=freed, **report.counts()
     )
     return report
+
+
+def _batches(keys: tuple[str, ...]) -> list[list[str]]:
+    """The plan's deletes in batches of at most :data:`DELETE_BATCH` keys, each of one kind of
+    object, in the plan's order (segments, journal files, SSTs, manifests)."""
+    found: list[list[str]] = []
+    for key in keys:
+        if not found or len(found[-1]) >= DELETE_BATCH or _kind(found[-1][0]) != _kind(key):
+            found.append([])
+        found[-1].append(key)
+    return found
+
+
+def _note_failures(url: str, result: DeleteResult, failed: dict[str, str]) -> None:
+    """Record the keys ``result`` could not delete (and log them: ``gc.delete_failed``)."""
+    if result.ok:
+        return
+    failed.update((key, str(error)) for key, error in result.failed.items())
+    log.warning(
+        "gc.delete_failed",
+        url=url,
+        count=len(result.failed),
+        keys=sorted(result.failed)[:5],
+        error=str(next(iter(result.failed.values()))),
+    )
 
 
 def collect_as_writer(store: ObjectStore, writer_epoch: int) -> tuple[str, ...]:

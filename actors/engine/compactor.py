@@ -321,12 +321,11 @@ class Compactor:
                 self._in_flight.difference_update(d.name for d in written)
 
     def _drop(self, outputs: tuple[SstDescriptor, ...] | tuple[JournalFileDescriptor, ...]) -> None:
-        """Delete files no manifest names (a commit that did not land); GC removes any left."""
-        for descriptor in outputs:
-            try:
-                self.tables.delete(descriptor.name)
-            except InkpenError as exc:
-                log.warning("compactor.drop_failed", name=descriptor.name, error=str(exc))
+        """Delete files no manifest names (a commit that did not land), in one batch; GC removes
+        any left."""
+        result = self._store.delete_many(d.name for d in outputs)
+        for name, error in result.failed.items():
+            log.warning("compactor.drop_failed", name=name, error=str(error))
 
     # -- the journal ---------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from inkpen.manifest.gc import GcOptions, GcReport, run_gc
 from . import render
 from .data_sets import each_shard, shard_urls
 from .durations import Duration
+from .failures import CommandFailed
 from .progress import progress
 from .targets import database
 
@@ -36,7 +37,19 @@ def report_document(report: GcReport) -> dict[str, Any]:
         "expired_checkpoints": list(report.plan.expired_checkpoints),
         "destroyed": report.destroyed,
         "detached": report.detached,
+        "failed": dict(report.failed),
     }
+
+
+def _require_all_deleted(reports: list[GcReport]) -> None:
+    """Exit 1 when a pass could not delete some of what it planned (run it again)."""
+    failed = sorted(key for report in reports for key in report.failed)
+    if failed:
+        shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        raise CommandFailed(
+            f"{len(failed)} object(s) could not be deleted ({shown}); the store refused or did "
+            "not answer: run inkpen gc again"
+        )
 
 
 @click.command()
@@ -88,6 +101,7 @@ def gc(
         reports = each_shard("gc", url, urls, collect)
         if as_json:
             render.echo_json({"url": url, "shards": [report_document(r) for r in reports]})
+            _require_all_deleted(reports)
             return
         for index, found in enumerate(reports):
             if dry_run:
@@ -97,12 +111,14 @@ def gc(
                     f"shard {index}: deleted {len(found.deleted)} objects, "
                     f"{render.size(found.bytes_deleted)}"
                 )
+        _require_all_deleted(reports)
         return
     with database(url, live=False) as manifests, progress("gc", f"collecting {url}"):
         report = run_gc(manifests.store, options=options, dry_run=dry_run)
     document = report_document(report)
     if as_json:
         render.echo_json(document)
+        _require_all_deleted([report])
         return
     counts = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in document["counts"].items())
     if dry_run:
@@ -119,7 +135,8 @@ def gc(
     )
     if report.dropped_checkpoints:
         click.echo(f"dropped expired checkpoints {', '.join(report.dropped_checkpoints)}")
-    if report.destroyed:
+    if report.destroyed and not report.failed:
         click.echo("the database was destroyed and is now removed")
     if report.detached:
         click.echo("the clone no longer needs its parent and was detached from it")
+    _require_all_deleted([report])
