@@ -13,9 +13,13 @@ here is the number of requests made one after another, not their bytes. One run,
   unrolled segments);
 - ``open_killed`` / ``close_recovered``: opening K (claim, fence, read the unrolled segments,
   replay) and closing it;
-- ``hot_backup``: ``book.hot_backup()`` of L into an empty root B, and ``copy_same_files``: one
-  copy request per file B's manifest names, into another empty root, with the concurrency the
-  backup's copies use (the floor a backup can reach); their ratio is printed;
+- ``hot_backup_bytes``: ``book.hot_backup()`` of L into an empty root on another filesystem
+  (``--bytes-dir``, /dev/shm by default: every copy reads and writes the file's bytes, as between
+  two stores), and ``copy_same_files_bytes``: one copy of each file the backup's manifest names,
+  into another empty root there, with the concurrency the backup's copies use (the floor a
+  backup can reach); their ratio is printed. ``hot_backup_linked`` and
+  ``copy_same_files_linked`` do the same on L's filesystem, where a copy is a hard link (a
+  server-side copy's stand-in);
 - ``restore`` (B into an empty root), ``verify`` (L), ``gc`` (L, offline, ``min_age`` 0: a
   listing and a plan, nothing left to delete after the close), ``destroy`` (hard) of the clone,
   of the restore and of K.
@@ -32,6 +36,7 @@ Run: ``python benchmarks/latency_ops.py --n 20000,200000 [--delay 0.02,0.03]
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import os
@@ -71,13 +76,13 @@ class Bench:
         self._counting = CountingStore
         self._seed = 0
 
-    def store(self, name: str) -> Any:
+    def store(self, name: str, base: str | None = None) -> Any:
         from inkpen.objectstore import FaultPlan, FaultyStore
         from inkpen.objectstore.local import LocalStore
 
         self._seed += 1
         plan = FaultPlan(seed=self._seed, delay=self.delay)
-        inner = LocalStore(os.path.join(self.base, name))
+        inner = LocalStore(os.path.join(self.base if base is None else base, name))
         if "concurrency" in inspect.signature(FaultyStore).parameters:
             faulty = FaultyStore(inner, plan, concurrency=S3_CONCURRENCY)  # type: ignore[call-arg]
         else:
@@ -125,6 +130,11 @@ def load(book: Any, n: int, threads: int) -> None:
         worker.join()
 
 
+def copy_file(dest: Any, source: Any, descriptor: Any) -> None:
+    """One file copied as the backup copies it: ``dest.copy`` of it from ``source``."""
+    dest.copy(descriptor.name, descriptor.name, source=source)
+
+
 def copy_concurrency(store: Any) -> int:
     """How many copies a backup runs at once, in the code under test."""
     try:
@@ -136,7 +146,15 @@ def copy_concurrency(store: Any) -> int:
     return int(concurrency(store))
 
 
-def run(n: int, threads: int, delay: tuple[float, float], keep: bool) -> None:
+def second_filesystem(base: str, candidate: str) -> str | None:
+    """A scratch directory under ``candidate`` when it lies on another filesystem than ``base``
+    (copies there go through the bytes, as between two stores), else None."""
+    if not os.path.isdir(candidate) or os.stat(candidate).st_dev == os.stat(base).st_dev:
+        return None
+    return tempfile.mkdtemp(prefix="inkpen-latency-ops-", dir=candidate)
+
+
+def run(n: int, threads: int, delay: tuple[float, float], keep: bool, bytes_dir: str) -> None:
     import inkpen
     from inkpen.cli.verify import pinned, plan_checks, run_checks
     from inkpen.manifest.clones import create_clone
@@ -146,6 +164,7 @@ def run(n: int, threads: int, delay: tuple[float, float], keep: bool) -> None:
     from inkpen.manifest.store import ManifestStore
 
     base = tempfile.mkdtemp(prefix="inkpen-latency-ops-")
+    bytes_base = second_filesystem(base, bytes_dir)
     bench = Bench(base, delay)
     try:
         # K: loaded by a child process that is killed with SIGKILL after its last put.
@@ -177,31 +196,37 @@ def run(n: int, threads: int, delay: tuple[float, float], keep: bool) -> None:
             book.close()
 
         book = inkpen.open(lstore)
-        bstore = bench.store("B")
-        with bench.step("hot_backup", n) as out:
-            report = book.hot_backup()(bstore)
-        out.update(files=report.files, files_copied=report.files_copied)
-        backup_seconds = report.seconds
+        for mode, where in (("bytes", bytes_base), ("linked", None)):
+            if mode == "bytes" and where is None:
+                continue  # no second filesystem: every copy would be a hard link
+            bstore = bench.store(f"B-{mode}", where)
+            with bench.step(f"hot_backup_{mode}", n) as out:
+                report = book.hot_backup()(bstore)
+            out.update(files=report.files, files_copied=report.files_copied)
+            if mode == "bytes" or bytes_base is None:
+                backup = bstore  # what restore reads
+            named = ManifestStore(bstore).latest()
+            assert named is not None
+            files = [*named.manifest.ledger.ssts(), *named.manifest.journal.files]
+            cstore = bench.store(f"C-{mode}", where)
+            workers = copy_concurrency(cstore)
+            step = f"copy_same_files_{mode}"
+            with bench.step(step, n, concurrency=workers, files=len(files)) as out:
+                started = time.perf_counter()
+                copy = functools.partial(copy_file, cstore, lstore)
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    list(pool.map(copy, files))
+                copy_seconds = time.perf_counter() - started
+            _emit(
+                step=f"backup_over_copy_{mode}",
+                n=n,
+                ratio=round(report.seconds / copy_seconds, 2) if copy_seconds else None,
+            )
         book.close()
-        named = ManifestStore(bstore).latest()
-        assert named is not None
-        files = [*named.manifest.ledger.ssts(), *named.manifest.journal.files]
-        cstore = bench.store("C")
-        workers = copy_concurrency(cstore)
-        with bench.step("copy_same_files", n, concurrency=workers, files=len(files)) as out:
-            started = time.perf_counter()
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(lambda d: cstore.copy(d.name, d.name, source=lstore), files))
-            copy_seconds = time.perf_counter() - started
-        _emit(
-            step="backup_over_copy",
-            n=n,
-            ratio=round(backup_seconds / copy_seconds, 2) if copy_seconds else None,
-        )
 
         rstore = bench.store("R")
         with bench.step("restore", n):
-            copy_database(bstore, rstore, fresh=True)
+            copy_database(backup, rstore, fresh=True)
         with bench.step("verify", n) as out:
             manifests = ManifestStore(lstore)
             with pinned(manifests, None, False) as pin:
@@ -222,6 +247,8 @@ def run(n: int, threads: int, delay: tuple[float, float], keep: bool) -> None:
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
+            if bytes_base is not None:
+                shutil.rmtree(bytes_base, ignore_errors=True)
 
 
 def kill_load(root: str, n: int, threads: int, delay: tuple[float, float]) -> None:
@@ -279,6 +306,11 @@ def main() -> None:
     parser.add_argument("--delay", default="0.02,0.03", help="low,high seconds a request waits")
     parser.add_argument("--tree", action="append", default=[], help="NAME=DIR of a checkout")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument(
+        "--bytes-dir",
+        default="/dev/shm",
+        help="a directory on another filesystem, where backup copies go through the bytes",
+    )
     parser.add_argument("--kill-load", help=argparse.SUPPRESS)
     args = parser.parse_args()
     low, high = (float(x) for x in args.delay.split(","))
@@ -289,10 +321,11 @@ def main() -> None:
     if args.tree:
         trees = [tuple(t.split("=", 1)) for t in args.tree]
         passed = ["--threads", str(args.threads), "--delay", args.delay]
+        passed += ["--bytes-dir", args.bytes_dir]
         compare([(a, b) for a, b in trees], ns, passed + (["--keep"] if args.keep else []))
         return
     for n in ns:
-        run(n, args.threads, (low, high), args.keep)
+        run(n, args.threads, (low, high), args.keep, args.bytes_dir)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,6 @@ import enum
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from inkpen.errors import (
@@ -72,6 +71,7 @@ from inkpen.formats.journal import HEADER_SIZE, build_journal, read_header
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 from inkpen.objectstore.base import put_pieces_if_absent
+from inkpen.objectstore.parallel import concurrency, run_bounded
 
 from .model import (
     CHECKPOINT_KIND,
@@ -89,7 +89,6 @@ log = get_logger("inkpen.manifest")
 EPOCH_METADATA = "writer-epoch"
 """User-metadata key under which a segment records its writer's epoch."""
 _RESOLVE_ATTEMPTS = 5
-_HEAD_WORKERS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,9 +412,8 @@ def with_epochs(store: ObjectStore, refs: Sequence[SegmentRef]) -> list[SegmentR
     unknown = [r for r in refs if r.writer_epoch is None]
     if not unknown:
         return list(refs)
-    with ThreadPoolExecutor(max_workers=min(_HEAD_WORKERS, len(unknown))) as pool:
-        found = pool.map(lambda r: segment_epoch(store, r.id), unknown)
-        epochs = dict(zip(unknown, found, strict=True))
+    found = run_bounded(lambda r: segment_epoch(store, r.id), unknown, limit=concurrency(store))
+    epochs = dict(zip(unknown, found, strict=True))
     filled: list[SegmentRef] = []
     for ref in refs:
         epoch = ref.writer_epoch if ref.writer_epoch is not None else epochs[ref]

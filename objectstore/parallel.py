@@ -72,6 +72,20 @@ def in_pool_thread() -> bool:
     return bool(getattr(_local, "worker", False))
 
 
+def submit(function: Callable[..., R], *args: object) -> Future[R]:
+    """Start ``function(*args)`` on the shared pool: a read ahead, whose caller bounds how many
+    it has in flight (one run per input of a merge, the bytes of the files following the one
+    being read). From a pool thread it runs at once, in that thread."""
+    if in_pool_thread():
+        future: Future[R] = Future()
+        try:
+            future.set_result(function(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+    return _shared_pool().submit(function, *args)
+
+
 def run_bounded(
     function: Callable[[T], R],
     items: Iterable[T],
