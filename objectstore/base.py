@@ -93,7 +93,9 @@ class DeleteResult:
     except the keys of ``failed``, each with its error: a definite one (that key was not deleted)
     or an indefinite one (it may or may not be gone)."""
 
-    failed: Mapping[str, StoreError] = field(default_factory=lambda: MappingProxyType({}))
+    failed: Mapping[str, StoreError] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "failed", MappingProxyType(dict(self.failed)))
