@@ -327,20 +327,25 @@ class SegmentScan:
 
 def scan_segments(store: ObjectStore, after: int, *, next_segment: int = 1) -> SegmentScan:
     """Every segment with an id above ``after`` and the ids missing below the highest one or
-    below ``next_segment`` (one listing)."""
+    below ``next_segment`` (one listing, starting after segment ``after``: the rolled segments
+    GC has not removed yet and the fences of earlier writers cost it nothing)."""
     if not isinstance(after, int) or isinstance(after, bool) or after < 0:
         raise UsageError(f"after must be an int >= 0, got {after!r}")
     refs: list[SegmentRef] = []
-    start = segment_key(after + 1)
-    for info in store.list(JOURNAL_PREFIX):
-        if info.key < start:
-            continue
-        segment_id = parse_segment_key(info.key)
-        if segment_id is None:
-            if info.key.startswith(JOURNAL_PREFIX + "compacted/"):
-                break  # "compacted/" sorts after every 20-digit segment key
-            continue
-        refs.append(SegmentRef(segment_id, info.size))
+    # The listing starts after segment ``after``: the segments before it are never paged through.
+    token: str | None = segment_key(after) if after else None
+    more = True
+    while more:
+        page = store.list_page(JOURNAL_PREFIX, token=token)
+        token, more = page.next_token, page.next_token is not None
+        for info in page.objects:
+            segment_id = parse_segment_key(info.key)
+            if segment_id is None:
+                if info.key.startswith(JOURNAL_PREFIX + "compacted/"):
+                    more = False  # "compacted/" sorts after every 20-digit segment key
+                    break
+                continue
+            refs.append(SegmentRef(segment_id, info.size))
     present = {r.id for r in refs}
     end = max(refs[-1].id + 1 if refs else after + 1, next_segment)
     missing = tuple(i for i in range(after + 1, end) if i not in present)
