@@ -320,7 +320,7 @@ def copy_database(
     levels = tuple(tuple(s.with_root(None) for s in level) for level in manifest.ledger.levels)
     ledger = LedgerState(levels=levels, persisted_sqn=manifest.ledger.persisted_sqn)
     written = commit(target, state, files, ledger, manifest.head_only, manifest.merge_operators)
-    collected = collect_as_writer(dest, written.manifest.writer_epoch)
+    collected = collect_as_writer(target, written.manifest.writer_epoch)
     report = CopyReport(
         source=source.url,
         destination=dest.url,

@@ -38,7 +38,8 @@ file looks exactly like an orphan, so what protects another process's files in f
   claimed the database, and a newer writer stores files only after its claim. So the only files
   in flight in the listing are this writer's own (``keep``) and those of fenced writers, which
   can never commit them: any ``min_age`` is safe. The epoch is read again before each batch of
-  :data:`DELETE_BATCH` deletes; a newer one stops the pass with ``FencedError``.
+  :data:`DELETE_BATCH` deletes after the first (which follows the read of the latest manifest);
+  a newer one stops the pass with ``FencedError``.
 - **``min_age``** for a GC not run by the writer (``inkpen gc``, a script): it cannot know a live
   writer's files in flight, so ``min_age`` must exceed the longest time a writer takes from
   storing a file to committing it (a slow merge, a bulk load). Below
@@ -66,10 +67,12 @@ stalled writer write into that slot and acknowledge writes nobody replays.
 store's :func:`~inkpen.objectstore.parallel.concurrency`); the deletes go in batches
 (:meth:`~inkpen.objectstore.ObjectStore.delete_many`: ``DeleteObjects`` requests of 1,000 keys on
 S3, several at once), one kind of object after another in the plan's order, with the epoch
-read again before each batch. A key the store could not delete does not stop the pass: the
-report names it with its error (``GcReport.failed``, logged as ``gc.delete_failed``), and the
-next pass, which plans it again, retries it. A destroyed database keeps its latest manifest
-until every other object is gone.
+read again before each batch after the first. A key the store could not delete does not stop
+the pass: the report names it with its error (``GcReport.failed``, logged as
+``gc.delete_failed``), and the next pass, which plans it again, retries it. A destroyed
+database keeps its latest manifest until every other object is gone. A caller that holds the
+database's :class:`ManifestStore` (a copy that just wrote the manifest) passes it in, and the
+pass finds the latest from its cached version.
 """
 
 from __future__ import annotations
@@ -387,6 +390,7 @@ def run_gc(
     dry_run: bool = False,
     keep: Collection[str] | Callable[[], Collection[str]] = frozenset(),
     writer_epoch: int | None = None,
+    manifests: ManifestStore | None = None,
 ) -> GcReport:
     """Run one GC pass over the database at ``store``: drop expired checkpoints from the
     manifest, plan, and delete (nothing is written or deleted when ``dry_run``).
@@ -400,9 +404,12 @@ def run_gc(
     written after it; one taken later misses files committed (and forgotten) after the read.
 
     ``writer_epoch``: the epoch of the writer running this pass (its own GC); the latest manifest
-    must hold it, at the read and before each batch of deletes, else ``FencedError``. Without it
-    the pass is not the writer's and ``min_age`` must be at least :data:`MIN_AGE_WITHOUT_WRITER`
-    unless ``options.offline`` (module docstring)."""
+    must hold it, at the read and before each later batch of deletes, else ``FencedError``.
+    Without it the pass is not the writer's and ``min_age`` must be at least
+    :data:`MIN_AGE_WITHOUT_WRITER` unless ``options.offline`` (module docstring).
+
+    ``manifests``: the caller's :class:`ManifestStore` of ``store``, whose cached latest version
+    the pass finds the latest from (one listing rather than a listing and reads)."""
     opts = GcOptions() if options is None else options
     if not isinstance(opts, GcOptions):
         raise UsageError("options must be a GcOptions")
@@ -413,9 +420,11 @@ def run_gc(
             f"{MIN_AGE_WITHOUT_WRITER:g} s (inkpen gc: --min-age 1m or more), or, only when no "
             "writer has the database open, offline=True (inkpen gc --offline)"
         )
-    target = as_store(store)
+    target = as_store(store) if manifests is None else manifests.store
+    if manifests is not None and store is not target:
+        raise UsageError("run_gc was given the ManifestStore of another store than the one to GC")
     when = time.time() if now is None else now
-    manifest_store = ManifestStore(target)
+    manifest_store = ManifestStore(target) if manifests is None else manifests
     listing = list(target.list(""))
     kept = frozenset(keep() if callable(keep) else keep)
     latest = manifest_store.latest()
@@ -487,8 +496,9 @@ def run_gc(
         if not failed:
             remove_empty_directories(target)
     else:
-        for batch in _batches(plan.deletes):
-            now_epoch = _current_epoch(manifest_store)
+        for number, batch in enumerate(_batches(plan.deletes)):
+            # The first batch follows the read of the latest manifest; each later one reads it.
+            now_epoch = epoch if number == 0 else _current_epoch(manifest_store)
             if now_epoch != epoch:
                 _stopped(target.url, epoch, now_epoch, writer_epoch, len(deleted))
                 break
@@ -536,12 +546,19 @@ def _note_failures(url: str, result: DeleteResult, failed: dict[str, str]) -> No
     )
 
 
-def collect_as_writer(store: ObjectStore, writer_epoch: int) -> tuple[str, ...]:
-    """GC (any age) of a root whose manifest the caller just wrote with ``writer_epoch`` (a
-    backup or copy destination: that manifest fenced any writer there); answers what it deleted.
-    A writer that opens the root meanwhile owns it: the pass then deletes nothing more."""
+def collect_as_writer(manifests: ManifestStore, writer_epoch: int) -> tuple[str, ...]:
+    """GC (any age) of a root whose manifest the caller just wrote with ``writer_epoch`` through
+    ``manifests`` (a backup or copy destination: that manifest fenced any writer there); answers
+    what it deleted. A writer that opens the root meanwhile owns it: the pass then deletes
+    nothing more."""
+    store = manifests.store
     try:
-        return run_gc(store, options=GcOptions(min_age=0.0), writer_epoch=writer_epoch).deleted
+        return run_gc(
+            store,
+            options=GcOptions(min_age=0.0),
+            writer_epoch=writer_epoch,
+            manifests=manifests,
+        ).deleted
     except FencedError as exc:
         log.info("gc.left_to_writer", url=store.url, error=str(exc))
         return ()

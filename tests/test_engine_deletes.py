@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import Counter
-from collections.abc import Iterable
 
 import inkpen
 from inkpen.actors.kernel.deleter import Deleter, Outcome
@@ -19,39 +17,10 @@ from inkpen.errors import StoreError
 from inkpen.manifest.paths import is_sst_key, parse_segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import CountingStore, ObjectStore, open_store
-from inkpen.objectstore.base import DELETE_MANY_KEYS, DeleteResult
+from inkpen.objectstore.base import DELETE_MANY_KEYS
 from support.engine import SMALL
+from support.refusing import RefusingDeletes
 from support.waiting import wait_until
-
-
-class RefusingDeletes(CountingStore):
-    """Counts requests; refuses (definitely: nothing is deleted) the deletes of keys under
-    ``refuse_prefix``, counting each refusal by key; records the keys of every batch."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        super().__init__(inner)
-        self.refuse_prefix: str | None = None
-        self.refusals: Counter[str] = Counter()
-        self.batches: list[list[str]] = []
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        self._record = threading.Lock()
-
-    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
-        wanted = list(keys)
-        self.entered.set()
-        self.gate.wait()
-        prefix = self.refuse_prefix
-        refused = [k for k in wanted if prefix is not None and k.startswith(prefix)]
-        with self._record:
-            self.batches.append(wanted)
-            self.refusals.update(refused)
-        result = super().delete_many([k for k in wanted if k not in refused])
-        failed = dict(result.failed)
-        for key in refused:
-            failed[key] = StoreError(f"the test refuses to delete {key}", definite=True, key=key)
-        return DeleteResult(failed)
 
 
 def _segments(store: ObjectStore) -> set[str]:

@@ -41,8 +41,9 @@ from inkpen.manifest.paths import (
     sst_key,
 )
 from inkpen.manifest.store import ManifestStore
-from inkpen.objectstore import CountingStore, FaultPlan, FaultyStore, ObjectInfo, ObjectStore
+from inkpen.objectstore import CountingStore, ObjectInfo, ObjectStore
 from support.logs import capture_logs
+from support.refusing import RefusingDeletes
 
 # -- generated histories -------------------------------------------------------------------------
 
@@ -484,17 +485,16 @@ def test_run_gc_deletes_rolled_segments_in_requests_of_a_thousand(store: ObjectS
 def test_run_gc_names_what_it_could_not_delete_and_the_next_pass_retries(
     store: ObjectStore,
 ) -> None:
-    build_scene(store)
-    faulty = FaultyStore(store, FaultPlan(seed=3, before={"delete": 0.5}))
+    scene = build_scene(store)
+    refusing = RefusingDeletes(store, refuse_prefix="ledger/")  # the orphan SST fails to go
     later = time.time() + 3600
     with capture_logs() as logs:
-        report = run_gc(faulty, options=GcOptions(min_age=300), now=later)
+        report = run_gc(refusing, options=GcOptions(min_age=300), now=later)
     failed = set(report.failed)
-    assert failed and report.deleted  # some keys of the batch failed, not all
-    assert failed | set(report.deleted) == set(report.plan.deletes)
-    assert not failed & set(report.deleted)
+    assert failed == {scene.orphan}
+    assert set(report.deleted) == set(report.plan.deletes) - failed  # the others went
     assert failed <= keys(store) and not set(report.deleted) & keys(store)
-    assert all("injected failure" in error for error in report.failed.values())
+    assert all("refuses to delete" in error for error in report.failed.values())
     warned = [e for e in logs if e["event"] == "gc.delete_failed"]
     assert warned and sum(e["count"] for e in warned) == len(failed)
     again = run_gc(store, options=GcOptions(min_age=300), now=later)
@@ -506,10 +506,11 @@ def test_a_destroyed_database_keeps_its_manifest_until_every_other_object_is_gon
 ) -> None:
     build_scene(store)
     destroy(store, soft=True)
-    faulty = FaultyStore(store, FaultPlan(seed=4, before={"delete": 0.3}))
+    refusing = RefusingDeletes(store, refuse_prefix="ledger/")
     later = time.time() + 7200
-    report = run_gc(faulty, options=GcOptions(destroy_grace=0), now=later)
+    report = run_gc(refusing, options=GcOptions(destroy_grace=0), now=later)
     assert report.destroyed and report.failed
+    assert {key.split("/")[0] for key in report.failed} == {"ledger"}
     latest = ManifestStore(store).latest()
     assert latest is not None and latest.manifest.destroyed_at is not None
     assert set(report.failed) | {manifest_key(latest.id)} == keys(store)
