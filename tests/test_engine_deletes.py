@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import threading
+from functools import partial
 
 import inkpen
 from inkpen.actors.kernel.deleter import Deleter, Outcome
-from inkpen.errors import StoreError
+from inkpen.errors import FencedError, StoreError
 from inkpen.manifest.paths import is_sst_key, parse_segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import CountingStore, ObjectStore, open_store
@@ -119,3 +120,19 @@ def test_the_deleter_sends_the_names_that_gathered_in_one_batch(store: ObjectSto
     deleter.delete(keys[10], told("after close"))  # sent at once, on this thread
     assert outcomes["after close"] is None
     assert {i.key for i in store.list("ledger/")} == {keys[11]}
+
+
+def test_a_deleter_whose_writer_was_fenced_deletes_nothing(store: ObjectStore) -> None:
+    keys = [f"ledger/{i}.sst" for i in range(3)]
+    for key in keys:
+        store.put(key, b"x")
+    fence: list[FencedError] = []
+    outcomes: dict[str, StoreError | None] = {}
+    deleter = Deleter(store, gather=0.0, refusal=lambda: fence[0] if fence else None)
+    fence.append(FencedError("a newer writer has opened the database"))
+    for key in keys:
+        deleter.delete(key, partial(outcomes.__setitem__, key))
+    wait_until(lambda: len(outcomes) == len(keys), "every outcome")
+    deleter.close()
+    assert all(e is not None and e.definite and "newer writer" in str(e) for e in outcomes.values())
+    assert [i.key for i in store.list("ledger/")] == keys

@@ -200,7 +200,7 @@ class Engine:
             tables=TableStore.for_options(resolver, options, on_write=in_flight.add),
             in_flight=in_flight,
             meter=meter,
-            deleter=Deleter(store),
+            deleter=Deleter(store, refusal=lambda: keeper.fenced),
         )
         manifest = claim.versioned.manifest
         intake = WriteIntake(batch_limit(options.max_batch_bytes, is_local(store)))

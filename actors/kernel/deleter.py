@@ -10,6 +10,10 @@ compaction retires its inputs together, so their clerks' deletes share requests 
 ``DeleteObjects`` on S3 for up to 1,000 of them) instead of one each; names that arrive while a
 batch is being sent wait for the next one.
 
+A writer fenced since its clerks were told to delete sends nothing more: ``refusal`` fails each
+key of the batch with the fence (the clerks stay in delete_pending; a fenced writer's owner never
+confirms a delete again).
+
 Callbacks run on the deleter's thread and must only hand the outcome on (a clerk sends itself a
 message). :meth:`Deleter.close` sends what is waiting (or, for a writer that stops as a crash
 would, ``send=False``, drops it: those files are orphans the next GC removes) and ends the
@@ -20,9 +24,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from inkpen.errors import StoreError
+from inkpen.errors import InkpenError, StoreError
 from inkpen.logs import get_logger
 from inkpen.objectstore.base import DELETE_MANY_KEYS, ObjectStore
 
@@ -39,9 +43,18 @@ Outcome = Callable[[StoreError | None], object]
 class Deleter:
     """Gathers single deletes into batches sent from one thread (started on first use)."""
 
-    def __init__(self, store: ObjectStore, *, gather: float = GATHER_SECONDS) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        gather: float = GATHER_SECONDS,
+        refusal: Callable[[], InkpenError | None] = lambda: None,
+    ) -> None:
         self._store = store
         self._gather = gather
+        self._refusal = refusal
+        """Asked before each batch: an error refuses every key of it (the writer was fenced
+        since its clerks were told to delete: the newer writer owns the files now)."""
         self._cond = threading.Condition()
         self._waiting: dict[str, list[Outcome]] = {}
         self._first = 0.0
@@ -94,11 +107,17 @@ class Deleter:
             self._send(batch)
 
     def _send(self, batch: dict[str, list[Outcome]]) -> None:
-        try:
-            failed = self._store.delete_many(batch).failed
-        except Exception as exc:  # a closed store, a bug: every key keeps its file for now
-            error = exc if isinstance(exc, StoreError) else StoreError(repr(exc), definite=True)
+        refused = self._refusal()
+        failed: Mapping[str, StoreError]
+        if refused is not None:
+            error = StoreError(f"not deleted: {refused}", definite=True)
             failed = dict.fromkeys(batch, error)
+        else:
+            try:
+                failed = self._store.delete_many(batch).failed
+            except Exception as exc:  # a closed store, a bug: every key keeps its file for now
+                error = exc if isinstance(exc, StoreError) else StoreError(repr(exc), definite=True)
+                failed = dict.fromkeys(batch, error)
         for key, outcomes in batch.items():
             for outcome in outcomes:
                 try:
