@@ -18,7 +18,8 @@ Creation is resumable, in the order that leaves nothing untracked at any crash p
    id of the pin checkpoint (decided here, so a rerun finds and reuses it);
 2. the pin in the parent, created unless present: from the named checkpoint, or from the
    parent's latest state (including its acknowledged segments);
-3. the unrolled segments of the pinned manifest, copied unless already present;
+3. the unrolled segments of the pinned manifest, copied unless already present (one listing of
+   the clone's journal, then the copies, many at once);
 4. the clone's manifest with the copied state and ``initialized`` True.
 
 Calling :func:`create_clone` again with the same arguments finishes an interrupted clone; on a
@@ -36,6 +37,7 @@ from dataclasses import replace
 from inkpen.errors import AlreadyExistsError, CorruptionError, NotFoundError, UsageError
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore, open_store
+from inkpen.objectstore.parallel import concurrency, run_bounded
 from inkpen.objectstore.url import check_distinct_locations
 
 from .checkpoints import ensure_checkpoint
@@ -48,7 +50,7 @@ from .model import (
     Manifest,
     VersionedManifest,
 )
-from .paths import segment_key
+from .paths import JOURNAL_PREFIX, segment_key
 from .store import ManifestStore, RootState, as_store, require_live
 
 log = get_logger("inkpen.manifest")
@@ -211,13 +213,12 @@ def _start_clone(clone_ms: ManifestStore, parent_url: str) -> VersionedManifest:
 
 
 def _copy_segments(source: ObjectStore, dest: ObjectStore, journal: JournalState) -> None:
-    for segment_id in journal.unrolled_segments():
-        key = segment_key(segment_id)
-        try:
-            dest.head(key)
-            continue  # copied by an earlier, interrupted run
-        except NotFoundError:
-            pass
+    """Copy the unrolled segments of ``journal`` the clone lacks (one listing tells which),
+    up to the clone store's :func:`~inkpen.objectstore.parallel.concurrency` at once."""
+    present = {info.key for info in dest.list(JOURNAL_PREFIX)}
+    wanted = [segment_key(i) for i in journal.unrolled_segments()]
+
+    def copy(key: str) -> None:
         try:
             dest.copy(key, key, source=source)
         except NotFoundError:
@@ -225,6 +226,8 @@ def _copy_segments(source: ObjectStore, dest: ObjectStore, journal: JournalState
                 f"{source.url}/{key}",
                 "journal segment referenced by the pinned manifest is missing",
             ) from None
+
+    run_bounded(copy, [k for k in wanted if k not in present], limit=concurrency(dest))
 
 
 def _release_pin(parent_ms: ManifestStore, pin_id: str) -> None:

@@ -9,9 +9,10 @@ needs no Bookie, so it never bumps the source's writer epoch: a writer running e
    and covers every write acknowledged before it, including unrolled journal segments.
 2. **Copy files.** Every SST and journal file the pinned manifest names, from whichever root holds
    it (a clone's inherited files too), under the same name: a hard link on one local filesystem,
-   a server-side copy on S3, bytes otherwise. A file the destination already has (same name and
-   size; names are never reused) is kept, so repeating a copy into one destination is incremental
-   and an interrupted copy resumes.
+   a server-side copy on S3, bytes otherwise, many at once (:func:`copy_files`). A file the
+   destination already has (same name and size, seen in one listing; names are never reused) is
+   kept, so repeating a copy into one destination is incremental and an interrupted copy
+   resumes.
 3. **Roll segments.** The pinned manifest's unrolled segments that the reader rule accepts are
    written as one more journal file, so the copy holds no segments and its own writers' segment
    ids never meet the source's.
@@ -32,12 +33,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
+from inkpen.objectstore.parallel import concurrency, run_bounded
 from inkpen.objectstore.url import check_distinct_locations
 
 from .checkpoints import CheckpointLease
@@ -53,13 +54,20 @@ from .model import (
     SstDescriptor,
     VersionedManifest,
 )
-from .paths import is_journal_file_key, is_sst_key, segment_key
+from .paths import (
+    JOURNAL_FILES_PREFIX,
+    LEDGER_PREFIX,
+    is_journal_file_key,
+    is_sst_key,
+    segment_key,
+)
 from .store import ManifestStore, RootState
 from .table_store import TableStore
 
 log = get_logger("inkpen.manifest")
 
-COPY_WORKERS = 8
+COPY_BYTES = 256 * 1024 * 1024
+"""Bytes of files a copy has in flight at most (one file alone may be larger)."""
 DEFAULT_LEASE = 600.0
 
 FileDescriptor = SstDescriptor | JournalFileDescriptor
@@ -153,36 +161,58 @@ def copy_files(
     files: Sequence[FileDescriptor],
     observe: CopyObserver | None = None,
 ) -> tuple[int, int, int]:
-    """Copy each file the destination lacks, in parallel; answers (copied, kept, bytes copied)."""
-    tables = TableStore(dest)
+    """Copy each file the destination lacks; answers (copied, kept, bytes copied).
 
-    def one(descriptor: FileDescriptor) -> bool:
-        name = descriptor.name
-        with contextlib.suppress(NotFoundError):
-            if dest.head(name).size == descriptor.size:
-                return False
+    What the destination holds is read from one listing of its files (a file there of the same
+    name and size is kept); the others are copied up to the destination's
+    :func:`~inkpen.objectstore.parallel.concurrency` at once, and at most :data:`COPY_BYTES`
+    of them (by size) at once, since a copy between kinds of store holds its file's bytes."""
+    tables = TableStore(dest)
+    present = stored_files(dest)
+    kept = [d for d in files if present.get(d.name) == d.size]
+    todo = [d for d in files if present.get(d.name) != d.size]
+    if observe is not None:
+        for descriptor in kept:
+            observe(descriptor.name, descriptor.size)
+
+    def one(descriptor: FileDescriptor) -> None:
         source = resolver.store_for(descriptor.root)
         try:
             tables.copy_file(descriptor, source)
         except NotFoundError:
             raise CorruptionError(
-                f"{source.url}/{name}", "file named by the pinned manifest is missing"
+                f"{source.url}/{descriptor.name}", "file named by the pinned manifest is missing"
             ) from None
-        return True
 
-    copied = kept = copied_bytes = 0
-    with ThreadPoolExecutor(max_workers=COPY_WORKERS) as pool:
-        futures = {pool.submit(one, d): d for d in files}
-        for future in as_completed(futures):
-            descriptor = futures[future]
-            if future.result():
-                copied += 1
-                copied_bytes += descriptor.size
-            else:
-                kept += 1
-            if observe is not None:
-                observe(descriptor.name, descriptor.size)
-    return copied, kept, copied_bytes
+    def done(descriptor: FileDescriptor, _: None) -> None:
+        if observe is not None:
+            observe(descriptor.name, descriptor.size)
+
+    run_bounded(
+        one,
+        todo,
+        limit=concurrency(dest),
+        weigh=lambda d: d.size,
+        max_bytes=COPY_BYTES,
+        done=done,
+    )
+    return len(todo), len(kept), sum(d.size for d in todo)
+
+
+def stored_files(store: ObjectStore) -> dict[str, int]:
+    """The SSTs and journal files ``store`` holds, by name, with their sizes (two listings, at
+    once)."""
+    found = run_bounded(
+        lambda prefix: [(i.key, i.size) for i in store.list(prefix)],
+        [LEDGER_PREFIX, JOURNAL_FILES_PREFIX],
+        limit=2,
+    )
+    return {
+        key: size
+        for listing in found
+        for key, size in listing
+        if is_sst_key(key) or is_journal_file_key(key)
+    }
 
 
 def roll_segments(
@@ -290,7 +320,7 @@ def copy_database(
     levels = tuple(tuple(s.with_root(None) for s in level) for level in manifest.ledger.levels)
     ledger = LedgerState(levels=levels, persisted_sqn=manifest.ledger.persisted_sqn)
     written = commit(target, state, files, ledger, manifest.head_only, manifest.merge_operators)
-    collected = collect_as_writer(dest, written.manifest.writer_epoch)
+    collected = collect_as_writer(target, written.manifest.writer_epoch)
     report = CopyReport(
         source=source.url,
         destination=dest.url,

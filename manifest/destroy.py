@@ -15,8 +15,12 @@ Hard destroy (the caller makes sure no writer is running):
    ``delete_checkpoint`` first);
 2. in one CAS update set ``destroyed_at`` and bump the writer epoch, so a writer that was still
    running is fenced at its next manifest update;
-3. delete every object under the root except that manifest, release a clone's pin in its parent,
-   then delete that manifest last.
+3. delete every object under the root except that manifest (in batches,
+   :meth:`~inkpen.objectstore.ObjectStore.delete_many`: other objects first, then the older
+   manifests; a few passes of listing and deleting catch objects written meanwhile and retry
+   what the store refused), release a clone's pin in its parent, then delete that manifest last.
+   Objects still there after the last pass stop it with a :class:`StoreError` naming them, the
+   manifest kept.
 
 An interrupted hard destroy leaves a manifest that says "destroyed": opening the database fails
 with a clear error, and calling :func:`destroy` again finishes the job.
@@ -27,10 +31,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from inkpen.errors import NotFoundError, UsageError
+from inkpen.errors import NotFoundError, StoreError, UsageError
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
-from inkpen.objectstore.base import innermost
+from inkpen.objectstore.base import DeleteResult, innermost
 from inkpen.objectstore.local import LocalStore
 
 from .clones import StoreResolver, release_parent_pin
@@ -119,13 +123,23 @@ def _hard(manifest_store: ManifestStore, now: float) -> VersionedManifest:
     marked = manifest_store.update(mark)
     keep = manifest_key(marked.id)
     store = manifest_store.store
-    for _ in range(_DELETE_PASSES):
+    left = DeleteResult()
+    for done in range(_DELETE_PASSES + 1):
         others = [info.key for info in store.list("") if info.key != keep]
         if not others:
             break
+        if done == _DELETE_PASSES:
+            error = left.error(url)
+            raise StoreError(
+                f"destroying {url} left {len(others)} object(s) after {done} passes "
+                f"({error or 'written meanwhile'}); its manifest says it is destroyed: call "
+                "destroy again to finish",
+                definite=True,
+                key=others[0],
+            )
         manifests = sorted(k for k in others if parse_manifest_key(k) is not None)
-        for key in [k for k in others if parse_manifest_key(k) is None] + manifests:
-            store.delete(key)
+        left = store.delete_many(k for k in others if parse_manifest_key(k) is None)
+        left = DeleteResult.merge([left, store.delete_many(manifests)])
     resolver = StoreResolver(store)
     try:
         release_parent_pin(marked.manifest, resolver)

@@ -56,7 +56,6 @@ import enum
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from inkpen.errors import (
@@ -72,6 +71,7 @@ from inkpen.formats.journal import HEADER_SIZE, build_journal, read_header
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 from inkpen.objectstore.base import put_pieces_if_absent
+from inkpen.objectstore.parallel import concurrency, run_bounded
 
 from .model import (
     CHECKPOINT_KIND,
@@ -89,7 +89,6 @@ log = get_logger("inkpen.manifest")
 EPOCH_METADATA = "writer-epoch"
 """User-metadata key under which a segment records its writer's epoch."""
 _RESOLVE_ATTEMPTS = 5
-_HEAD_WORKERS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,20 +327,25 @@ class SegmentScan:
 
 def scan_segments(store: ObjectStore, after: int, *, next_segment: int = 1) -> SegmentScan:
     """Every segment with an id above ``after`` and the ids missing below the highest one or
-    below ``next_segment`` (one listing)."""
+    below ``next_segment`` (one listing, starting after segment ``after``: the rolled segments
+    GC has not removed yet and the fences of earlier writers cost it nothing)."""
     if not isinstance(after, int) or isinstance(after, bool) or after < 0:
         raise UsageError(f"after must be an int >= 0, got {after!r}")
     refs: list[SegmentRef] = []
-    start = segment_key(after + 1)
-    for info in store.list(JOURNAL_PREFIX):
-        if info.key < start:
-            continue
-        segment_id = parse_segment_key(info.key)
-        if segment_id is None:
-            if info.key.startswith(JOURNAL_PREFIX + "compacted/"):
-                break  # "compacted/" sorts after every 20-digit segment key
-            continue
-        refs.append(SegmentRef(segment_id, info.size))
+    # The listing starts after segment ``after``: the segments before it are never paged through.
+    token: str | None = segment_key(after) if after else None
+    more = True
+    while more:
+        page = store.list_page(JOURNAL_PREFIX, token=token)
+        token, more = page.next_token, page.next_token is not None
+        for info in page.objects:
+            segment_id = parse_segment_key(info.key)
+            if segment_id is None:
+                if info.key.startswith(JOURNAL_PREFIX + "compacted/"):
+                    more = False  # "compacted/" sorts after every 20-digit segment key
+                    break
+                continue
+            refs.append(SegmentRef(segment_id, info.size))
     present = {r.id for r in refs}
     end = max(refs[-1].id + 1 if refs else after + 1, next_segment)
     missing = tuple(i for i in range(after + 1, end) if i not in present)
@@ -413,9 +417,8 @@ def with_epochs(store: ObjectStore, refs: Sequence[SegmentRef]) -> list[SegmentR
     unknown = [r for r in refs if r.writer_epoch is None]
     if not unknown:
         return list(refs)
-    with ThreadPoolExecutor(max_workers=min(_HEAD_WORKERS, len(unknown))) as pool:
-        found = pool.map(lambda r: segment_epoch(store, r.id), unknown)
-        epochs = dict(zip(unknown, found, strict=True))
+    found = run_bounded(lambda r: segment_epoch(store, r.id), unknown, limit=concurrency(store))
+    epochs = dict(zip(unknown, found, strict=True))
     filled: list[SegmentRef] = []
     for ref in refs:
         epoch = ref.writer_epoch if ref.writer_epoch is not None else epochs[ref]

@@ -38,7 +38,8 @@ file looks exactly like an orphan, so what protects another process's files in f
   claimed the database, and a newer writer stores files only after its claim. So the only files
   in flight in the listing are this writer's own (``keep``) and those of fenced writers, which
   can never commit them: any ``min_age`` is safe. The epoch is read again before each batch of
-  :data:`DELETE_BATCH` deletes; a newer one stops the pass with ``FencedError``.
+  :data:`DELETE_BATCH` deletes after the first (which follows the read of the latest manifest);
+  a newer one stops the pass with ``FencedError``.
 - **``min_age``** for a GC not run by the writer (``inkpen gc``, a script): it cannot know a live
   writer's files in flight, so ``min_age`` must exceed the longest time a writer takes from
   storing a file to committing it (a slow merge, a bulk load). Below
@@ -61,6 +62,17 @@ own updates and checkpoint changes confirm that they show in the latest
 Fence segments (size :data:`~inkpen.formats.journal.EMPTY_JOURNAL_SIZE`) are kept by default: the
 slot after each writer's last segment holds a newer writer's fence, and deleting it would let a
 stalled writer write into that slot and acknowledge writes nobody replays.
+
+**How the executor issues its requests.** The pinned manifests are read at once (up to the
+store's :func:`~inkpen.objectstore.parallel.concurrency`); the deletes go in batches
+(:meth:`~inkpen.objectstore.ObjectStore.delete_many`: ``DeleteObjects`` requests of 1,000 keys on
+S3, several at once), one kind of object after another in the plan's order, with the epoch
+read again before each batch after the first. A key the store could not delete does not stop
+the pass: the report names it with its error (``GcReport.failed``, logged as
+``gc.delete_failed``), and the next pass, which plans it again, retries it. A destroyed
+database keeps its latest manifest until every other object is gone. A caller that holds the
+database's :class:`ManifestStore` (a copy that just wrote the manifest) passes it in, and the
+pass finds the latest from its cached version.
 """
 
 from __future__ import annotations
@@ -75,6 +87,8 @@ from inkpen.errors import CorruptionError, FencedError, InkpenError, NotFoundErr
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectInfo, ObjectStore
+from inkpen.objectstore.base import DELETE_MANY_KEYS, DeleteResult
+from inkpen.objectstore.parallel import concurrency, run_bounded
 
 from .checkpoints import drop_expired
 from .clones import StoreResolver, release_parent_pin
@@ -102,8 +116,9 @@ MIN_AGE_WITHOUT_WRITER = 60.0
 """The least ``min_age`` of a GC not run by the writer (unless ``offline``): far above the time an
 inkpen writer takes from storing an L0 file, a roll or a merge output to committing it. A bulk
 load's tasks store files long before its commit and need a larger ``min_age`` (section 9.2)."""
-DELETE_BATCH = 64
-"""Deletes between two reads of the writer epoch."""
+DELETE_BATCH = 8 * DELETE_MANY_KEYS
+"""Deletes between two reads of the writer epoch: one ``delete_many`` of up to eight requests
+(eight ``DeleteObjects`` of 1,000 keys on S3, sent at once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +306,9 @@ class GcReport:
     dry_run: bool
     detached: bool = False
     """True when this pass detached a clone from its parent (see :func:`detach_clone`)."""
+    failed: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    """Planned objects the store could not delete, each with its error (the next pass retries
+    them); ``deleted`` never names them."""
 
     @property
     def destroyed(self) -> bool:
@@ -325,14 +343,18 @@ def _read_pinned(
 ) -> dict[int, Manifest]:
     stored = (parse_manifest_key(info.key) for info in listing)
     required, ranged = pinned_ids(latest, (i for i in stored if i is not None), now)
-    pinned: dict[int, Manifest] = {}
-    for manifest_id in sorted(required | ranged):
+    wanted = sorted(required | ranged)
+
+    def read(manifest_id: int) -> Manifest | None:
         try:
-            pinned[manifest_id] = manifest_store.read(manifest_id)
+            return manifest_store.read(manifest_id)
         except NotFoundError as exc:
             if manifest_id in required:
                 raise _missing_pinned(manifest_store, manifest_id, now) from exc
-    return pinned
+            return None
+
+    found = run_bounded(read, wanted, limit=concurrency(manifest_store.store))
+    return {i: m for i, m in zip(wanted, found, strict=True) if m is not None}
 
 
 def _missing_pinned(manifest_store: ManifestStore, manifest_id: int, now: float) -> Exception:
@@ -368,6 +390,7 @@ def run_gc(
     dry_run: bool = False,
     keep: Collection[str] | Callable[[], Collection[str]] = frozenset(),
     writer_epoch: int | None = None,
+    manifests: ManifestStore | None = None,
 ) -> GcReport:
     """Run one GC pass over the database at ``store``: drop expired checkpoints from the
     manifest, plan, and delete (nothing is written or deleted when ``dry_run``).
@@ -381,9 +404,12 @@ def run_gc(
     written after it; one taken later misses files committed (and forgotten) after the read.
 
     ``writer_epoch``: the epoch of the writer running this pass (its own GC); the latest manifest
-    must hold it, at the read and before each batch of deletes, else ``FencedError``. Without it
-    the pass is not the writer's and ``min_age`` must be at least :data:`MIN_AGE_WITHOUT_WRITER`
-    unless ``options.offline`` (module docstring)."""
+    must hold it, at the read and before each later batch of deletes, else ``FencedError``.
+    Without it the pass is not the writer's and ``min_age`` must be at least
+    :data:`MIN_AGE_WITHOUT_WRITER` unless ``options.offline`` (module docstring).
+
+    ``manifests``: the caller's :class:`ManifestStore` of ``store``, whose cached latest version
+    the pass finds the latest from (one listing rather than a listing and reads)."""
     opts = GcOptions() if options is None else options
     if not isinstance(opts, GcOptions):
         raise UsageError("options must be a GcOptions")
@@ -394,9 +420,11 @@ def run_gc(
             f"{MIN_AGE_WITHOUT_WRITER:g} s (inkpen gc: --min-age 1m or more), or, only when no "
             "writer has the database open, offline=True (inkpen gc --offline)"
         )
-    target = as_store(store)
+    target = as_store(store) if manifests is None else manifests.store
+    if manifests is not None and store is not target:
+        raise UsageError("run_gc was given the ManifestStore of another store than the one to GC")
     when = time.time() if now is None else now
-    manifest_store = ManifestStore(target)
+    manifest_store = ManifestStore(target) if manifests is None else manifests
     listing = list(target.list(""))
     kept = frozenset(keep() if callable(keep) else keep)
     latest = manifest_store.latest()
@@ -444,6 +472,13 @@ def run_gc(
 
     sizes = {info.key: info.size for info in listing}
     deleted: list[str] = []
+    failed: dict[str, str] = {}
+
+    def delete(keys: list[str]) -> None:
+        result = target.delete_many(keys)
+        deleted.extend(result.deleted(keys))
+        _note_failures(target.url, result, failed)
+
     if plan.destroy:
         resolver = StoreResolver(target)
         try:
@@ -451,42 +486,79 @@ def run_gc(
         finally:
             resolver.close()
         last = manifest_key(latest.id)
-        for key in plan.deletes:
-            if key != last:
-                target.delete(key)
-                deleted.append(key)
-        for info in target.list(""):  # objects written after the listing
-            if info.key != last:
-                target.delete(info.key)
-                deleted.append(info.key)
-                sizes.setdefault(info.key, info.size)
-        target.delete(last)
-        deleted.append(last)
-        remove_empty_directories(target)
+        delete([key for key in plan.deletes if key != last])
+        later = [info for info in target.list("") if info.key != last and info.key not in failed]
+        for info in later:  # objects written after the listing
+            sizes.setdefault(info.key, info.size)
+        delete([info.key for info in later])
+        if not failed:  # the destroyed manifest stays until everything else is gone
+            delete([last])
+        if not failed:
+            remove_empty_directories(target)
     else:
-        for start in range(0, len(plan.deletes), DELETE_BATCH):
-            now_epoch = _current_epoch(manifest_store)
+        for number, batch in enumerate(_batches(plan.deletes)):
+            # The first batch follows the read of the latest manifest; each later one reads it.
+            now_epoch = epoch if number == 0 else _current_epoch(manifest_store)
             if now_epoch != epoch:
                 _stopped(target.url, epoch, now_epoch, writer_epoch, len(deleted))
                 break
-            for key in plan.deletes[start : start + DELETE_BATCH]:
-                target.delete(key)
-                deleted.append(key)
+            delete(batch)
     freed = sum(sizes.get(key, 0) for key in deleted)
     detached = not plan.destroy and detach_clone(manifest_store, latest, pinned)
-    report = GcReport(target.url, plan, tuple(deleted), freed, dropped, False, detached)
+    report = GcReport(
+        target.url,
+        plan,
+        tuple(deleted),
+        freed,
+        dropped,
+        False,
+        detached,
+        MappingProxyType(failed),
+    )
     (log.info if deleted else log.debug)(
         "gc.deleted", url=target.url, count=len(deleted), bytes=freed, **report.counts()
     )
     return report
 
 
-def collect_as_writer(store: ObjectStore, writer_epoch: int) -> tuple[str, ...]:
-    """GC (any age) of a root whose manifest the caller just wrote with ``writer_epoch`` (a
-    backup or copy destination: that manifest fenced any writer there); answers what it deleted.
-    A writer that opens the root meanwhile owns it: the pass then deletes nothing more."""
+def _batches(keys: tuple[str, ...]) -> list[list[str]]:
+    """The plan's deletes in batches of at most :data:`DELETE_BATCH` keys, each of one kind of
+    object, in the plan's order (segments, journal files, SSTs, manifests)."""
+    found: list[list[str]] = []
+    for key in keys:
+        if not found or len(found[-1]) >= DELETE_BATCH or _kind(found[-1][0]) != _kind(key):
+            found.append([])
+        found[-1].append(key)
+    return found
+
+
+def _note_failures(url: str, result: DeleteResult, failed: dict[str, str]) -> None:
+    """Record the keys ``result`` could not delete (and log them: ``gc.delete_failed``)."""
+    if result.ok:
+        return
+    failed.update((key, str(error)) for key, error in result.failed.items())
+    log.warning(
+        "gc.delete_failed",
+        url=url,
+        count=len(result.failed),
+        keys=sorted(result.failed)[:5],
+        error=str(next(iter(result.failed.values()))),
+    )
+
+
+def collect_as_writer(manifests: ManifestStore, writer_epoch: int) -> tuple[str, ...]:
+    """GC (any age) of a root whose manifest the caller just wrote with ``writer_epoch`` through
+    ``manifests`` (a backup or copy destination: that manifest fenced any writer there); answers
+    what it deleted. A writer that opens the root meanwhile owns it: the pass then deletes
+    nothing more."""
+    store = manifests.store
     try:
-        return run_gc(store, options=GcOptions(min_age=0.0), writer_epoch=writer_epoch).deleted
+        return run_gc(
+            store,
+            options=GcOptions(min_age=0.0),
+            writer_epoch=writer_epoch,
+            manifests=manifests,
+        ).deleted
     except FencedError as exc:
         log.info("gc.left_to_writer", url=store.url, error=str(exc))
         return ()

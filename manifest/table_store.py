@@ -37,10 +37,11 @@ have none: they read the store itself). Both apply the descriptor's ``sqn_base``
 files store local SQNs).
 
 **Reading unrolled segments** (:meth:`TableStore.read_segments`). The journal segments a manifest
-has not rolled yet (``journal/<id>.jnl`` in its own store) are read back, in parallel, decoded,
-and kept only if the reader rule accepts them (:func:`~inkpen.manifest.fencing.accepted_segments`
-over the epochs in their headers: no segment an older epoch wrote after a newer one) and they
-hold entries (a writer's fence holds none). A segment absent from the store is damage, an error
+has not rolled yet (``journal/<id>.jnl`` in its own store) are read back, up to the store's
+:func:`~inkpen.objectstore.parallel.concurrency` at once, decoded, and kept only if the reader
+rule accepts them (:func:`~inkpen.manifest.fencing.accepted_segments` over the epochs in their
+headers: no segment an older epoch wrote after a newer one) and they hold entries (a writer's
+fence holds none). A segment absent from the store is damage, an error
 naming it (:func:`~inkpen.manifest.fencing.missing_segments_error` unless the caller names
 another), or is passed over when the caller allows missing segments. Which ids to read is the
 caller's: a writer's claim, a pinned manifest's window, a copy's checkpoint.
@@ -54,7 +55,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
@@ -65,6 +65,7 @@ from inkpen.formats.sst import SstInfo, SstReader
 from inkpen.logs import get_logger
 from inkpen.objectstore import ObjectStore
 from inkpen.objectstore.local import LocalStore
+from inkpen.objectstore.parallel import concurrency, run_bounded
 from inkpen.options import Options
 
 from .clones import StoreResolver
@@ -92,8 +93,6 @@ from .paths import (
 log = get_logger("inkpen.manifest")
 
 FileKind = Literal["sst", "journal"]
-SEGMENT_READERS = 8
-"""Segments read back at once."""
 SEGMENT_WRITE_ATTEMPTS = 6
 """Rounds of a segment write whose outcome stays unknown before it is left unknown."""
 SEGMENT_RETRY_FIRST = 0.05
@@ -532,8 +531,8 @@ class TableStore:
         wanted = list(ids)
         if not wanted:
             return []
-        with ThreadPoolExecutor(max_workers=min(SEGMENT_READERS, len(wanted))) as pool:
-            found = [s for s in pool.map(read, wanted) if s is not None]
+        read_all = run_bounded(read, wanted, limit=concurrency(store))
+        found = [s for s in read_all if s is not None]
         refs = (SegmentRef(s.id, s.size, s.writer_epoch) for s in found)
         accepted = {ref.id for ref in accepted_segments(refs)}
         return [s for s in found if s.id in accepted and s.entries]

@@ -18,12 +18,19 @@ Operations and their contracts (all implementations share them; the conformance 
 ``list``               every object whose key starts with ``prefix``, in key order, paged
                        internally; ``list_page`` exposes one page and the token for the next.
 ``delete``             remove the object; deleting a missing key is not an error.
+``delete_many``        remove many objects, in requests of up to :data:`DELETE_MANY_KEYS` keys
+                       (S3's ``DeleteObjects``), several at once; answers a
+                       :class:`DeleteResult` naming each key that failed with its error (a
+                       missing key is not an error); a failure never hides behind the others.
 ``copy``               server-side copy within the store, or from another store of the same kind
                        (hard link on a local directory when possible).
 =====================  ============================================================================
 
 Failures are mapped to :mod:`inkpen.errors`: a :class:`StoreError` says whether the operation
 definitely did not happen (``definite=True``) or may have happened.
+
+A store also says how many requests are worth having in flight on it at once (its class's
+``concurrency``; :mod:`.parallel` runs the paths that issue many requests within it).
 
 User metadata is a small ``str -> str`` mapping stored with the object (keys are lower-case ASCII
 letters, digits and ``-``; values ASCII). S3 limits a whole object's metadata to 2 KiB, and the S3
@@ -36,11 +43,14 @@ from __future__ import annotations
 import builtins
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol, Self, runtime_checkable
 
-from inkpen.errors import UsageError
+from inkpen.errors import StoreError, UsageError
+
+from .parallel import DEFAULT_CONCURRENCY, concurrency, run_bounded
 
 _METADATA_KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 PUT_ID_METADATA_KEY = "inkpen-put-id"
@@ -48,6 +58,9 @@ PUT_ID_METADATA_KEY = "inkpen-put-id"
 MAX_METADATA_BYTES = 2048 - 64
 """User metadata budget: S3's 2 KiB less room for :data:`PUT_ID_METADATA_KEY` and its value."""
 DEFAULT_PAGE_SIZE = 1000
+DELETE_MANY_KEYS = 1000
+"""Keys one ``delete_many`` request carries at most (S3's ``DeleteObjects`` limit); a call with
+more keys makes several requests."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +85,52 @@ class ListPage:
 
     objects: tuple[ObjectInfo, ...]
     next_token: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """What one ``delete_many`` did: every key it was given is gone (deleted, or absent already)
+    except the keys of ``failed``, each with its error: a definite one (that key was not deleted)
+    or an indefinite one (it may or may not be gone)."""
+
+    failed: Mapping[str, StoreError] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "failed", MappingProxyType(dict(self.failed)))
+
+    @property
+    def ok(self) -> bool:
+        """Whether every key is gone."""
+        return not self.failed
+
+    def deleted(self, keys: Iterable[str]) -> builtins.list[str]:
+        """Those of ``keys`` that are gone, in their order."""
+        failed = self.failed
+        return [key for key in keys if key not in failed]
+
+    def error(self, url: str) -> StoreError | None:
+        """None when every key is gone; else one error that names the failed keys (definite
+        only when every failure was)."""
+        if not self.failed:
+            return None
+        keys = sorted(self.failed)
+        first = self.failed[keys[0]]
+        shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+        return StoreError(
+            f"{len(keys)} object(s) of {url} could not be deleted ({shown}): {first}",
+            definite=all(e.definite for e in self.failed.values()),
+            key=keys[0],
+        )
+
+    @staticmethod
+    def merge(results: Iterable[DeleteResult]) -> DeleteResult:
+        """One result holding the failures of all of ``results``."""
+        failed: dict[str, StoreError] = {}
+        for result in results:
+            failed.update(result.failed)
+        return DeleteResult(failed)
 
 
 @runtime_checkable
@@ -110,6 +169,12 @@ class ObjectStore(Protocol):
 
     def delete(self, key: str) -> None: ...
 
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        """Delete every one of ``keys`` (see the module docstring); raises only for bad input
+        (a :class:`~inkpen.errors.UsageError` before anything is deleted): store failures are
+        the result's, key by key."""
+        ...
+
     def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None: ...
 
     def close(self) -> None: ...
@@ -125,6 +190,8 @@ class StoreBase:
     """Shared argument checks and the paging loop; implementations subclass it."""
 
     _url: str
+    concurrency: int = DEFAULT_CONCURRENCY
+    """Requests worth having in flight on this store at once (:mod:`.parallel`)."""
 
     @property
     def url(self) -> str:
@@ -145,6 +212,24 @@ class StoreBase:
         """One ``get_range`` after another; stores that can serve several at once override it."""
         get_range = self.get_range  # type: ignore[attr-defined]
         return [get_range(key, start, end) for start, end in ranges]
+
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        """One ``delete`` per key, up to :attr:`concurrency` at once; stores that delete in
+        batches override it."""
+        wanted = check_keys(keys)
+        delete = self.delete  # type: ignore[attr-defined]
+
+        def one(key: str) -> StoreError | None:
+            try:
+                delete(key)
+            except StoreError as exc:
+                return exc
+            return None
+
+        found = run_bounded(one, wanted, limit=concurrency(self))
+        return DeleteResult(
+            {key: error for key, error in zip(wanted, found, strict=True) if error is not None}
+        )
 
     def close(self) -> None:
         """Release connections and handles; the default holds none."""
@@ -173,6 +258,19 @@ def check_key(key: str) -> str:
         if segment in ("", ".", ".."):
             raise UsageError(f"object key {key!r} has an empty, '.' or '..' segment")
     return key
+
+
+def check_keys(keys: Iterable[str]) -> builtins.list[str]:
+    """Validate the keys of a batched call (all of them, before anything is done: a bad one is
+    a :class:`UsageError`); answers them in order, each once."""
+    if isinstance(keys, str | bytes):
+        raise UsageError("keys must be a collection of str keys, not one key")
+    return builtins.list(dict.fromkeys(check_key(key) for key in keys))
+
+
+def batches(keys: Sequence[str], size: int = DELETE_MANY_KEYS) -> builtins.list[Sequence[str]]:
+    """``keys`` in runs of at most ``size``, in order (the requests of a ``delete_many``)."""
+    return [keys[i : i + size] for i in range(0, len(keys), size)]
 
 
 def check_prefix(prefix: str) -> str:

@@ -1,27 +1,34 @@
 """Request and byte counts around any object store, for benchmarks and cost checks.
 
 Every call that reaches the store counts as one request of its kind, whether it succeeds or
-fails (a list counts one request per page); a call refused as a :class:`UsageError` reached
-nothing and is not counted. Bytes are counted for calls that succeed: the payload of a put, the
-bytes a get returns. A server-side copy moves no bytes through the caller.
+fails (a list counts one request per page, a ``delete_many`` one delete per
+:data:`~inkpen.objectstore.base.DELETE_MANY_KEYS` keys: the requests a batched delete makes);
+a call refused as a :class:`UsageError` reached nothing and is not counted. Bytes are counted
+for calls that succeed: the payload of a put, the bytes a get returns. A server-side copy moves
+no bytes through the caller.
 """
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from inkpen.errors import UsageError
 
 from .base import (
     DEFAULT_PAGE_SIZE,
+    DELETE_MANY_KEYS,
+    DeleteResult,
     ListPage,
     ObjectInfo,
     ObjectStore,
     StoreBase,
+    check_keys,
     put_pieces_if_absent,
 )
+from .parallel import concurrency
 
 _T = TypeVar("_T")
 
@@ -77,6 +84,7 @@ class CountingStore(StoreBase):
     def __init__(self, inner: ObjectStore, *, counts: RequestCounts | None = None) -> None:
         self.inner = inner
         self.counts = RequestCounts() if counts is None else counts
+        self.concurrency = concurrency(inner)
 
     @property
     def url(self) -> str:
@@ -213,6 +221,21 @@ class CountingStore(StoreBase):
 
     def delete(self, key: str) -> None:
         self._request("deletes", lambda: self.inner.delete(key))
+
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        """The inner store's batched delete, counted as one delete per
+        :data:`~inkpen.objectstore.base.DELETE_MANY_KEYS` keys."""
+        wanted = check_keys(keys)
+        requests = math.ceil(len(wanted) / DELETE_MANY_KEYS)
+        try:
+            result = self.inner.delete_many(wanted)
+        except UsageError:
+            raise
+        except BaseException:
+            self._add("deletes", requests)
+            raise
+        self._add("deletes", requests)
+        return result
 
     def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
         self._request("copies", lambda: self.inner.copy(src_key, dest_key, source=source))

@@ -5,9 +5,16 @@ operation (it never reaches the store: a definite :class:`StoreError`) and *afte
 real operation ran and its effect stands, but the caller gets an indefinite
 :class:`StoreError`, as after a lost response). It can also delay operations and truncate list
 pages (a shorter page whose token still resumes exactly after its last key, as a real store may
-return). A :class:`FaultyStore` applies a plan to an inner store, drawing every decision from
-one random generator seeded by the plan, so a single-threaded run injects the same faults every
-time.
+return).
+
+A ``delete_many`` is its requests (one per :data:`~inkpen.objectstore.base.DELETE_MANY_KEYS`
+keys), each delayed once: the ``delete_many`` kind fails a request as a whole (before: none of
+its keys is deleted; after: all are, each reported with an indefinite error), and the ``delete``
+kind fails single keys of it (as ``DeleteObjects`` names the keys it could not delete), so a
+plan can fail some keys of a batch and not others.
+
+A :class:`FaultyStore` applies a plan to an inner store, drawing every decision from one random
+generator seeded by the plan, so a single-threaded run injects the same faults every time.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,16 +33,21 @@ from inkpen.errors import StoreError, UsageError
 
 from .base import (
     DEFAULT_PAGE_SIZE,
+    DeleteResult,
     ListPage,
     ObjectInfo,
     ObjectStore,
     StoreBase,
+    batches,
     check_key,
+    check_keys,
     check_prefix,
 )
+from .parallel import concurrency as concurrency_of
+from .parallel import run_bounded
 
 OperationKind = Literal[
-    "put_if_absent", "put", "get", "get_range", "head", "list", "delete", "copy"
+    "put_if_absent", "put", "get", "get_range", "head", "list", "delete", "delete_many", "copy"
 ]
 OPERATION_KINDS: tuple[OperationKind, ...] = (
     "put_if_absent",
@@ -45,9 +57,10 @@ OPERATION_KINDS: tuple[OperationKind, ...] = (
     "head",
     "list",
     "delete",
+    "delete_many",
     "copy",
 )
-WRITE_KINDS: tuple[OperationKind, ...] = ("put_if_absent", "put", "delete", "copy")
+WRITE_KINDS: tuple[OperationKind, ...] = ("put_if_absent", "put", "delete", "delete_many", "copy")
 
 Phase = Literal["before", "after", "partial_list"]
 _T = TypeVar("_T")
@@ -129,11 +142,21 @@ class FaultyStore(StoreBase):
     ``injected`` lists every fault in order; ``enabled`` (or the :meth:`paused` context) turns
     injection off so a test can reopen or check the store cleanly. While disabled, no random
     numbers are drawn, so the faults that follow do not depend on how much ran in between.
+    ``concurrency``: the requests worth having in flight on this store at once
+    (:mod:`.parallel`; the inner store's by default); a delayed local directory standing in for
+    a store far away takes that store's.
     """
 
-    def __init__(self, inner: ObjectStore, plan: FaultPlan) -> None:
+    def __init__(
+        self, inner: ObjectStore, plan: FaultPlan, *, concurrency: int | None = None
+    ) -> None:
         if not isinstance(plan, FaultPlan):
             raise UsageError(f"FaultyStore needs a FaultPlan, got {type(plan).__name__}")
+        if concurrency is not None and (
+            not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1
+        ):
+            raise UsageError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        self.concurrency = concurrency_of(inner) if concurrency is None else concurrency
         self.inner = inner
         self.plan = plan
         self.enabled = True
@@ -200,6 +223,75 @@ class FaultyStore(StoreBase):
     def delete(self, key: str) -> None:
         self._run("delete", key, lambda: self.inner.delete(key))
 
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        """The inner store's batched delete, request by request (see the module docstring):
+        every decision is drawn first, in key order, so a run injects the same faults whatever
+        order the requests then run in, up to :attr:`concurrency` at once."""
+        if not self.enabled:
+            return self.inner.delete_many(keys)
+        requests = [self._draw_batch(batch) for batch in batches(check_keys(keys))]
+        return DeleteResult.merge(run_bounded(self._delete_batch, requests, limit=self.concurrency))
+
+    def _draw_batch(self, keys: Sequence[str]) -> _BatchPlan:
+        plan = self.plan
+        with self._lock:
+            rng = self._rng
+            before = rng.random() < plan.before.get("delete_many", 0.0)
+            after = rng.random() < plan.after.get("delete_many", 0.0)
+            pause = rng.uniform(*plan.delay) if plan.delay else 0.0
+            refused: list[str] = []
+            lost: list[str] = []
+            for key in keys:
+                if rng.random() < plan.before.get("delete", 0.0):
+                    refused.append(key)
+                if rng.random() < plan.after.get("delete", 0.0):
+                    lost.append(key)
+            if before:
+                self.injected.append(InjectedFault("delete_many", keys[0], "before"))
+            else:
+                self.injected.extend(InjectedFault("delete", key, "before") for key in refused)
+        return _BatchPlan(tuple(keys), before, after, pause, frozenset(refused), frozenset(lost))
+
+    def _delete_batch(self, batch: _BatchPlan) -> DeleteResult:
+        if batch.pause:
+            time.sleep(batch.pause)
+        if batch.before:
+            return DeleteResult(
+                dict.fromkeys(
+                    batch.keys,
+                    StoreError(
+                        f"injected failure before a delete_many of {len(batch.keys)} keys on "
+                        f"{self.url}",
+                        definite=True,
+                    ),
+                )
+            )
+        failed: dict[str, StoreError] = {
+            key: StoreError(
+                f"injected failure before the delete of {key!r} on {self.url}",
+                definite=True,
+                key=key,
+            )
+            for key in batch.keys
+            if key in batch.refused
+        }
+        failed.update(
+            self.inner.delete_many([k for k in batch.keys if k not in batch.refused]).failed
+        )
+        lost = [k for k in batch.keys if k not in failed and (batch.after or k in batch.lost)]
+        with self._lock:
+            if batch.after:
+                self.injected.append(InjectedFault("delete_many", batch.keys[0], "after"))
+            else:
+                self.injected.extend(InjectedFault("delete", key, "after") for key in lost)
+        for key in lost:
+            failed[key] = StoreError(
+                f"injected failure after the delete of {key!r} on {self.url} (it ran)",
+                definite=False,
+                key=key,
+            )
+        return DeleteResult(failed)
+
     def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
         check_key(src_key)
         self._run("copy", dest_key, lambda: self.inner.copy(src_key, dest_key, source=source))
@@ -239,6 +331,19 @@ class FaultyStore(StoreBase):
                 key=key,
             )
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchPlan:
+    """What :meth:`FaultyStore.delete_many` decided for one request: its keys, whether it fails
+    as a whole (before, after), its delay, and the keys that fail alone (before, after)."""
+
+    keys: tuple[str, ...]
+    before: bool
+    after: bool
+    pause: float
+    refused: frozenset[str]
+    lost: frozenset[str]
 
 
 def _check_probability(name: str, value: object) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult
 
@@ -18,17 +18,20 @@ from inkpen.errors import AlreadyExistsError, NotFoundError, UsageError
 from .backends import Backend, Place, StoreURL
 from .base import (
     DEFAULT_PAGE_SIZE,
+    DeleteResult,
     ListPage,
     ObjectInfo,
     ObjectStore,
     StoreBase,
     check_data,
     check_key,
+    check_keys,
     check_metadata,
     check_page,
     check_prefix,
     check_range,
 )
+from .parallel import MEMORY_CONCURRENCY
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ class MemoryStore(StoreBase):
     local = True
     """Its requests are slices and dict operations, not round trips
     (:func:`~inkpen.objectstore.base.is_local`)."""
+    concurrency = MEMORY_CONCURRENCY
 
     def __init__(self, name: str, *, prefix: str = "") -> None:
         self._name = name
@@ -141,6 +145,14 @@ class MemoryStore(StoreBase):
         full = self._full(key)
         with self._space.lock:
             self._space.remove(full)
+
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        """Every key removed in one loop under the space's lock (nothing can fail)."""
+        full = [self._prefix + key for key in check_keys(keys)]
+        with self._space.lock:
+            for key in full:
+                self._space.remove(key)
+        return DeleteResult()
 
     def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
         full = self._full(dest_key)  # refuse a bad destination before reading anything

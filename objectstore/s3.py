@@ -26,7 +26,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import botocore.session
@@ -45,18 +45,28 @@ from inkpen.errors import AlreadyExistsError, InkpenError, StoreError, UsageErro
 from .base import (
     DEFAULT_PAGE_SIZE,
     PUT_ID_METADATA_KEY,
+    DeleteResult,
     ListPage,
     ObjectInfo,
     ObjectStore,
+    batches,
     check_data,
+    check_keys,
     check_metadata,
     check_page,
     check_prefix,
     check_range,
     innermost,
 )
+from .parallel import run_bounded
 from .s3_common import MAX_POOL_CONNECTIONS, S3Base
-from .s3_errors import error_code, http_status, map_s3_error
+from .s3_errors import (
+    error_code,
+    http_status,
+    map_delete_error,
+    map_s3_error,
+    whole_request_error,
+)
 
 _CONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _CONFLICT_ROUNDS = 6
@@ -185,6 +195,46 @@ class S3Store(S3Base):
             self._client.delete_object(Bucket=self._bucket, Key=full)
         except (ClientError, BotoCoreError) as exc:
             raise self._error(exc, "delete", key) from None
+
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        """``DeleteObjects`` requests of up to 1,000 keys, up to :attr:`concurrency` at once;
+        the errors S3 names key by key are each key's, and a request that fails as a whole
+        fails each of its keys with that error."""
+        wanted = check_keys(keys)
+        full = {self._full(key): key for key in wanted}
+        found = run_bounded(self._delete_batch, batches(list(full)), limit=self.concurrency)
+        failed: dict[str, StoreError] = {}
+        for errors in found:
+            failed.update((full[path], error) for path, error in errors.items())
+        return DeleteResult(failed)
+
+    def _delete_batch(self, paths: Sequence[str]) -> dict[str, StoreError]:
+        """One ``DeleteObjects`` request of ``paths`` (full keys): the errors, by full key."""
+        try:
+            response = self._client.delete_objects(
+                Bucket=self._bucket,
+                Delete={"Objects": [{"Key": path} for path in paths], "Quiet": True},
+            )
+        except (ClientError, BotoCoreError) as exc:
+            error = self._error(exc, "delete_many", None)
+            if isinstance(error, UsageError):  # credentials, parameters: the caller's to fix
+                raise error from None
+            return dict.fromkeys(paths, whole_request_error(error, self._url))
+        errors: dict[str, StoreError] = {}
+        asked = set(paths)
+        skip = len(self._root)
+        for item in response.get("Errors", ()):
+            path = str(item.get("Key", ""))
+            if path in asked:
+                refused = map_delete_error(
+                    str(item.get("Code", "")),
+                    str(item.get("Message", "")),
+                    key=path[skip:],
+                    where=self._where,
+                )
+                if refused is not None:
+                    errors[path] = refused
+        return errors
 
     def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
         dest = self._full(dest_key)

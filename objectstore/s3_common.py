@@ -25,6 +25,8 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
 MAX_POOL_CONNECTIONS = 64
+"""Connections each S3 client keeps to its endpoint, and the requests paths that issue many run
+at once (``S3Base.concurrency``)."""
 MAX_KEY_BYTES = 1024
 OPTIONS = ("endpoint", "region", "max_attempts", "connect_timeout", "read_timeout", "client")
 CLIENTS = ("boto3", "obstore")
@@ -77,6 +79,10 @@ class S3Options:
 class S3Base(StoreBase):
     """What both S3 stores share: the bucket, the prefix their keys live under, the URL, the
     options and the closed state. Each subclass sends the requests through its own client."""
+
+    concurrency = MAX_POOL_CONNECTIONS
+    """Requests in flight at once on paths that issue many (:mod:`.parallel`): as many as the
+    client keeps connections to the endpoint."""
 
     def _settle(self, bucket: str, prefix: str, options: Mapping[str, str] | None) -> S3Options:
         """Check and keep the location; answers the parsed options (the subclass's client)."""

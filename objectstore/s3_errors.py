@@ -103,3 +103,39 @@ def _client_error(exc: ClientError, subject: str, key: str | None) -> InkpenErro
             f"{subject} failed on the server ({code}: {message})", definite=False, key=key
         )
     return StoreError(f"{subject} was rejected ({code}: {message})", definite=True, key=key)
+
+
+_SERVER_CODES = frozenset({"InternalError", "500"})
+
+
+def map_delete_error(code: str, message: str, *, key: str, where: str) -> StoreError | None:
+    """The error of one key that a ``DeleteObjects`` request names (its S3 error code and
+    message); None for a key that was absent, which a delete does not count as an error.
+    A server error leaves the key's fate unknown (indefinite); any other error kept it."""
+    subject = f"S3 delete of {key!r} at {where}"
+    reason = f"{code}: {message}" if message else code
+    if code in _NOT_FOUND_CODES:
+        return None
+    if code in _CREDENTIAL_CODES:
+        return StoreError(
+            f"{subject} was denied ({reason}); check the credentials and the bucket policy",
+            definite=True,
+            key=key,
+        )
+    if code in _REFUSED_CODES:
+        return StoreError(
+            f"{subject} was refused by a busy server ({reason}); retry later",
+            definite=True,
+            key=key,
+        )
+    if code in _SERVER_CODES:
+        return StoreError(f"{subject} failed on the server ({reason})", definite=False, key=key)
+    return StoreError(f"{subject} was rejected ({reason})", definite=True, key=key)
+
+
+def whole_request_error(error: InkpenError, url: str) -> StoreError:
+    """The error each key of a batched delete gets when the request failed as a whole (a
+    :class:`NotFoundError` of a request is no key's absence: a plain :class:`StoreError`)."""
+    if isinstance(error, NotFoundError) or not isinstance(error, StoreError):
+        return StoreError(f"a batched delete at {url} failed: {error}", definite=True)
+    return error

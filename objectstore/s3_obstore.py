@@ -41,7 +41,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -50,17 +50,22 @@ from inkpen.errors import AlreadyExistsError, InkpenError, NotFoundError, StoreE
 from .base import (
     DEFAULT_PAGE_SIZE,
     PUT_ID_METADATA_KEY,
+    DeleteResult,
     ListPage,
     ObjectInfo,
     ObjectStore,
+    batches,
     check_data,
+    check_keys,
     check_metadata,
     check_page,
     check_prefix,
     check_range,
     innermost,
 )
+from .parallel import run_bounded
 from .s3_common import MAX_POOL_CONNECTIONS, S3Base
+from .s3_errors import whole_request_error
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig
@@ -204,6 +209,49 @@ class ObstoreS3Store(S3Base):
             if isinstance(exc, ob_errors.NotFoundError) and "NoSuchBucket" not in str(exc):
                 return
             raise self._error(exc, "delete", key) from None
+
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        """obstore's bulk delete, one call per 1,000 keys (object_store sends each as one S3
+        ``DeleteObjects`` request), up to :attr:`concurrency` calls at once.
+
+        obstore stops at a batch's first failing key and reports that one alone, so the keys of
+        a batch that failed are deleted again one at a time (deleting is idempotent, an absent
+        key no error), up to :attr:`concurrency` at once, which tells each key's outcome: a
+        failure is never hidden behind another.
+        """
+        wanted = check_keys(keys)
+        full = {self._full(key): key for key in wanted}
+        refused = run_bounded(self._delete_batch, batches(list(full)), limit=self.concurrency)
+        again = [path for paths in refused for path in paths]
+        found = run_bounded(self._delete_one, again, limit=self.concurrency)
+        return DeleteResult(
+            {full[path]: error for path, error in zip(again, found, strict=True) if error}
+        )
+
+    def _delete_batch(self, paths: Sequence[str]) -> Sequence[str]:
+        """One bulk delete of ``paths`` (full keys); answers them all when it failed (each is
+        then deleted alone), none when it succeeded."""
+        try:
+            obstore.delete(self._store, list(paths))
+        except Exception as exc:
+            error = self._error(exc, "delete_many", None)
+            if isinstance(error, UsageError):
+                raise error from None
+            return paths
+        return ()
+
+    def _delete_one(self, path: str) -> StoreError | None:
+        """Delete the object at ``path`` (a full key): None when it is gone, else why not."""
+        try:
+            obstore.delete(self._store, path)
+        except Exception as exc:
+            if isinstance(exc, ob_errors.NotFoundError) and "NoSuchBucket" not in str(exc):
+                return None
+            error = self._error(exc, "delete", path[len(self._root) :])
+            if isinstance(error, UsageError):
+                raise error from None
+            return whole_request_error(error, self._url)
+        return None
 
     def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
         dest = self._full(dest_key)

@@ -94,9 +94,11 @@ def test_hard_destroy_fences_a_running_writer(database: ManifestStore, store: Ob
     epoch = latest.manifest.writer_epoch
     for cp in latest.manifest.checkpoints:
         delete_checkpoint(database, cp.id)
-    faulty = FaultyStore(store, FaultPlan(seed=5, before={"delete": 0.5}))
-    with pytest.raises(StoreError, match="injected failure before delete"):
+    faulty = FaultyStore(store, FaultPlan(seed=5, before={"delete": 0.5, "delete_many": 0.5}))
+    with pytest.raises(StoreError, match="call destroy again to finish") as caught:
         destroy(faulty, soft=False)
+    assert "injected failure before" in str(caught.value)
+    assert caught.value.key in [key for key, _ in listing(store)]  # an object still there
     # Interrupted: the database reads as destroyed, and its writer is fenced.
     with pytest.raises(NotFoundError, match="was destroyed"):
         ManifestStore(store).open_database(create_if_missing=False)

@@ -38,6 +38,7 @@ from inkpen.manifest.paths import segment_key
 from inkpen.manifest.store import ManifestStore
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectInfo, ObjectStore, open_store
+from inkpen.objectstore.base import DEFAULT_PAGE_SIZE, ListPage
 from inkpen.objectstore.faults import FaultPlan, FaultyStore
 from support.logs import capture_logs
 from support.waiting import wait_until
@@ -81,12 +82,22 @@ class JournalListingHook:
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         found = list(self.inner.list(prefix))
+        self._listed(prefix)
+        return iter(found)
+
+    def list_page(
+        self, prefix: str = "", *, token: str | None = None, limit: int = DEFAULT_PAGE_SIZE
+    ) -> ListPage:
+        page = self.inner.list_page(prefix, token=token, limit=limit)
+        self._listed(prefix)  # a scan of the segments lists from a token: one page here
+        return page
+
+    def _listed(self, prefix: str) -> None:
         if prefix == "journal/" and self._action is not None:
             self._countdown -= 1
             if self._countdown == 0:
                 action, self._action = self._action, None
                 action()
-        return iter(found)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)

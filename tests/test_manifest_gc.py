@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,6 +17,7 @@ from inkpen.actors.kernel.in_flight import InFlight
 from inkpen.errors import UsageError
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, JournalEntry, Kind, build_journal
 from inkpen.manifest.checkpoints import create_checkpoint
+from inkpen.manifest.destroy import destroy
 from inkpen.manifest.fencing import claim_writer, write_segment
 from inkpen.manifest.gc import GcOptions, plan_gc, run_gc
 from inkpen.manifest.model import (
@@ -39,8 +41,9 @@ from inkpen.manifest.paths import (
     sst_key,
 )
 from inkpen.manifest.store import ManifestStore
-from inkpen.objectstore import ObjectInfo, ObjectStore
+from inkpen.objectstore import CountingStore, ObjectInfo, ObjectStore
 from support.logs import capture_logs
+from support.refusing import RefusingDeletes
 
 # -- generated histories -------------------------------------------------------------------------
 
@@ -459,3 +462,57 @@ def test_a_writer_s_uncommitted_file_is_kept_when_it_lands_as_gc_lists(store: Ob
     in_flight.discard([landing])  # the commit failed: now it is an orphan like any other
     again = run_gc(store, options=GcOptions(min_age=0.0, offline=True), keep=in_flight.names)
     assert landing in again.deleted
+
+
+# -- batched deletes -------------------------------------------------------------------------------
+
+
+def test_run_gc_deletes_rolled_segments_in_requests_of_a_thousand(store: ObjectStore) -> None:
+    ms = ManifestStore(store)
+    ms.create(Manifest())
+    ids = range(1, 2_101)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda i: store.put(segment_key(i), segment(i, 1)), ids))
+    ms.update(lambda v: v.manifest.with_journal(JournalState((), ids[-1], ids[-1] + 1)))
+    counting = CountingStore(store)
+    report = run_gc(counting, options=GcOptions(min_age=300), now=time.time() + 3600)
+    assert report.counts()["segments"] == len(ids) and report.failed == {}
+    assert keys(store, "journal/") == set()
+    # 2,100 segments in three requests, then the superseded manifest in one.
+    assert counting.snapshot()["deletes"] == 3 + 1
+
+
+def test_run_gc_names_what_it_could_not_delete_and_the_next_pass_retries(
+    store: ObjectStore,
+) -> None:
+    scene = build_scene(store)
+    refusing = RefusingDeletes(store, refuse_prefix="ledger/")  # the orphan SST fails to go
+    later = time.time() + 3600
+    with capture_logs() as logs:
+        report = run_gc(refusing, options=GcOptions(min_age=300), now=later)
+    failed = set(report.failed)
+    assert failed == {scene.orphan}
+    assert set(report.deleted) == set(report.plan.deletes) - failed  # the others went
+    assert failed <= keys(store) and not set(report.deleted) & keys(store)
+    assert all("refuses to delete" in error for error in report.failed.values())
+    warned = [e for e in logs if e["event"] == "gc.delete_failed"]
+    assert warned and sum(e["count"] for e in warned) == len(failed)
+    again = run_gc(store, options=GcOptions(min_age=300), now=later)
+    assert set(again.deleted) == failed and again.failed == {}
+
+
+def test_a_destroyed_database_keeps_its_manifest_until_every_other_object_is_gone(
+    store: ObjectStore,
+) -> None:
+    build_scene(store)
+    destroy(store, soft=True)
+    refusing = RefusingDeletes(store, refuse_prefix="ledger/")
+    later = time.time() + 7200
+    report = run_gc(refusing, options=GcOptions(destroy_grace=0), now=later)
+    assert report.destroyed and report.failed
+    assert {key.split("/")[0] for key in report.failed} == {"ledger"}
+    latest = ManifestStore(store).latest()
+    assert latest is not None and latest.manifest.destroyed_at is not None
+    assert set(report.failed) | {manifest_key(latest.id)} == keys(store)
+    finished = run_gc(store, options=GcOptions(destroy_grace=0), now=later)
+    assert finished.destroyed and finished.failed == {} and keys(store) == set()

@@ -40,7 +40,12 @@ from inkpen.objectstore import (
     ObjectStore,
     open_store,
 )
-from inkpen.objectstore.base import StoreBase, put_pieces_if_absent
+from inkpen.objectstore.base import (
+    DELETE_MANY_KEYS,
+    DeleteResult,
+    StoreBase,
+    put_pieces_if_absent,
+)
 from inkpen.objectstore.local import TEMP_DIR, LocalStore
 from inkpen.objectstore.local_fs import write_error
 from inkpen.objectstore.s3 import S3Store
@@ -260,6 +265,102 @@ def test_delete_of_a_missing_key_is_fine(store: ObjectStore) -> None:
     with pytest.raises(NotFoundError):
         store.get("written/once")
     assert _keys(store) == []
+
+
+BATCHED = DELETE_MANY_KEYS + 37
+"""Keys of the batched-delete cases: more than one request's worth."""
+
+
+def test_delete_many_removes_every_key_in_requests_of_at_most_a_thousand(
+    store: ObjectStore,
+) -> None:
+    keys = [f"journal/{i:05d}.jnl" for i in range(BATCHED)]
+    kept = [f"ledger/{i}.sst" for i in range(5)]
+    _fill(store, keys + kept, lambda key: key.encode())
+    counting = CountingStore(store)
+    asked = [*keys, "journal/never.jnl", keys[3], "elsewhere/missing"]  # absent and repeated
+    result = counting.delete_many(asked)
+    assert result.ok
+    assert result.failed == {}
+    assert result.deleted(asked) == asked
+    assert _keys(store) == kept
+    assert counting.snapshot()["deletes"] == 2  # 1,037 distinct keys and two absent ones
+    assert counting.delete_many([]).ok
+    assert counting.delete_many(iter(kept[:2])).ok  # any iterable
+    assert counting.snapshot()["deletes"] == 3  # an empty call sends nothing
+    assert _keys(store) == kept[2:]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [["ledger/1.sst", "../escape"], ["ledger/1.sst", ""], "ledger/1.sst", [b"ledger/1.sst"]],
+    ids=["dot-dot", "empty", "one-str", "bytes"],
+)
+def test_delete_many_refuses_bad_keys_and_deletes_nothing(store: ObjectStore, keys: Any) -> None:
+    store.put("ledger/1.sst", b"x")
+    for target in (store, CountingStore(store), FaultyStore(store, FaultPlan())):
+        with pytest.raises(UsageError):
+            target.delete_many(keys)
+    assert _keys(store) == ["ledger/1.sst"]
+
+
+def test_delete_many_that_partly_fails_names_each_failed_key(store: ObjectStore) -> None:
+    """Some keys of one batch fail before (still there, definite) and some after (gone,
+    indefinite); every other key is gone; nothing is hidden behind another key's error."""
+    keys = [f"seg/{i:05d}" for i in range(BATCHED)]
+    _fill(store, keys, lambda key: b"x")
+    faulty = FaultyStore(store, FaultPlan(seed=7, before={"delete": 0.1}, after={"delete": 0.1}))
+    result = faulty.delete_many(keys)
+    refused = {f.key for f in faulty.injected if f.phase == "before"}
+    lost = {f.key for f in faulty.injected if f.phase == "after"}
+    assert refused and lost and not refused & lost
+    assert set(result.failed) == refused | lost
+    assert all(result.failed[k].definite for k in refused)
+    assert not any(result.failed[k].definite for k in lost)
+    assert set(_keys(store)) == refused  # what failed after was deleted all the same
+    assert result.deleted(keys) == [k for k in keys if k not in refused | lost]
+    error = result.error(store.url)
+    assert error is not None and error.definite is False
+    assert f"{len(refused | lost)} object(s)" in str(error)
+    assert DeleteResult().error(store.url) is None
+    again = faulty.delete_many(sorted(refused))  # a retry of what is left
+    assert set(again.failed) <= refused
+    assert set(_keys(store)) == {k for k, e in again.failed.items() if e.definite}
+
+
+def test_delete_many_requests_that_fail_whole_fail_each_of_their_keys(
+    store: ObjectStore,
+) -> None:
+    keys = [f"seg/{i:05d}" for i in range(BATCHED)]
+    _fill(store, keys, lambda key: b"x")
+    refused = FaultyStore(store, FaultPlan(seed=1, before={"delete_many": 1.0}))
+    result = refused.delete_many(keys)
+    assert set(result.failed) == set(keys)
+    assert all(e.definite for e in result.failed.values())
+    assert _keys(store) == keys
+    assert refused.counts() == {("delete_many", "before"): 2}  # two requests
+    lost = FaultyStore(store, FaultPlan(seed=1, after={"delete_many": 1.0}))
+    result = lost.delete_many(keys)
+    assert set(result.failed) == set(keys)
+    assert not any(e.definite for e in result.failed.values())
+    assert _keys(store) == []
+
+
+def test_delete_many_of_the_fault_wrapper_is_reproducible_from_the_seed(
+    store: ObjectStore,
+) -> None:
+    keys = [f"r/{i:05d}" for i in range(BATCHED)]
+
+    def run(seed: int) -> list[tuple[str, str, str]]:
+        _fill(store, keys, lambda key: b"x")
+        plan = FaultPlan.everywhere(seed, before=0.05, after=0.05, kinds=("delete",))
+        faulty = FaultyStore(store, plan, concurrency=4)
+        faulty.delete_many(keys)
+        return sorted((f.kind, f.key, f.phase) for f in faulty.injected)
+
+    first, again, other = run(11), run(11), run(12)
+    assert first == again
+    assert first != other
 
 
 def test_copy_within_a_store(store: ObjectStore, store_kind: str) -> None:

@@ -112,3 +112,30 @@ def test_puts_whose_segment_answers_are_lost_are_all_readable_after_reopening(
     with inkpen.open(root + f"&client={client}", **TINY) as again:
         assert {key: again.get("b", key) for key in model} == model
         assert [k.decode() for k in again.keys("b")] == sorted(model)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_batched_delete_whose_answer_is_lost_still_tells_each_key(
+    proxy: LossyProxy, seaweed: SeaweedServer, root: str, client: str
+) -> None:
+    """The ``DeleteObjects`` request lands and its answer is lost: each key is then either
+    reported gone or named with an error that says its delete may have happened (a client that
+    retries or deletes key by key finds every key gone). Then every answer is lost: no key is
+    reported gone, each failure is indefinite, and every object is gone all the same."""
+    keys = [f"journal/{i:05d}.jnl" for i in range(30)]
+    with open_store(root) as direct:
+        for key in keys:
+            direct.put(key, key.encode())
+    lost = proxy.lose_response_of("POST", "?delete", how="reset")
+    with open_store(_via(proxy, root, seaweed, client)) as store:
+        result = store.delete_many(keys[:20])
+        assert lost.lost.is_set()
+        assert lost.status == 200  # the deletes were made; their answer never came back
+        assert all(not error.definite for error in result.failed.values())
+        assert [info.key for info in store.list("journal/")] == keys[20:]
+        proxy.lose_all()
+        result = store.delete_many(keys[20:])
+        assert set(result.failed) == set(keys[20:])
+        assert all(not error.definite for error in result.failed.values())
+    with open_store(root) as direct:
+        assert list(direct.list("journal/")) == []

@@ -44,13 +44,14 @@ import dataclasses
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.journal.retention import Judgement, file_chunks
 from inkpen.actors.kernel import compute
+from inkpen.actors.kernel.read_ahead import journals_ahead
 from inkpen.actors.kernel.views import LedgerView, SstHandle
 from inkpen.actors.ledger.penciller_clerk import policy_for, run_merge
 from inkpen.checks import check_seconds
@@ -74,6 +75,8 @@ from inkpen.manifest.model import JournalFileDescriptor, Manifest, SstDescriptor
 from inkpen.manifest.store import ManifestStore, require_live
 from inkpen.manifest.table_store import TableStore
 from inkpen.objectstore import ObjectStore
+from inkpen.objectstore.base import is_local
+from inkpen.objectstore.parallel import concurrency, run_bounded
 from inkpen.options import Options
 
 log = get_logger("inkpen.compactor")
@@ -134,6 +137,8 @@ class Compactor:
         force: bool = False,
     ) -> None:
         self._store = store
+        self._limit = concurrency(store)
+        """Files opened or sampled at once (the store's bound on requests in flight)."""
         self._owns_store = owns_store
         self.options = options
         self.interval = interval
@@ -321,12 +326,11 @@ class Compactor:
                 self._in_flight.difference_update(d.name for d in written)
 
     def _drop(self, outputs: tuple[SstDescriptor, ...] | tuple[JournalFileDescriptor, ...]) -> None:
-        """Delete files no manifest names (a commit that did not land); GC removes any left."""
-        for descriptor in outputs:
-            try:
-                self.tables.delete(descriptor.name)
-            except InkpenError as exc:
-                log.warning("compactor.drop_failed", name=descriptor.name, error=str(exc))
+        """Delete files no manifest names (a commit that did not land), in one batch; GC removes
+        any left."""
+        result = self._store.delete_many(d.name for d in outputs)
+        for name, error in result.failed.items():
+            log.warning("compactor.drop_failed", name=name, error=str(error))
 
     # -- the journal ---------------------------------------------------------------------------
 
@@ -357,7 +361,8 @@ class Compactor:
             say(f"scoring {len(files)} journal files")
             try:
                 ledger = self._ledger_view(latest)
-                readers = {d.name: self.tables.open_journal(d) for d in files}
+                opened = run_bounded(self.tables.open_journal, files, limit=self._limit)
+                readers = {d.name: r for d, r in zip(files, opened, strict=True)}
                 report, chosen, written = self._rewrite(files, readers, ledger, max_sqn)
             except InkpenError as exc:
                 log.warning("compactor.journal_failed", error=str(exc))
@@ -394,7 +399,14 @@ class Compactor:
         """The ledger as the manifest's SSTs hold it (no memory: the writer's is unknown)."""
         levels = Levels(
             tuple(
-                tuple(SstHandle(d, self.tables.open_sst(d)) for d in level)
+                tuple(
+                    SstHandle(d, reader)
+                    for d, reader in zip(
+                        level,
+                        run_bounded(self.tables.open_sst, level, limit=self._limit),
+                        strict=True,
+                    )
+                )
                 for level in latest.manifest.ledger.levels
             )
         )
@@ -420,13 +432,19 @@ class Compactor:
             trim_through=ledger.persisted_sqn,
         )
         rng = random.Random()
-        scores = {d.name: judgement.score(readers[d.name], rng) for d in files}
+        found = judgement.scores([readers[d.name] for d in files], rng, limit=self._limit)
+        scores = {d.name: score for d, score in zip(files, found, strict=True)}
         run = judgement.choose([scores[d.name] for d in files])
         if run is None:
             return CompactionReport(scores=scores), [], ()
         chosen = files[run[0] : run[0] + run[1]]
         counts = judgement.counts
-        written = self._write_journal(judgement.survivors(readers[d.name] for d in chosen))
+        ahead: Iterable[JournalReader] = (
+            (readers[d.name] for d in chosen)
+            if is_local(self._store)
+            else journals_ahead(self.tables, chosen)
+        )
+        written = self._write_journal(judgement.survivors(ahead))
         report = CompactionReport(
             scores=scores,
             compacted=tuple(d.name for d in chosen),

@@ -45,6 +45,7 @@ from inkpen.actors.journal.inker import Inker
 from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.intake import WriteGroup, WriteIntake, batch_limit
 from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.deleter import Deleter
 from inkpen.actors.kernel.heap import limit_heap_growth
 from inkpen.actors.kernel.in_flight import InFlight
 from inkpen.actors.kernel.keeper import ManifestKeeper
@@ -200,6 +201,7 @@ class Engine:
             tables=TableStore.for_options(resolver, options, on_write=in_flight.add),
             in_flight=in_flight,
             meter=meter,
+            deleter=Deleter(store, refusal=lambda: keeper.fenced),
         )
         manifest = claim.versioned.manifest
         intake = WriteIntake(batch_limit(options.max_batch_bytes, is_local(store)))
@@ -255,6 +257,7 @@ class Engine:
             for ref in reversed(started_refs):
                 stop(ref)
             ctx.scheduler.stop()
+            ctx.close_deleter()
             raise
         log.info(
             "bookie.open",
@@ -363,6 +366,7 @@ class Engine:
             ):
                 stop(ref)
             self.ctx.scheduler.stop()
+            self.ctx.close_deleter(send=persist)  # before the store closes
             self.ctx.resolver.close()
             if self._owns_store:
                 self.ctx.store.close()

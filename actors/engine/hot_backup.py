@@ -166,7 +166,7 @@ class HotBackup:
         descriptors.sort(key=lambda d: d.min_sqn)
         ledger_state = LedgerState(levels=levels, persisted_sqn=ledger.persisted_sqn)
         versioned = self._write_manifest(manifests, dest, tuple(descriptors), ledger_state)
-        deleted = collect_as_writer(dest, versioned.manifest.writer_epoch)
+        deleted = collect_as_writer(manifests, versioned.manifest.writer_epoch)
         removed = sum(1 for key in deleted if is_journal_file_key(key) or is_sst_key(key))
         result = BackupReport(
             destination=dest.url,

@@ -16,6 +16,12 @@ registered snapshot older than the change and no live checkpoint can still read 
 as long each time (up to a minute). Owners never wait on a clerk (all messages here are tells), so a
 clerk and its owner cannot deadlock.
 
+A confirmed clerk hands its file to the writer's batched deleter
+(:mod:`inkpen.actors.kernel.deleter`), which deletes the files of several clerks in one request,
+and stays in ``delete_pending`` until it hears how its own key's delete ended: gone, and the clerk
+stops; failed, and it asks its owner again later, waiting twice as long each time (without a
+deleter it deletes the file itself).
+
 Messages a clerk answers are private to this module; owners send them through
 :func:`set_for_delete` and :func:`answer_confirm_delete`. :class:`ConfirmDelete` and
 :class:`FileDeleted` go the other way: they are the owner protocol, handled by the Inker, the
@@ -31,6 +37,7 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import InkpenActor, handles, send
+from inkpen.actors.kernel.deleter import Deleter
 from inkpen.actors.kernel.scheduler import Scheduler
 from inkpen.errors import StoreError
 from inkpen.logs import get_logger
@@ -60,6 +67,13 @@ class ConfirmDelete:
 @dataclass(frozen=True, slots=True)
 class _DeleteConfirmed:
     """To a clerk: delete your file and stop."""
+
+
+@dataclass(frozen=True, slots=True)
+class _DeleteDone:
+    """To a clerk, from the batched deleter: how the delete of your file ended (None: gone)."""
+
+    error: StoreError | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +117,7 @@ class FileClerk(InkpenActor):
         *,
         poll_interval: float,
         owned: bool = True,
+        deleter: Deleter | None = None,
     ) -> None:
         super().__init__()
         self.tables = tables
@@ -115,6 +130,9 @@ class FileClerk(InkpenActor):
         self._change_id = 0
         self._owned = owned
         """False for files of a parent database (clones): they are never deleted from here."""
+        self._deleter = deleter
+        self._deleting = False
+        """The file is with the deleter: polls wait for its outcome."""
 
     @handles(_SetForDelete)
     def _set_for_delete(self, message: _SetForDelete) -> None:
@@ -127,7 +145,7 @@ class FileClerk(InkpenActor):
 
     @handles(_Poll)
     def _poll(self, _: _Poll) -> None:
-        if self.state == "delete_pending":
+        if self.state == "delete_pending" and not self._deleting:
             send(self.owner, ConfirmDelete(self.name, self._change_id, self.actor_ref))
 
     @handles(_DeleteDeferred)
@@ -138,13 +156,33 @@ class FileClerk(InkpenActor):
 
     @handles(_DeleteConfirmed)
     def _confirmed(self, _: _DeleteConfirmed) -> None:
-        if self._owned:
+        if not self._owned:
+            self._gone()
+        elif self._deleter is not None:
+            if not self._deleting:
+                self._deleting = True
+                ref = self.actor_ref
+                self._deleter.delete(self.name, lambda error: send(ref, _DeleteDone(error)))
+        else:
             try:
                 self.tables.delete(self.name)
             except StoreError as exc:
-                log.warning("clerk.delete_failed", kind=self.kind, name=self.name, error=str(exc))
-                self._schedule_poll()
+                self._done(_DeleteDone(exc))
                 return
+            self._gone()
+
+    @handles(_DeleteDone)
+    def _done(self, message: _DeleteDone) -> None:
+        self._deleting = False
+        if message.error is None:
+            self._gone()
+            return
+        log.warning("clerk.delete_failed", kind=self.kind, name=self.name, error=str(message.error))
+        self._next_wait = min(MAX_POLL_INTERVAL, self._next_wait * 2)  # as after a deferral
+        self._schedule_poll()
+
+    def _gone(self) -> None:
+        """The file is deleted (or not this database's to delete): tell the owner, stop."""
         log.debug("clerk.deleted", kind=self.kind, name=self.name)
         send(self.owner, FileDeleted(self.name))
         self.stop()

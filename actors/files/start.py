@@ -61,6 +61,7 @@ def start_clerk(
         ctx.scheduler,
         poll_interval=ctx.options.delete_poll_interval,
         owned=owned,
+        deleter=ctx.deleter,
     )
 
 

@@ -49,11 +49,14 @@ from inkpen.actors.files.start import link_new_journal, write_new_journal
 from inkpen.actors.journal.retention import Judgement, LedgerBodies, file_chunks
 from inkpen.actors.kernel import compute
 from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.read_ahead import journals_ahead
 from inkpen.actors.kernel.views import JournalHandle, SegmentTable, segment_entries
 from inkpen.errors import StoreError
-from inkpen.formats.journal import JournalEntry
+from inkpen.formats.journal import JournalEntry, JournalReader
 from inkpen.formats.keys import LedgerValue
 from inkpen.logs import get_logger
+from inkpen.objectstore.base import is_local
+from inkpen.objectstore.parallel import concurrency
 
 log = get_logger("inkpen.inker")
 
@@ -327,8 +330,8 @@ def reroll_files(
     have written them had the ledger persisted those values then."""
     written = _Written(ctx, owner, ctx.options.journal_file_target_bytes, bodies)
     try:
-        for handle in files:
-            written.rewrite(handle.reader.iter_entries())
+        for reader in _readers(ctx, files):
+            written.rewrite(reader.iter_entries())
     except Exception as exc:
         written.abandon()
         log.warning("journal.reroll_failed", error=str(exc))
@@ -341,6 +344,15 @@ def reroll_files(
         waiting,
         bytes_before=sum(h.descriptor.size for h in files),
     )
+
+
+def _readers(ctx: EngineContext, files: Sequence[JournalHandle]) -> Iterable[JournalReader]:
+    """Readers of ``files`` to read from start to end, in order: their own, or, where reads
+    are round trips, readers over each file read whole while the next ones are fetched
+    (:func:`~inkpen.actors.kernel.read_ahead.journals_ahead`)."""
+    if is_local(ctx.store):
+        return (h.reader for h in files)
+    return journals_ahead(ctx.tables, [h.descriptor for h in files])
 
 
 class InkerClerk(InkpenActor):
@@ -412,14 +424,16 @@ class InkerClerk(InkpenActor):
             trim_through=self.ctx.keeper.latest.manifest.ledger.persisted_sqn,
         )
         rng = random.Random()
-        scores = {h.name: judgement.score(h.reader, rng) for h in files}
+        limit = concurrency(self.ctx.store)
+        found = judgement.scores([h.reader for h in files], rng, limit=limit)
+        scores = {h.name: score for h, score in zip(files, found, strict=True)}
         run = judgement.choose([scores[h.name] for h in files])
         log.debug("journal.compaction_scored", files=len(files), run=run)
         if run is None:
             return CompactionReport(scores=scores), (), ()
         chosen = files[run[0] : run[0] + run[1]]
         counts = judgement.counts
-        survivors = judgement.survivors(h.reader for h in chosen)
+        survivors = judgement.survivors(_readers(self.ctx, chosen))
         handles = write_journal_files(
             self.ctx, self.inker, survivors, options.journal_file_target_bytes
         )

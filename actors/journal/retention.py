@@ -67,6 +67,7 @@ from inkpen.formats.keys import (
     index_key,
     reverse_key,
 )
+from inkpen.objectstore.parallel import run_bounded
 
 if TYPE_CHECKING:
     from inkpen.options import Options
@@ -290,6 +291,17 @@ class Judgement:
             kept += k
             total += t
         return 100.0 * kept / total if total else 100.0
+
+    def scores(
+        self, readers: Sequence[JournalReader], rng: random.Random, *, limit: int
+    ) -> list[float]:
+        """:meth:`score` of each of ``readers``, up to ``limit`` files sampled at once (each
+        with a random generator of its own, seeded from ``rng``): a file's sample reads its
+        blocks one after another, the files need not wait for each other."""
+        seeded = [(reader, rng.getrandbits(64)) for reader in readers]
+        return run_bounded(
+            lambda pair: self.score(pair[0], random.Random(pair[1])), seeded, limit=limit
+        )
 
     def choose(self, scores: Sequence[float]) -> tuple[int, int] | None:
         """(start, length) of the run of files to rewrite, or None."""

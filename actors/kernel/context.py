@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from inkpen.actors.kernel.deleter import Deleter
 from inkpen.actors.kernel.in_flight import InFlight
 from inkpen.actors.kernel.keeper import ManifestKeeper
 from inkpen.actors.kernel.meter import Meter
@@ -42,6 +43,9 @@ class EngineContext:
     """What the handle and the owners count (``Bookie.metrics()``)."""
     applied: Applied = field(default_factory=Applied)
     """The last SQN the Bookie actor applied, which tails of the writer's feed wait on."""
+    deleter: Deleter | None = None
+    """Sends the file clerks' deletes in batches (closed with the engine); None: each clerk
+    deletes its own file."""
 
     def halt(self, error: InkpenError) -> None:
         """This writer writes no more (fenced, stopped by a store failure, a lost ledger file,
@@ -49,6 +53,12 @@ class EngineContext:
         first one given), and the ledger waits of flush and close wake up to see why."""
         self.throttle.halt(error)
         self.ledger_room.set()
+
+    def close_deleter(self, *, send: bool = True) -> None:
+        """Send the deletes the clerks handed over (``send``; else drop them, as a crash would)
+        and stop the deleter's thread."""
+        if self.deleter is not None:
+            self.deleter.close(send=send)
 
     def now_ms(self) -> int:
         return int(self.options.clock() * 1000)

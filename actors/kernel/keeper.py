@@ -48,6 +48,7 @@ from inkpen.logs import get_logger
 from inkpen.manifest.model import Manifest, VersionedManifest
 from inkpen.manifest.store import ManifestStore
 from inkpen.manifest.table_store import TableStore
+from inkpen.objectstore.parallel import concurrency, run_bounded
 
 log = get_logger("inkpen.manifest")
 
@@ -164,9 +165,12 @@ class ManifestKeeper:
 
     def _check_present(self, names: Iterable[str], reason: str) -> None:
         """Raise unless every one of ``names`` is on the store (see the module docstring)."""
-        tables = TableStore(self.manifests.store)
-        for name in names:
-            if not tables.exists(name):
+        store = self.manifests.store
+        tables = TableStore(store)
+        wanted = list(names)
+        found = run_bounded(tables.exists, wanted, limit=concurrency(store))  # heads at once
+        for name, present in zip(wanted, found, strict=True):
+            if not present:
                 log.error("manifest.commit_file_missing", reason=reason, name=name)
                 self.refresh()  # a newer writer's GC: FencedError
                 raise StoreError(

@@ -40,6 +40,7 @@ from inkpen.actors.base import InkpenActor, handles, send, stop
 from inkpen.actors.files.start import write_new_sst
 from inkpen.actors.kernel import compute
 from inkpen.actors.kernel.context import EngineContext
+from inkpen.actors.kernel.read_ahead import ReadAheadHost
 from inkpen.actors.kernel.views import LedgerView, SstHandle
 from inkpen.errors import NotFoundError
 from inkpen.formats.sst import SstInfo, SstShape
@@ -47,6 +48,7 @@ from inkpen.logs import get_logger
 from inkpen.manifest.merge_policy import LeveledMergePolicy, MergeJob, MergePolicy
 from inkpen.manifest.model import SstDescriptor
 from inkpen.manifest.table_store import TableStore
+from inkpen.objectstore.base import is_local
 from inkpen.options import Options
 
 log = get_logger("inkpen.penciller")
@@ -75,13 +77,16 @@ def run_merge(
     """One merge job through the compute pool (:func:`~inkpen.actors.kernel.compute.merge`),
     ``host`` reading its inputs and storing its outputs: the sources newest first, the targets
     put in key order; an input that is a file of a local directory is read by the worker itself
-    (:meth:`TableStore.local_path`). A merge that fails has ``host`` drop what it stored
-    (``host.restart``) before the error goes on. The writer's clerk and the compactor both
-    merge through here."""
+    (:meth:`TableStore.local_path`); where reads are round trips, each input's next run is
+    fetched while one is merged (:class:`~inkpen.actors.kernel.read_ahead.ReadAheadHost`). A
+    merge that fails has ``host`` drop what it stored (``host.restart``) before the error goes
+    on. The writer's clerk and the compactor both merge through here."""
 
     def source(d: SstDescriptor) -> compute.SstSource:
         return d.name, d.root, d.size, d.sqn_base, tables.local_path(d.name, root=d.root)
 
+    if not is_local(tables.store):  # each input's next run is on its way as one is merged
+        host = ReadAheadHost(host, {(d.name, d.root): d.size for d in (*sources, *targets)})
     try:
         compute.merge(
             options.compute_workers,

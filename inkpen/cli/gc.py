@@ -23,6 +23,7 @@ from inkpen.operations import remove_descriptor
 from . import render
 from .data_sets import each_shard, shard_option, target
 from .durations import Duration
+from .failures import CommandFailed
 from .progress import progress
 from .targets import database, holds_nothing
 
@@ -40,7 +41,19 @@ def report_document(report: GcReport) -> dict[str, Any]:
         "expired_checkpoints": list(report.plan.expired_checkpoints),
         "destroyed": report.destroyed,
         "detached": report.detached,
+        "failed": dict(report.failed),
     }
+
+
+def _require_all_deleted(reports: list[GcReport | None]) -> None:
+    """Exit 1 when a pass could not delete some of what it planned (run it again)."""
+    failed = sorted(key for report in reports if report is not None for key in report.failed)
+    if failed:
+        shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        raise CommandFailed(
+            f"{len(failed)} object(s) could not be deleted ({shown}); the store refused or did "
+            "not answer: run inkpen gc again"
+        )
 
 
 @click.command()
@@ -108,6 +121,7 @@ def gc(
         if as_json:
             documents = [None if r is None else report_document(r) for r in reports]
             render.echo_json({"url": url, "shards": documents, "data_set_removed": removed})
+            _require_all_deleted(reports)
             return
         for index, found in enumerate(reports):
             if found is None:
@@ -116,13 +130,16 @@ def gc(
                 click.echo("\n".join(_lines(found, prefix=f"shard {index}: ", indent="  ")))
         if removed:
             click.echo(f"the destroyed data set {url} is removed: every shard and its descriptor")
+        _require_all_deleted(reports)
         return
     with database(chosen.url, live=False) as manifests, progress("gc", f"collecting {url}"):
         report = run_gc(manifests.store, options=options, dry_run=dry_run)
     if as_json:
         render.echo_json(report_document(report))
+        _require_all_deleted([report])
         return
     click.echo("\n".join(_lines(report)))
+    _require_all_deleted([report])
 
 
 def _lines(report: GcReport, *, prefix: str = "", indent: str = "") -> list[str]:
@@ -144,7 +161,7 @@ def _lines(report: GcReport, *, prefix: str = "", indent: str = "") -> list[str]
     ]
     if report.dropped_checkpoints:
         lines.append(f"{indent}dropped expired checkpoints {', '.join(report.dropped_checkpoints)}")
-    if report.destroyed:
+    if report.destroyed and not report.failed:
         lines.append(f"{indent}the database was destroyed and is now removed")
     if report.detached:
         lines.append(f"{indent}the clone no longer needs its parent and was detached from it")

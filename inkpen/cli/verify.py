@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +44,7 @@ from inkpen.manifest.paths import (
 )
 from inkpen.manifest.store import ManifestStore, require_live
 from inkpen.manifest.table_store import TableStore
+from inkpen.objectstore.parallel import concurrency, run_bounded
 
 from . import render
 from .checks import Kind, Outcome, Status, Target, check
@@ -56,7 +56,8 @@ from .progress import progress
 from .targets import existing_store, latest_manifest, require_database
 from .verify_report import summary, text_lines
 
-CHECK_WORKERS = 8
+CHECK_BYTES = 256 * 1024 * 1024
+"""Bytes of objects verify reads at once at most (each is read whole; one alone may be larger)."""
 PIN_LIFETIME = 600.0
 
 
@@ -170,22 +171,28 @@ def _settle(outcome: Outcome, holders: set[str], manifests: ManifestStore) -> Ou
 
 
 def run_checks(manifests: ManifestStore, plan: Plan) -> list[Outcome]:
-    """Check every planned object in parallel, with progress."""
+    """Check every planned object, up to the store's concurrency at once and at most
+    :data:`CHECK_BYTES` of them (by size) read at once, with progress."""
     resolver = StoreResolver(manifests.store)
     tables = TableStore(manifests.store, resolver=resolver)
     outcomes: list[Outcome] = []
     total = sum(t.size for t in plan.targets.values())
     try:
-        with (
-            progress("verify", f"verifying {manifests.url}", total=total, unit="bytes") as bar,
-            ThreadPoolExecutor(max_workers=CHECK_WORKERS) as pool,
-        ):
-            futures = {pool.submit(check, tables, t): where for where, t in plan.targets.items()}
-            for future in as_completed(futures):
-                where = futures[future]
-                outcome = _settle(future.result(), plan.holders[where], manifests)
+        with progress("verify", f"verifying {manifests.url}", total=total, unit="bytes") as bar:
+
+            def done(where: tuple[str | None, str], found: Outcome) -> None:
+                outcome = _settle(found, plan.holders[where], manifests)
                 outcomes.append(outcome)
                 bar.advance(outcome.target.size)
+
+            run_bounded(
+                lambda where: check(tables, plan.targets[where]),
+                list(plan.targets),
+                limit=concurrency(manifests.store),
+                weigh=lambda where: plan.targets[where].size,
+                max_bytes=CHECK_BYTES,
+                done=done,
+            )
     finally:
         resolver.close()
     return sorted(outcomes, key=lambda o: (list(Kind).index(o.target.kind), o.target.name))

@@ -104,11 +104,12 @@ class HookedStore(FaultyStore):
         self, prefix: str = "", *, token: str | None = None, limit: int = DEFAULT_PAGE_SIZE
     ) -> ListPage:
         page = super().list_page(prefix, token=token, limit=limit)
-        if token is None:
-            with self._lock_hooks:
-                due = [h for h in self._after_list if h[0] == prefix]
-                self._after_list = [h for h in self._after_list if h[0] != prefix]
-            for _, hook in due:
-                self.fired.append(prefix)
-                hook()
+        # The first page asked for once a hook is set, whatever token it starts after (a
+        # listing of segments starts after the last rolled one).
+        with self._lock_hooks:
+            due = [h for h in self._after_list if h[0] == prefix]
+            self._after_list = [h for h in self._after_list if h[0] != prefix]
+        for _, hook in due:
+            self.fired.append(prefix)
+            hook()
         return page

@@ -34,12 +34,13 @@ import random
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from inkpen.objectstore import ObjectStore, open_store
+from inkpen.objectstore.base import DeleteResult
 from inkpen.objectstore.counting import CountingStore
 
 _T = TypeVar("_T")
@@ -117,8 +118,8 @@ class Trigger:
 
 class KillSwitch(CountingStore):
     """A store that dies with its process at the trigger's write: every call that writes
-    (``put``, ``put_if_absent``, ``delete``, ``copy``) is counted here, whatever the counting
-    store under it does."""
+    (``put``, ``put_if_absent``, ``delete``, ``delete_many``, ``copy``) is counted here, whatever
+    the counting store under it does."""
 
     def __init__(self, inner: ObjectStore, trigger: Trigger) -> None:
         super().__init__(inner)
@@ -143,6 +144,9 @@ class KillSwitch(CountingStore):
 
     def delete(self, key: str) -> None:
         self._write(lambda: super(KillSwitch, self).delete(key))
+
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        return self._write(lambda: super(KillSwitch, self).delete_many(keys))
 
     def copy(self, src_key: str, dest_key: str, *, source: ObjectStore | None = None) -> None:
         self._write(lambda: super(KillSwitch, self).copy(src_key, dest_key, source=source))
