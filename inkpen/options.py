@@ -79,8 +79,9 @@ class Options:
         ``segments_in_flight``: how many segment writes may be in flight at once (1 to 32);
         batches keep being taken and written while earlier segments are on their way, and each
         put is acknowledged once its segment and every earlier one are durable, in SQN order.
-        By default (None) 1 on a local directory or in memory and 8 on an object store, where a
-        write is a round trip (DESIGN.md section 7, "The life of a put").
+        By default (None) 2 on a local directory or in memory (the next segment is encoded while
+        the last is fsynced) and 8 on an object store, where a write is a round trip (DESIGN.md
+        section 7, "The life of a put").
         ``put_timeout``: the longest a put
         or delete waits for its segment to be acknowledged by the store; past it the call raises
         ``StoreError`` (``definite=False``: the write may still land, as the Inker goes on

@@ -67,13 +67,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import queue
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_for_futures
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict
 
@@ -305,6 +305,56 @@ class _Unsettled:
     """How many segments were unsettled."""
 
 
+class _Writers:
+    """The Inker's writing pool: ``count`` daemon threads, started with the Inker (a writer's
+    threads are all there once it is open, and none holds up the interpreter's exit), each
+    running segment writes as they are handed over."""
+
+    def __init__(self, count: int) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
+        self._idle = threading.Condition()
+        self._pending = 0
+        self._shut = False
+        self._threads = [
+            threading.Thread(target=self._run, name=f"inkpen-segments-{i}", daemon=True)
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, job: Callable[[], object]) -> bool:
+        """Run ``job`` on a free thread; False once the pool is shut (nothing runs)."""
+        with self._idle:
+            if self._shut:
+                return False
+            self._pending += 1
+        self._jobs.put(job)
+        return True
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except Exception as exc:  # a job reports its own outcome; never lose a thread
+                log.error("inker.writer_job_failed", error=repr(exc))
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def shutdown(self, *, timeout: float) -> bool:
+        """Take no more jobs, wait up to ``timeout`` seconds for those handed over to end, then
+        let the threads go; answers whether they all ended."""
+        with self._idle:
+            first = not self._shut
+            self._shut = True
+            ended = self._idle.wait_for(lambda: self._pending == 0, timeout)
+        if first:
+            for _ in self._threads:
+                self._jobs.put(None)
+        return ended
+
+
 class InkerStats(TypedDict):
     """The Inker's part of :class:`inkpen.Stats`."""
 
@@ -400,11 +450,7 @@ class Inker(FileOwner):
         """A write of the window failed: nothing is issued until the window is resolved."""
         self.closed = False
         self._flush_timer = False
-        self.pool = ThreadPoolExecutor(
-            max_workers=segments_in_flight, thread_name_prefix="inkpen-segments"
-        )
-        self._running: set[Future[None]] = set()
-        self._running_lock = threading.Lock()
+        self.pool = _Writers(segments_in_flight)
         self.files: dict[str, JournalHandle] = {}
         self.segments: list[SegmentTable] = []
         self.bookie: pykka.ActorRef[Any] | None = None
@@ -619,20 +665,10 @@ class Inker(FileOwner):
                 error = StoreError(f"writing a journal segment raised {exc!r}", definite=False)
             send(ref, _Written(flight, slot, error, settle))
 
-        try:
-            future = self.pool.submit(write)
-        except RuntimeError as exc:  # the pool is shut: the Inker is closing
+        if not self.pool.submit(write):  # the pool is shut: the Inker is closing
             flight.writing = False
-            flight.error = UsageError(f"this Bookie is closed ({exc})")
+            flight.error = UsageError("this Bookie is closed")
             self.failing = True
-            return
-        with self._running_lock:
-            self._running.add(future)
-        future.add_done_callback(self._forget_running)
-
-    def _forget_running(self, future: Future[None]) -> None:
-        with self._running_lock:
-            self._running.discard(future)
 
     @handles(_Written)
     def _written(self, message: _Written) -> None:
@@ -1423,6 +1459,11 @@ class Inker(FileOwner):
             "journal_pending_deletes": len(self.pending_deletes),
         }
 
+    def on_stop(self) -> None:
+        """The actor stops (after its shutdown, or when a failed start-up stops it): the writing
+        threads go once their writes end."""
+        self.pool.shutdown(timeout=0)
+
     @handles(_Shutdown)
     def _shutdown(self, _: _Shutdown) -> None:
         stopped = self.stopped or UsageError("this Bookie is closed")
@@ -1440,11 +1481,8 @@ class Inker(FileOwner):
                 )
             )
         self.flights.clear()
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        with self._running_lock:
-            running = set(self._running)
-        if running:  # what lands, lands now, not under a writer opened after this one
-            wait_for_futures(running, timeout=SHUTDOWN_WAIT)
+        # What lands, lands now, not under a writer opened after this one.
+        self.pool.shutdown(timeout=SHUTDOWN_WAIT)
         for handle in self.files.values():
             stop(handle.clerk)
         self.files.clear()

@@ -49,7 +49,7 @@ OBJECT_STORE_BATCH_BYTES = 4 * 1024 * 1024
 """A batch's bytes by default on an object store, where a segment is one request."""
 
 
-LOCAL_SEGMENTS_IN_FLIGHT = 1
+LOCAL_SEGMENTS_IN_FLIGHT = 2
 """Segment writes in flight by default on a local directory (or in memory)."""
 OBJECT_STORE_SEGMENTS_IN_FLIGHT = 8
 """Segment writes in flight by default on an object store, where each is a round trip."""
