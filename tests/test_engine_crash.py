@@ -144,7 +144,7 @@ def run_tearing(
             str(TEARING_WRITER),
             url,
             str(seed),
-            "16",
+            "48",
             str(in_flight),
             str(tear_after),
         ],

@@ -1,7 +1,8 @@
 """A writer for the torn-tail crash test: several segment writes in flight, the first of them
 never lands, the later ones do, and then the process kills itself with SIGKILL.
 
-Run as ``python tearing_writer.py URL SEED THREADS IN_FLIGHT TEAR_AFTER``. It opens the database
+Run as ``python tearing_writer.py URL SEED THREADS IN_FLIGHT TEAR_AFTER`` (``THREADS`` above
+``10 * IN_FLIGHT``). It opens the database
 with ``segments_in_flight=IN_FLIGHT`` and writes as :mod:`crash_writer` does (fresh keys, every
 fifth round its thread's hot key), printing ``ack <key> <value>`` for each put that returns. After
 ``TEAR_AFTER`` segment writes, the next one (slot ``g``, printed as ``tear <g>``) waits for good;
@@ -32,8 +33,11 @@ SMALL = {
     "roll_segments": 16,
     "journal_file_target_bytes": 16384,
     "gc_min_age": 0.0,
+    "max_batch_bytes": 1024,
 }
-"""As :mod:`crash_writer`'s: flushes, merges and rolls are frequent."""
+"""As :mod:`crash_writer`'s: flushes, merges and rolls are frequent. A batch takes at most ten
+puts, so with more than ten threads a slot, the segments in flight hold up only some of them
+and the others' puts fill every slot after the torn one."""
 
 out = threading.Lock()
 
