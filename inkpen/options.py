@@ -32,6 +32,9 @@ Compaction = Literal["internal", "external"]
 KiB = 1024
 MiB = 1024 * KiB
 
+MAX_SEGMENTS_IN_FLIGHT = 32
+"""The most journal segment writes a writer may keep in flight (option ``segments_in_flight``)."""
+
 MAX_OPERATOR_NAME = 200
 """Longest merge operator name, in characters."""
 
@@ -79,6 +82,12 @@ class Options:
         written at once when it reaches ``max_batch_bytes``: by default (None) 32 MiB on a local
         directory or in memory, so that several large values share one segment and one fsync
         (group commit by bytes), and 4 MiB on an object store, where a segment is one request.
+        ``segments_in_flight``: how many segment writes may be in flight at once (1 to 32);
+        batches keep being taken and written while earlier segments are on their way, and each
+        put is acknowledged once its segment and every earlier one are durable, in SQN order.
+        By default (None) 2 on a local directory or in memory (the next segment is encoded while
+        the last is fsynced) and 8 on an object store, where a write is a round trip (DESIGN.md
+        section 7, "The life of a put").
         ``put_timeout``: the longest a put
         or delete waits for its segment to be acknowledged by the store; past it the call raises
         ``StoreError`` (``definite=False``: the write may still land, as the Inker goes on
@@ -220,6 +229,7 @@ class Options:
     flush_policy: FlushPolicy = "idle"
     flush_interval: float = 0.010
     max_batch_bytes: int | None = None
+    segments_in_flight: int | None = None
     put_timeout: float | None = None
 
     ledger_cache_entries: int = 2500
@@ -318,6 +328,15 @@ class Options:
                     f"option max_batch_bytes must be an int or None, got {self.max_batch_bytes!r}"
                 )
             _check_range("max_batch_bytes", self.max_batch_bytes, 1 * KiB, 1024 * MiB)
+        if self.segments_in_flight is not None:
+            if not isinstance(self.segments_in_flight, int) or isinstance(
+                self.segments_in_flight, bool
+            ):
+                raise UsageError(
+                    "option segments_in_flight must be an int or None, got "
+                    f"{self.segments_in_flight!r}"
+                )
+            _check_range("segments_in_flight", self.segments_in_flight, 1, MAX_SEGMENTS_IN_FLIGHT)
         int_limits: dict[str, tuple[int, int]] = {
             "ledger_cache_entries": (1, 10_000_000),
             "l0_cache_entries": (1, 10_000_000),

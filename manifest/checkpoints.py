@@ -70,7 +70,7 @@ from inkpen.checks import (
 from inkpen.errors import InkpenError, NotFoundError, StoreError, UsageError
 from inkpen.logs import get_logger
 
-from .fencing import scan_segments, settle_missing
+from .fencing import judge_tail, scan_segments, settle_missing
 from .model import CHECKPOINT_KIND, KIND_READER, Checkpoint, Manifest, VersionedManifest
 from .store import ManifestStore, require_live
 
@@ -192,17 +192,21 @@ def ensure_checkpoint(
             # A segment GC removes meanwhile was already rolled into this manifest.
             # A segment missing below a later one or below next_segment is damage, unless a
             # newer manifest rolled it (then this CAS fails and the next attempt lists again).
+            # A writer's segments in flight may leave gaps at the tail (a torn tail, judged by
+            # the durable floors the segments record): the window ends at the first of them.
             journal = manifest.journal
-            scan = scan_segments(
-                manifest_store.store,
-                journal.last_rolled_segment,
-                next_segment=journal.next_segment,
+            store = manifest_store.store
+            scan = judge_tail(
+                store,
+                scan_segments(
+                    store, journal.last_rolled_segment, next_segment=journal.next_segment
+                ),
             )
             if scan.missing:
                 latest = manifest_store.latest()
                 if latest is None or latest.id == versioned.id:
                     settle_missing(url, scan, allow=allow_missing_segments)
-            segment_floor = scan.last + 1 if scan.refs else None
+            segment_floor = scan.end if scan.refs else None
         if source is not None:
             origin = _require_checkpoint(versioned, source, url)
             if not origin.is_live(when):

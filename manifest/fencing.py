@@ -1,15 +1,21 @@
 """Writer epochs and fencing: how a new writer takes a database over and stops every older one.
 
-Journal segments (``journal/<id>.jnl``) are written with create-if-absent at contiguous ids, one
-at a time, and each records the epoch of its writer (in user metadata ``writer-epoch`` and in its
-header). A writer claims the database in three steps:
+Journal segments (``journal/<id>.jnl``) are written with create-if-absent, and each records the
+epoch of its writer (in user metadata ``writer-epoch`` and in its header) and its **durable
+floor** (user metadata ``durable-floor``): the id through which every segment was durable when
+its writer issued it. A writer keeps up to ``segments_in_flight`` (k) segment writes in flight:
+it issues slot ``n`` only while ``n <= floor + k``, and acknowledges a segment only once it and
+every lower one are durable, in id order, which is SQN order. A writer claims the database in
+three steps:
 
 1. **Bump the epoch.** A CAS manifest update sets ``writer_epoch = E`` (one above the stored
-   epoch), drops the checkpoints of earlier writers and adds a writer checkpoint for epoch ``E``
-   pinning the manifest it writes.
-2. **Fence the journal.** List the segments after ``last_rolled_segment``, take the first free id
-   (the end of the contiguous run, and no lower than ``journal.next_segment``) and create an empty
-   segment of epoch ``E`` there. If the slot is taken, the four outcomes of a fence write are:
+   epoch), drops the checkpoints of earlier writers, adds a writer checkpoint for epoch ``E``
+   pinning the manifest it writes, and raises the manifest's ``segments_in_flight`` (the most
+   writes any writer kept in flight; it never goes down) to the claimant's k.
+2. **Fence the journal.** List the segments after ``last_rolled_segment`` and judge the tail
+   (below); take the first slot of a torn tail, or else the first id after the highest segment
+   (never below ``journal.next_segment``), and create an empty segment of epoch ``E`` there. If
+   the slot is taken, the four outcomes of a fence write are:
 
    ========================  =================================================================
    the create succeeds       every older writer is fenced: its next segment write lands on an
@@ -28,26 +34,62 @@ fence. **Reader rule:** walking segment ids upwards, a segment whose epoch is lo
 of any earlier segment is rejected, never replayed: it was written by a writer that had already
 been fenced.
 
+**Torn tails and missing segments.** With k writes in flight a crash can leave gaps at the end of
+the journal: slot ``g`` never landed while ``g + 1`` did. No segment above ``g`` was acknowledged
+then (that needs ``g`` durable), and each of them records a floor below ``g`` (it was issued
+before ``g`` was durable). So :func:`judge_tail` reads the floors of the segments above the first
+gap and tells the two apart:
+
+- an id below the manifest's ``next_segment`` that is absent is **damage** (the manifest records
+  those as written);
+- the **torn tail** starts at the lowest absent id ``g >= next_segment`` that no segment above it
+  records as durable (no floor ``>= g``); every segment above ``g`` is unacknowledged, and is
+  never replayed: the fence goes into ``g``, and the reader rule rejects everything above it;
+- any other absent id is **damage**: a later segment records that it was durable, so it may have
+  held acknowledged writes (and newer values of keys an older segment holds too).
+
+A segment that records no floor (written before floors were, or whose metadata a store or copy
+dropped) counts as issued once every lower segment was durable (floor ``id - 1``): a gap below it
+is damage, as it always was, and a lost floor can make a torn tail read as damage (refused, with
+``allow_missing_segments`` as the way on), never damage read as a torn tail. The floor is
+metadata, not a header field, so the journal format is unchanged (older readers ignore it, and
+the header's checks cover what they did), the write carries it at no cost, and it is read only
+when there is a gap: one HEAD per segment above the first gap (the claim HEADs the segments it
+replays for their epochs anyway). :func:`scan_segments` lists every segment after
+``last_rolled_segment`` without stopping at a gap and names the missing ids; :func:`judge_tail`
+judges them; :func:`settle_missing` raises a :class:`CorruptionError` naming the damaged ones,
+or, when the operator allowed it (``allow_missing_segments``), logs ``journal.segments_missing``
+and lets the caller go on with what is left. A writer that claims a database with missing
+segments allowed fences above the highest segment present (or at a torn tail), so none of the
+remaining segments is rejected. Whoever reads the tail judges it the same way: a checkpoint made
+beside a live writer ends its window at the first gap of a torn tail (the writer's writes in
+flight leave exactly such gaps), ``inkpen verify`` and ``inkpen info`` report only damage, and a
+following Reader stops at the first absent slot (it lands, or the next writer fences it).
+
+**A fenced writer's writes in flight.** When a new writer fences slot ``f``, an older one may
+still have writes in flight; its floor is below ``f``, so they land at most
+``segments_in_flight - 1`` slots above ``f`` (the manifest's bound before the claim,
+:attr:`WriterClaim.older_in_flight`). Up to that slot (:attr:`WriterClaim.sequential_until`) the
+new writer writes one segment at a time and steps over a slot holding an older epoch
+(:class:`OlderSlot`; the same bytes go into the next slot): the reader rule rejects such a
+segment. Past it an older epoch in a slot is a bug. A writer cannot step over with several
+writes in flight: the later ones were built on the earlier one's SQNs, so it would leave a later
+segment below an earlier one.
+
 Invariants:
 
-- segment ids are contiguous from 1 (a writer writes id ``n + 1`` only after ``n`` exists);
+- a writer issues slot ``n`` only while every slot up to ``n - k`` is durable (it records that
+  floor), and acknowledges a segment only once every slot up to it holds a durable segment of
+  its own (or, up to ``sequential_until``, an older epoch's it stepped over);
 - the epochs of accepted segments never decrease along the ids;
-- a fenced writer learns of it no later than its next segment write (the slot it wants holds a
-  newer writer's fence or data) or its next manifest update (the manifest holds a newer epoch);
-- with writers that write one segment at a time, the slot right after the last segment of any
-  epoch holds a newer writer's fence. GC therefore keeps fence segments: deleting one would let a
-  stalled writer write into the freed slot and acknowledge writes nobody will replay.
-
-**Missing segments.** Because ids are contiguous, an id after ``last_rolled_segment`` that is
-absent while a higher segment exists, or that lies below the manifest's ``next_segment``, is
-damage: the segment held acknowledged writes (and possibly newer values of keys an older segment
-also holds). :func:`scan_segments` lists every segment after ``last_rolled_segment`` without
-stopping at a gap and names the missing ids; :func:`settle_missing` raises a
-:class:`CorruptionError` naming them, or, when the operator allowed it
-(``allow_missing_segments``), logs ``journal.segments_missing`` and lets the caller go on with
-what is left. Only the tail may legitimately be short: a write in flight at a crash never landed,
-and nothing was written above it. A writer that claims a database with missing segments allowed
-fences above the highest segment present, so none of the remaining segments is rejected.
+- every segment a writer acknowledged is accepted: to acknowledge past a newer fence it would
+  have had to write the fence's slot;
+- a fenced writer learns of it no later than its next segment write to land (the slot it wants
+  holds a newer writer's fence or data) or its next manifest update (the manifest holds a newer
+  epoch);
+- a newer writer's fence lies in the first slot after everything its predecessors acknowledged
+  (the first gap, or the end, of their tail). GC therefore keeps fence segments: deleting one
+  would let a stalled writer write into the freed slot and acknowledge writes nobody will replay.
 """
 
 from __future__ import annotations
@@ -88,16 +130,36 @@ log = get_logger("inkpen.manifest")
 
 EPOCH_METADATA = "writer-epoch"
 """User-metadata key under which a segment records its writer's epoch."""
+FLOOR_METADATA = "durable-floor"
+"""User-metadata key under which a segment records its durable floor: the id through which
+every segment was durable when its writer issued it (see the module docstring)."""
 _RESOLVE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
 class SegmentRef:
-    """One journal segment seen in a listing: its id, size and (once read) its writer's epoch."""
+    """One journal segment seen in a listing: its id, size and (once read) its writer's epoch and
+    durable floor (None when not read, or not recorded: :attr:`floor` then says ``id - 1``)."""
 
     id: int
     size: int
     writer_epoch: int | None = None
+    durable_floor: int | None = None
+
+    @property
+    def floor(self) -> int:
+        """The recorded durable floor, or ``id - 1`` when none is known (a segment written
+        before floors were recorded was issued only once every lower one was durable)."""
+        return self.id - 1 if self.durable_floor is None else self.durable_floor
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentStamp:
+    """What a segment records of its writing: the writer's epoch and its durable floor (None
+    when the segment records none: written before floors were, or its metadata was lost)."""
+
+    writer_epoch: int
+    durable_floor: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +171,7 @@ class WriterClaim:
     and ``segments`` the accepted segments in ``(last_rolled_segment, fence_segment)`` that it
     must replay, each with its epoch. ``missing`` are the segment ids found missing there (only
     ever non-empty when the claim was made with ``allow_missing_segments``).
+    :attr:`sequential_until` is the last slot older writers' writes in flight may still take.
     """
 
     epoch: int
@@ -116,11 +179,20 @@ class WriterClaim:
     fence_segment: int
     segments: tuple[SegmentRef, ...]
     missing: tuple[int, ...] = ()
+    older_in_flight: int = 1
+    """The most segment writes any older writer kept in flight (the manifest's
+    ``segments_in_flight`` before this claim): how far above the fence their writes may land."""
 
     @property
     def next_segment(self) -> int:
         """The id of the first segment this writer writes after its fence."""
         return self.fence_segment + 1
+
+    @property
+    def sequential_until(self) -> int:
+        """The highest slot a fenced writer's write still in flight may land in: up to it, this
+        writer writes one segment at a time and steps over a slot an older epoch took."""
+        return self.fence_segment + self.older_in_flight - 1
 
     @property
     def writer_checkpoint(self) -> str | None:
@@ -145,24 +217,42 @@ def segment_epoch(store: ObjectStore, segment_id: int) -> int | None:
     Reads the ``writer-epoch`` metadata and falls back to the segment's header when the metadata
     is missing (a store that dropped it, or a copy).
     """
+    stamp = segment_stamp(store, segment_id)
+    return None if stamp is None else stamp.writer_epoch
+
+
+def _metadata_int(metadata: dict[str, str], name: str) -> int | None:
+    recorded = metadata.get(name)
+    if recorded is None:
+        return None
+    try:
+        return int(recorded)
+    except ValueError:
+        return None
+
+
+def segment_stamp(store: ObjectStore, segment_id: int) -> SegmentStamp | None:
+    """The writer epoch and durable floor segment ``segment_id`` records (one HEAD); None when
+    the slot is empty. The epoch falls back to the segment's header when the metadata is missing
+    (a store that dropped it, or a copy); the floor has no fallback (None: see
+    :attr:`SegmentRef.floor`)."""
     key = segment_key(segment_id)
     try:
         info = store.head(key)
     except NotFoundError:
         return None
-    recorded = info.metadata.get(EPOCH_METADATA)
-    if recorded is not None:
-        try:
-            return int(recorded)
-        except ValueError:
-            pass
+    metadata = dict(info.metadata)
+    floor = _metadata_int(metadata, FLOOR_METADATA)
+    epoch = _metadata_int(metadata, EPOCH_METADATA)
+    if epoch is not None:
+        return SegmentStamp(epoch, floor)
     try:
         head = store.get_range(key, 0, HEADER_SIZE)
     except NotFoundError:
         return None
     if len(head) < HEADER_SIZE:
         raise CorruptionError(key, f"segment is {len(head)} bytes, shorter than a journal header")
-    return read_header(head, key).writer_epoch
+    return SegmentStamp(read_header(head, key).writer_epoch, floor)
 
 
 def _fenced(segment_id: int, found: int, mine: int) -> FencedError:
@@ -171,6 +261,19 @@ def _fenced(segment_id: int, found: int, mine: int) -> FencedError:
         f"writer's epoch {mine}: a newer writer has opened the database. Close this handle; "
         "open the database again if this process should write"
     )
+
+
+class OlderSlot(InkpenError):
+    """A slot the writer wanted holds a segment of an older epoch: a fenced writer's write that
+    was still in flight when this writer claimed the database landed there. The reader rule
+    rejects it (an older epoch after this writer's fence); a writer steps over it to the next
+    slot only where its claim says such writes may land (``WriterClaim.sequential_until``), and
+    elsewhere it is a bug."""
+
+    def __init__(self, message: str, *, segment_id: int, epoch: int) -> None:
+        super().__init__(message)
+        self.segment_id = segment_id
+        self.epoch = epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +290,15 @@ SegmentBytes = bytes | list[bytes]
 pieces, ``put_pieces_if_absent``, writes them without joining them: a local directory)."""
 
 
+def segment_metadata(epoch: int, durable_floor: int | None) -> dict[str, str]:
+    """The user metadata a segment is stored with: its writer's epoch and, when given, its
+    durable floor."""
+    metadata = {EPOCH_METADATA: str(epoch)}
+    if durable_floor is not None:
+        metadata[FLOOR_METADATA] = str(durable_floor)
+    return metadata
+
+
 def _put_segment(
     store: ObjectStore, key: str, data: SegmentBytes, metadata: dict[str, str]
 ) -> None:
@@ -200,7 +312,13 @@ def _put_segment(
 
 
 def _create_segment(
-    store: ObjectStore, segment_id: int, data: SegmentBytes, epoch: int, *, retried: bool = False
+    store: ObjectStore,
+    segment_id: int,
+    data: SegmentBytes,
+    epoch: int,
+    *,
+    retried: bool = False,
+    durable_floor: int | None = None,
 ) -> _Taken | None:
     """Create-if-absent a segment: None when our bytes are there, else what holds the slot.
 
@@ -211,7 +329,7 @@ def _create_segment(
     mean it landed. Gives up with the last store error after a few rounds that settle nothing.
     """
     key = segment_key(segment_id)
-    metadata = {EPOCH_METADATA: str(epoch)}
+    metadata = segment_metadata(epoch, durable_floor)
     uncertain = False
     last_error: StoreError | None = None
     for _ in range(_RESOLVE_ATTEMPTS):
@@ -257,14 +375,17 @@ def write_segment(
     *,
     writer_epoch: int,
     retried: bool = False,
+    durable_floor: int | None = None,
 ) -> None:
     """Create journal segment ``segment_id`` holding ``data`` (whole, or pieces in order) on
-    behalf of ``writer_epoch``, once.
+    behalf of ``writer_epoch``, once, recording ``durable_floor`` (the id through which every
+    segment was durable when the writer issued this one) when given.
 
     The slot is taken with create-if-absent. When it is already occupied, the reader rule judges
     the epoch there against the writer's (:meth:`EpochRule.judge`): a newer epoch raises
-    :class:`FencedError`; an older one, or the writer's own where this write cannot have landed,
-    raises :class:`InkpenError` (the writer's segment ids went wrong). A lost response, or a
+    :class:`FencedError`; an older one raises :class:`OlderSlot`; the writer's own where this
+    write cannot have landed raises :class:`InkpenError` (the writer's segment ids went wrong).
+    A lost response, or a
     write ``retried`` after an unknown outcome, is resolved by reading the slot back (our bytes:
     done; empty: write again; other bytes of our epoch: :class:`InkpenError`, a loss; another
     epoch's: as above); when that cannot be settled, the indefinite :class:`StoreError` is
@@ -272,7 +393,9 @@ def write_segment(
     in: it retries an unknown outcome with the same bytes.
     """
     epoch = _check_epoch_arg(writer_epoch)
-    taken = _create_segment(store, segment_id, data, epoch, retried=retried)
+    taken = _create_segment(
+        store, segment_id, data, epoch, retried=retried, durable_floor=durable_floor
+    )
     if taken is None:
         return
     found = taken.epoch
@@ -289,10 +412,12 @@ def write_segment(
             f"journal segment {segment_id} already holds a segment of this writer's epoch "
             f"{epoch}: the writer used one segment id twice; this is a bug in inkpen"
         )
-    raise InkpenError(
+    raise OlderSlot(
         f"journal segment {segment_id} holds epoch {found}, older than this writer's epoch "
-        f"{epoch}, in a slot after this writer's fence: an older writer wrote past the "
-        "fence, which writers that write one segment at a time never do; this is a bug"
+        f"{epoch}, in a slot after this writer's fence: a fenced writer's write landed there, "
+        "further above the fence than its writes in flight could reach; this is a bug",
+        segment_id=segment_id,
+        epoch=found,
     )
 
 
@@ -312,23 +437,52 @@ class SegmentScan:
 
     ``refs`` are the segments present, in id order, not stopping at a gap. ``missing`` are the
     ids in ``(after, end)`` that are absent, ``end`` being one past the highest segment present
-    or the manifest's ``next_segment``, whichever is higher.
+    or ``next_segment`` (the manifest's), whichever is higher. A scan straight from the listing
+    (:func:`scan_segments`) names every gap; once judged (:func:`judge_tail`), ``missing`` are
+    the damaged ids only and ``torn_from`` the first id of a torn tail, if there is one.
     """
 
     after: int
     refs: tuple[SegmentRef, ...]
     missing: tuple[int, ...]
+    next_segment: int = 1
+    torn_from: int | None = None
+    """The lowest missing id at or above ``next_segment`` above which no segment records a
+    durable floor reaching it: the segments above it were in flight together and none was
+    acknowledged (a torn tail). None when there is no torn tail (or the scan is not judged)."""
 
     @property
     def last(self) -> int:
         """The highest segment id present, or ``after`` when there is none."""
         return self.refs[-1].id if self.refs else self.after
 
+    @property
+    def end(self) -> int:
+        """One past the journal's durable run: the first id of the torn tail, or one past the
+        highest segment present (never below ``next_segment``)."""
+        if self.torn_from is not None:
+            return self.torn_from
+        return max(self.last + 1, self.next_segment)
+
+    @property
+    def torn(self) -> tuple[int, ...]:
+        """The ids present above :attr:`torn_from`: never acknowledged, never replayed."""
+        if self.torn_from is None:
+            return ()
+        return tuple(r.id for r in self.refs if r.id > self.torn_from)
+
+    @property
+    def kept(self) -> tuple[SegmentRef, ...]:
+        """The segments present below :attr:`end` (those a reader of the tail replays)."""
+        end = self.end
+        return tuple(r for r in self.refs if r.id < end)
+
 
 def scan_segments(store: ObjectStore, after: int, *, next_segment: int = 1) -> SegmentScan:
     """Every segment with an id above ``after`` and the ids missing below the highest one or
     below ``next_segment`` (one listing, starting after segment ``after``: the rolled segments
-    GC has not removed yet and the fences of earlier writers cost it nothing)."""
+    GC has not removed yet and the fences of earlier writers cost it nothing; not judged: see
+    :func:`judge_tail`)."""
     if not isinstance(after, int) or isinstance(after, bool) or after < 0:
         raise UsageError(f"after must be an int >= 0, got {after!r}")
     refs: list[SegmentRef] = []
@@ -349,7 +503,52 @@ def scan_segments(store: ObjectStore, after: int, *, next_segment: int = 1) -> S
     present = {r.id for r in refs}
     end = max(refs[-1].id + 1 if refs else after + 1, next_segment)
     missing = tuple(i for i in range(after + 1, end) if i not in present)
-    return SegmentScan(after, tuple(refs), missing)
+    return SegmentScan(after, tuple(refs), missing, next_segment)
+
+
+def torn_tail(refs: Sequence[SegmentRef], missing: Sequence[int], next_segment: int) -> int | None:
+    """The first id of the torn tail among ``missing`` (see the module docstring): the lowest
+    missing id ``g >= next_segment`` such that every segment of ``refs`` above ``g`` records a
+    durable floor below ``g`` (:attr:`SegmentRef.floor`). Pure: the floors must be filled in."""
+    candidates = [g for g in missing if g >= next_segment]
+    if not candidates:
+        return None
+    ordered = sorted(refs, key=lambda r: r.id)
+    highest_floor = -1  # the highest floor among the segments above the gap looked at
+    above: dict[int, int] = {}
+    position = len(ordered)
+    for gap in sorted(candidates, reverse=True):
+        while position and ordered[position - 1].id > gap:
+            position -= 1
+            highest_floor = max(highest_floor, ordered[position].floor)
+        above[gap] = highest_floor
+    for gap in candidates:
+        if above[gap] < gap:
+            return gap
+    return None
+
+
+def judge_tail(store: ObjectStore, scan: SegmentScan) -> SegmentScan:
+    """``scan`` judged: the torn tail told from damage (see the module docstring).
+
+    When a gap lies at or above ``next_segment``, the durable floors of the segments above the
+    lowest such gap are read (one HEAD each, in parallel; none otherwise). Answers the scan with
+    ``torn_from`` set and ``missing`` holding only the damaged ids: those below ``next_segment``
+    and those below the torn tail (some later segment records that they were durable)."""
+    candidates = [g for g in scan.missing if g >= scan.next_segment]
+    if not candidates:
+        return scan
+    lowest = candidates[0]
+    refs = list(scan.refs)
+    above = [r for r in refs if r.id > lowest and r.durable_floor is None]
+    if above:
+        stamped = {r.id: r for r in with_epochs(store, above)}
+        refs = [stamped.get(r.id, r) for r in refs]
+    torn_from = torn_tail(refs, scan.missing, scan.next_segment)
+    if torn_from is None:
+        return replace(scan, refs=tuple(refs))
+    damaged = tuple(g for g in scan.missing if g < torn_from)
+    return replace(scan, refs=tuple(refs), missing=damaged, torn_from=torn_from)
 
 
 def describe_missing(missing: Sequence[int]) -> str:
@@ -388,8 +587,8 @@ def settle_missing(url: str, scan: SegmentScan, *, allow: bool) -> None:
 def scan_latest(
     manifest_store: ManifestStore, versioned: VersionedManifest
 ) -> tuple[VersionedManifest, SegmentScan]:
-    """Scan the segments after ``versioned``'s ``last_rolled_segment``, from a manifest that
-    explains every gap it can.
+    """Scan the segments after ``versioned``'s ``last_rolled_segment``, judged
+    (:func:`judge_tail`), from a manifest that explains every gap it can.
 
     A roll committed after ``versioned`` was read lets GC remove the rolled segments, which then
     look missing from the older manifest's point of view: when the scan finds ids missing and
@@ -399,7 +598,10 @@ def scan_latest(
     store = manifest_store.store
     for _ in range(_RESOLVE_ATTEMPTS):
         journal = versioned.manifest.journal
-        scan = scan_segments(store, journal.last_rolled_segment, next_segment=journal.next_segment)
+        scan = judge_tail(
+            store,
+            scan_segments(store, journal.last_rolled_segment, next_segment=journal.next_segment),
+        )
         if not scan.missing:
             return versioned, scan
         again = manifest_store.latest()
@@ -413,17 +615,23 @@ def scan_latest(
 
 
 def with_epochs(store: ObjectStore, refs: Sequence[SegmentRef]) -> list[SegmentRef]:
-    """``refs`` with each segment's writer epoch filled in (segments that vanished are dropped)."""
+    """``refs`` with each segment's writer epoch and durable floor filled in from one HEAD each,
+    in parallel (segments that vanished are dropped)."""
     unknown = [r for r in refs if r.writer_epoch is None]
     if not unknown:
         return list(refs)
-    found = run_bounded(lambda r: segment_epoch(store, r.id), unknown, limit=concurrency(store))
-    epochs = dict(zip(unknown, found, strict=True))
+    found = run_bounded(lambda r: segment_stamp(store, r.id), unknown, limit=concurrency(store))
+    stamps = dict(zip(unknown, found, strict=True))
     filled: list[SegmentRef] = []
     for ref in refs:
-        epoch = ref.writer_epoch if ref.writer_epoch is not None else epochs[ref]
-        if epoch is not None:
-            filled.append(replace(ref, writer_epoch=epoch))
+        if ref.writer_epoch is not None:
+            filled.append(ref)
+            continue
+        stamp = stamps[ref]
+        if stamp is not None:
+            filled.append(
+                replace(ref, writer_epoch=stamp.writer_epoch, durable_floor=stamp.durable_floor)
+            )
     return filled
 
 
@@ -486,12 +694,22 @@ def accepted_segments(refs: Iterable[SegmentRef]) -> list[SegmentRef]:
 
 
 def _bump_epoch(
-    now: float, *, require_initialized: bool, url: str, compaction: str | None
+    now: float,
+    *,
+    require_initialized: bool,
+    url: str,
+    compaction: str | None,
+    in_flight: int,
+    older: list[int],
 ) -> Callable[[VersionedManifest], Manifest]:
+    """The claim's CAS change; ``older`` is set to the ``segments_in_flight`` of the manifest it
+    was last given (the bound of every older writer)."""
+
     def change(versioned: VersionedManifest) -> Manifest:
         manifest = versioned.manifest
         if require_initialized or manifest.destroyed_at is not None:
             require_live(versioned, url)
+        older[:] = [manifest.segments_in_flight]
         epoch = manifest.writer_epoch + 1
         checkpoint = Checkpoint(
             id=str(uuid.uuid4()),
@@ -503,6 +721,7 @@ def _bump_epoch(
             manifest.without_checkpoints_of_kind(KIND_WRITER).with_checkpoint(checkpoint),
             writer_epoch=epoch,
             writer_compaction=manifest.writer_compaction if compaction is None else compaction,
+            segments_in_flight=max(manifest.segments_in_flight, in_flight),
         )
 
     return change
@@ -528,19 +747,22 @@ def claim_writer(
     require_initialized: bool = True,
     allow_missing_segments: bool = False,
     compaction: str | None = None,
+    segments_in_flight: int = 1,
 ) -> WriterClaim:
     """Become the database's writer: bump the epoch, fence the journal, confirm (see module doc).
 
     ``compaction`` (``"internal"`` / ``"external"``) is recorded with the epoch as the
     manifest's ``writer_compaction``: a Bookie passes its option, so a compactor can tell
     whether the writer merges itself. None (a claimant that runs no merges, such as a bulk
-    commit) keeps what the manifest says.
+    commit) keeps what the manifest says. ``segments_in_flight``: the most segment writes the
+    claimant will keep in flight (raises the manifest's bound, which never goes down).
 
     Raises :class:`FencedError` when a newer writer claims the database meanwhile, and the
     errors of :func:`require_live` for a destroyed (or, unless ``require_initialized`` is False,
     an unfinished) database. Missing journal segments raise :class:`CorruptionError` before
     anything is written, unless ``allow_missing_segments``: then they are logged, the claim
-    fences above the highest segment present and replays every accepted segment below it.
+    fences above the highest segment present (or at a torn tail) and replays every accepted
+    segment below it. A torn tail is not damage: the fence goes into its first slot.
     """
     if not isinstance(manifest_store, ManifestStore):
         raise UsageError("claim_writer needs a ManifestStore")
@@ -548,6 +770,12 @@ def claim_writer(
         raise UsageError(
             f"allow_missing_segments must be True or False, got {allow_missing_segments!r}"
         )
+    if (
+        not isinstance(segments_in_flight, int)
+        or isinstance(segments_in_flight, bool)
+        or segments_in_flight < 1
+    ):
+        raise UsageError(f"segments_in_flight must be an int >= 1, got {segments_in_flight!r}")
     store = manifest_store.store
     url = manifest_store.url
     when = time.time() if now is None else now
@@ -558,20 +786,41 @@ def claim_writer(
             settle_missing(url, scan_latest(manifest_store, current)[1], allow=False)
     if compaction is not None and compaction not in COMPACTION_MODES:
         raise UsageError(f"compaction must be internal or external, got {compaction!r}")
+    older: list[int] = [1]
     claimed = manifest_store.update(
-        _bump_epoch(when, require_initialized=require_initialized, url=url, compaction=compaction)
+        _bump_epoch(
+            when,
+            require_initialized=require_initialized,
+            url=url,
+            compaction=compaction,
+            in_flight=segments_in_flight,
+            older=older,
+        )
     )
     epoch = claimed.manifest.writer_epoch
     journal = claimed.manifest.journal
-    # No older writer can roll any more (its epoch is stale), so this scan sees a settled tail.
-    scan = scan_segments(store, journal.last_rolled_segment, next_segment=journal.next_segment)
+    # No older writer can roll any more (its epoch is stale), so this scan sees a settled tail
+    # (but for writes an older writer still has in flight, which only ever land in the torn tail
+    # or above it: the fence goes into the tail's first slot).
+    scan = judge_tail(
+        store,
+        scan_segments(store, journal.last_rolled_segment, next_segment=journal.next_segment),
+    )
     if scan.missing and not allow_missing_segments:
         _require_epoch(manifest_store, epoch)  # a newer writer may have rolled and collected
         raise missing_segments_error(url, scan.missing)
-    candidate = max(scan.last + 1, journal.next_segment)
+    if scan.torn_from is not None:
+        log.info(
+            "journal.torn_tail",
+            url=url,
+            torn_from=segment_key(scan.torn_from),
+            never_acknowledged=[segment_key(i) for i in scan.torn],
+            epoch=epoch,
+        )
+    candidate = scan.end
     fence = build_journal([], writer_epoch=epoch)
     while True:
-        taken = _create_segment(store, candidate, fence, epoch)
+        taken = _create_segment(store, candidate, fence, epoch, durable_floor=candidate - 1)
         if taken is None:
             break
         verdict = EpochRule(epoch).judge(taken.epoch)
@@ -607,5 +856,6 @@ def claim_writer(
         fence_segment=candidate,
         replay_segments=len(segments),
         missing_segments=len(missing),
+        older_in_flight=older[0],
     )
-    return WriterClaim(epoch, confirmed, candidate, tuple(segments), missing)
+    return WriterClaim(epoch, confirmed, candidate, tuple(segments), missing, older[0])

@@ -537,6 +537,12 @@ class Manifest:
     loads: tuple[LoadRecord, ...] = ()
     """The most recent bulk loads that carried a ``load_id`` (at most :data:`MAX_LOAD_RECORDS`,
     oldest first): a retried load with one of these ids commits nothing."""
+    segments_in_flight: int = 1
+    """The most journal segment writes any writer of this database kept in flight at once (the
+    largest ``segments_in_flight`` a claim recorded; it only goes up). A fenced writer's writes
+    still in flight may land up to this many slots minus one above the next writer's fence, so
+    that writer writes those slots one at a time (section 6.3 of DESIGN.md). Left out of the
+    document at 1; manifests from before this field read as 1 (writers wrote one at a time)."""
 
     def __post_init__(self) -> None:
         if (
@@ -588,6 +594,7 @@ class Manifest:
             if cursor.name in names:
                 raise UsageError(f"feed cursor {cursor.name} appears twice in one manifest")
             names.add(cursor.name)
+        _check_int(self.segments_in_flight, "segments_in_flight", minimum=1)
         loads = tuple(self.loads)
         object.__setattr__(self, "loads", loads)
         if not all(isinstance(record, LoadRecord) for record in loads):
@@ -683,6 +690,8 @@ class Manifest:
         }
         if self.merge_operators:  # absent otherwise: a store without them writes what it did
             document["merge_operators"] = list(self.merge_operators)
+        if self.segments_in_flight != 1:  # likewise
+            document["segments_in_flight"] = self.segments_in_flight
         return document
 
     @classmethod
@@ -703,6 +712,7 @@ class Manifest:
             writer_compaction=doc.get("writer_compaction", COMPACTION_INTERNAL),
             merge_operators=tuple(doc.get("merge_operators", ())),
             loads=tuple(LoadRecord.from_document(r) for r in doc.get("loads", ())),
+            segments_in_flight=doc.get("segments_in_flight", 1),
         )
 
 

@@ -15,11 +15,13 @@ leaves the file alone until a manifest names it. The answer is the file's manife
 made from what was written (:func:`descriptor_for`, :func:`journal_descriptor_for`); nothing
 names the file until the caller commits a manifest holding that descriptor.
 
-**Writing journal segments** (:meth:`TableStore.write_segment`, the writer's segment writes).
-A segment (``journal/<id>.jnl``) takes its slot with create-if-absent, stamped with its writer's
-epoch (:func:`~inkpen.manifest.fencing.write_segment`: a lost answer is settled by reading the
-slot back, and whatever other segment is found there is judged by the reader rule,
-:class:`~inkpen.manifest.fencing.EpochRule`: a newer epoch fences the writer). An outcome that
+**Writing journal segments** (:meth:`TableStore.write_segment`, the writer's segment writes,
+several at once from the Inker's writing pool). A segment (``journal/<id>.jnl``) takes its slot
+with create-if-absent, stamped with its writer's epoch and its durable floor
+(:func:`~inkpen.manifest.fencing.write_segment`: a lost answer is settled by reading the slot
+back, and whatever other segment is found there is judged by the reader rule,
+:class:`~inkpen.manifest.fencing.EpochRule`: a newer epoch fences the writer; an older one is
+stepped over only where the writer says a fenced writer's write may land). An outcome that
 stays unknown is retried with the same bytes into the same slot, a few rounds with a growing
 pause; a slot holding exactly those bytes is an earlier round that landed. What is still unknown
 after that is an indefinite :class:`~inkpen.errors.StoreError`: the writer keeps the bytes and
@@ -71,6 +73,7 @@ from inkpen.options import Options
 from .clones import StoreResolver
 from .disk_cache import CachedObject, DiskCache, disk_cache_for
 from .fencing import (
+    OlderSlot,
     SegmentBytes,
     SegmentRef,
     accepted_segments,
@@ -306,11 +309,17 @@ class TableStore:
         writer_epoch: int,
         attempts: int = SEGMENT_WRITE_ATTEMPTS,
         retried: bool = False,
-    ) -> None:
+        durable_floor: int | None = None,
+        step_over_older: bool = False,
+    ) -> int:
         """Write journal segment ``segment_id``, ``data`` encoded with ``writer_epoch``, into its
         slot of this database's own store: the writer's segment write (see the module docstring).
         ``data`` may be the pieces the segment joins into (a local directory writes them with one
-        gathering write, never joining them in memory).
+        gathering write, never joining them in memory). ``durable_floor`` is recorded with it
+        (the id through which every segment was durable when the writer issued this one).
+        Answers the slot it landed in: ``segment_id``, or with ``step_over_older`` a later one
+        (a slot holding an older epoch's segment is stepped over, the same bytes written into
+        the next; ``journal.slot_stepped_over`` is logged).
 
         Each round is :func:`~inkpen.manifest.fencing.write_segment` (create-if-absent; a lost
         answer is settled by reading the slot back, the epoch found there judged by the reader
@@ -322,9 +331,10 @@ class TableStore:
         Returns once the segment is there. Raises:
 
         - :class:`FencedError` when the slot holds a newer writer's segment;
-        - :class:`InkpenError` (not a :class:`StoreError`) when it holds other bytes of
-          ``writer_epoch`` or an older epoch's segment: a loss or a bug, nothing more should be
-          written;
+        - :class:`~inkpen.manifest.fencing.OlderSlot` (without ``step_over_older``) when it
+          holds an older epoch's segment, and :class:`InkpenError` (not a :class:`StoreError`)
+          when it holds other bytes of ``writer_epoch``: a loss or a bug, nothing more should
+          be written;
         - a definite :class:`StoreError` when the store refused the first round: that round
           wrote nothing (so a write not ``retried`` is not there; a ``retried`` one is still of
           unknown outcome);
@@ -338,22 +348,42 @@ class TableStore:
         """
         if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
             raise UsageError(f"attempts must be an int >= 1, got {attempts!r}")
-        try:
-            self._write_segment(segment_id, data, writer_epoch, attempts, retried)
-        except InkpenError:
-            raise
-        except Exception as caught:
-            log.error("journal.segment_write_raised", segment=segment_id, error=repr(caught))
-            raise StoreError(
-                f"writing journal segment {segment_id} raised {caught!r}",
-                definite=False,
-                key=segment_key(segment_id),
-            ) from caught
+        slot = segment_id
+        while True:
+            try:
+                self._write_segment(slot, data, writer_epoch, attempts, retried, durable_floor)
+                return slot
+            except OlderSlot as taken:
+                if not step_over_older:
+                    raise
+                log.info(
+                    "journal.slot_stepped_over",
+                    segment=slot,
+                    found_epoch=taken.epoch,
+                    epoch=writer_epoch,
+                )
+                slot += 1
+                retried = False  # nothing of ours can be in the next slot yet
+            except InkpenError:
+                raise
+            except Exception as caught:
+                log.error("journal.segment_write_raised", segment=slot, error=repr(caught))
+                raise StoreError(
+                    f"writing journal segment {slot} raised {caught!r}",
+                    definite=False,
+                    key=segment_key(slot),
+                ) from caught
 
     def _write_segment(
-        self, segment_id: int, data: SegmentBytes, epoch: int, attempts: int, retried: bool
+        self,
+        segment_id: int,
+        data: SegmentBytes,
+        epoch: int,
+        attempts: int,
+        retried: bool,
+        durable_floor: int | None,
     ) -> None:
-        """The rounds of :meth:`write_segment`.
+        """The rounds of :meth:`write_segment` into one slot.
 
         An error answered means this call definitely wrote nothing (that error says why): only a
         definite failure of the very first round says so. After any round whose outcome was
@@ -370,6 +400,7 @@ class TableStore:
                     data,
                     writer_epoch=epoch,
                     retried=retried or attempt > 0,
+                    durable_floor=durable_floor,
                 )
                 return
             except StoreError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from inkpen.objectstore import ObjectStore, open_store
 from support.cli import ok
 from support.engine import TINY, contents
 from support.logs import capture_logs
+from support.segment_gate import SegmentGate
+from support.waiting import wait_until
 
 UNROLLED = {**TINY, "roll_segments": 1000, "roll_bytes": 64 * 1024 * 1024, "roll_on_close": False}
 """Every put stays in its own unrolled segment."""
@@ -33,11 +36,12 @@ def segments(store: ObjectStore) -> dict[int, str]:
     return found
 
 
-def crash_with_unrolled_segments(url: str) -> tuple[str, dict[bytes, bytes]]:
+def crash_with_unrolled_segments(url: str, in_flight: int = 1) -> tuple[str, dict[bytes, bytes]]:
     """Six acknowledged puts in six segments, the writer gone without rolling them. Answers
     the key of the segment holding the newer value of ``k`` (an older one is below it) and what
-    is left once that segment is lost."""
-    book = inkpen.open(url, **UNROLLED)
+    is left once that segment is lost. ``in_flight``: the writer's ``segments_in_flight`` (each
+    put is acknowledged before the next, so every later segment records the lost one durable)."""
+    book = inkpen.open(url, **UNROLLED, segments_in_flight=in_flight)
     store = open_store(url)
     book.put("b", "a1", b"1")
     book.put("b", "k", b"old")
@@ -53,8 +57,11 @@ def crash_with_unrolled_segments(url: str) -> tuple[str, dict[bytes, bytes]]:
     return segments(store)[newer], left
 
 
-def test_a_missing_segment_is_refused_and_can_be_stepped_over(store_url: str) -> None:
-    lost, left = crash_with_unrolled_segments(store_url)
+@pytest.mark.parametrize("in_flight", [1, 4])
+def test_a_missing_segment_is_refused_and_can_be_stepped_over(
+    store_url: str, in_flight: int
+) -> None:
+    lost, left = crash_with_unrolled_segments(store_url, in_flight)
     store = open_store(store_url)
     store.delete(lost)
     before = listing(store)
@@ -176,3 +183,65 @@ def test_info_names_a_missing_segment(tmp_path: Path) -> None:
     journal = json.loads(ran.stdout)["journal"]
     assert journal["missing_segments"] == [parse_segment_key(lost)]
     assert re.search(rf"MISSING\s+1 segment\(s\): {parse_segment_key(lost)} ", ok("info", url).out)
+
+
+def crash_with_a_torn_tail(url: str) -> tuple[int, dict[bytes, bytes]]:
+    """A writer with four segments in flight: slot s is refused for good while s+1 and s+2
+    land, then the writer is gone. Answers s and what was acknowledged."""
+    gate = SegmentGate(open_store(url))
+    book = inkpen.open(gate, **UNROLLED, segments_in_flight=4)
+    book.put("b", "before", b"0")
+    s = book.stats()["next_segment"]
+    gate.hold(s, s + 1, s + 2)
+    errors: list[inkpen.StoreError] = []
+
+    def put(key: str) -> None:
+        try:
+            book.put("b", key, b"torn")
+        except inkpen.StoreError as exc:
+            errors.append(exc)
+
+    threads = []
+    for i, key in enumerate(("t0", "t1", "t2")):
+        threads.append(threading.Thread(target=put, args=(key,)))
+        threads[-1].start()
+        gate.wait_arrived(s + i)
+    gate.release(s + 1)
+    gate.release(s + 2)
+    wait_until(lambda: book.stats()["segments_waiting"] == 2, "s+1 and s+2 to land")
+    gate.refusing.add(s)
+    gate.release(s, "refuse")
+    for thread in threads:
+        thread.join(60)
+    assert len(errors) == 3 and all(not e.definite for e in errors), errors
+    book.abandon()
+    left = set(segments(open_store(url)))
+    assert s not in left and {s + 1, s + 2} <= left
+    return s, {b"before": b"0"}
+
+
+def test_a_torn_tail_is_not_damage(tmp_path: Path) -> None:
+    """Segments in flight at a crash, the first never landed: readers, verify and info take the
+    tail as cut there, the next writer fences the gap and never replays what lies above it,
+    stepping over those slots."""
+    url = str(tmp_path / "db")
+    torn, acked = crash_with_a_torn_tail(url)
+    with inkpen.open_reader(url) as reader:
+        assert contents(reader, "b") == acked
+    assert ok("verify", url).lines[-1].startswith("result: all ")
+    assert json.loads(ok("info", url, "--json").stdout)["journal"]["missing_segments"] == []
+    with capture_logs() as logs, inkpen.open(url, **UNROLLED, segments_in_flight=4) as book:
+        assert contents(book, "b") == acked
+        book.put("b", "after", b"1")
+    (torn_tail,) = [e for e in logs if e["event"] == "journal.torn_tail"]
+    assert torn_tail["never_acknowledged"] == [
+        info for info in (f"journal/{i:020d}.jnl" for i in (torn + 1, torn + 2))
+    ]
+    stepped = [e["segment"] for e in logs if e["event"] == "journal.slot_stepped_over"]
+    assert stepped == [torn + 1, torn + 2]
+    expected = {**acked, b"after": b"1"}
+    with inkpen.open(url, **UNROLLED) as book:
+        assert contents(book, "b") == expected
+    with inkpen.open_reader(url) as reader:
+        assert contents(reader, "b") == expected
+    assert ok("verify", url).lines[-1].startswith("result: all ")

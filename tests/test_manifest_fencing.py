@@ -22,14 +22,20 @@ from inkpen.errors import (
     UsageError,
 )
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE, JournalEntry, Kind, build_journal
+from inkpen.manifest.checkpoints import create_checkpoint
 from inkpen.manifest.fencing import (
     EPOCH_METADATA,
+    FLOOR_METADATA,
+    OlderSlot,
     SegmentRef,
+    SegmentStamp,
     accepted_segments,
     claim_writer,
     list_segments,
     scan_segments,
     segment_epoch,
+    segment_stamp,
+    torn_tail,
     with_epochs,
     write_segment,
 )
@@ -220,6 +226,118 @@ def test_a_short_tail_is_not_damage(database: ManifestStore, store: ObjectStore)
     claim = claim_writer(database)
     assert claim.fence_segment == 4 and claim.missing == ()
     assert [r.id for r in claim.segments] == [1, 2, 3]
+
+
+def write_floored(store: ObjectStore, segment_id: int, floor: int, epoch: int = 1) -> None:
+    """A data segment of ``epoch`` recording durable floor ``floor`` (issued with the segments
+    above ``floor`` still in flight)."""
+    write_segment(
+        store, segment_id, segment_bytes(segment_id, epoch), writer_epoch=epoch, durable_floor=floor
+    )
+
+
+def test_a_torn_tail_is_fenced_at_its_first_gap_and_not_replayed(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    """A writer with four segments in flight crashed: 3 never landed, 4 and 5 did, issued while
+    2 was the last durable one. None of 4 and 5 was acknowledged: the next claim fences slot 3
+    (the reader rule then rejects 4 and 5 for good) and replays 1 and 2 only."""
+    first = claim_writer(database, segments_in_flight=4)
+    assert first.older_in_flight == 1 and first.sequential_until == first.fence_segment
+    write_floored(store, 2, 1)
+    write_floored(store, 4, 2)
+    write_floored(store, 5, 2)
+    with capture_logs() as logs:
+        second = claim_writer(database, segments_in_flight=2)
+    assert second.fence_segment == 3 and second.missing == ()
+    assert [(r.id, r.writer_epoch) for r in second.segments] == [(1, 1), (2, 1)]
+    (torn,) = [e for e in logs if e["event"] == "journal.torn_tail"]
+    assert torn["never_acknowledged"] == [segment_key(4), segment_key(5)]
+    assert store.head(segment_key(3)).metadata[FLOOR_METADATA] == "2"
+    # Older writers kept up to 4 writes in flight: theirs may land up to slot 3 + 4 - 1.
+    assert second.older_in_flight == 4 and second.sequential_until == 6
+    latest = database.latest()
+    assert latest is not None and latest.manifest.segments_in_flight == 4
+    everything = with_epochs(store, scan_segments(store, 0).refs)
+    assert [r.id for r in accepted_segments(everything)] == [1, 2, 3]
+    third = claim_writer(database)  # the tail is whole now: nothing torn, nothing missing
+    assert third.fence_segment == 6 and [r.id for r in third.segments] == [1, 2, 3]
+
+
+def test_a_gap_a_later_segment_records_as_durable_is_damage(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    """Segment 4 was issued once 3 was durable (its floor is 3): 3 missing is damage, refused
+    before anything is written; allowed, the claim fences above it and replays the rest."""
+    claim_writer(database, segments_in_flight=4)
+    write_floored(store, 2, 1)
+    write_floored(store, 4, 3)
+    write_floored(store, 5, 2)
+    before = listing(store)
+    with pytest.raises(CorruptionError, match=r"journal/0+3\.jnl"):
+        claim_writer(database)
+    assert listing(store) == before
+    claim = claim_writer(database, allow_missing_segments=True)
+    assert claim.missing == (3,) and claim.fence_segment == 6
+    assert [r.id for r in claim.segments] == [1, 2, 4, 5]
+
+
+def test_a_segment_without_a_floor_was_issued_after_every_earlier_one(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    """Segments written before floors were recorded (and any whose metadata is lost) count as
+    written one at a time: a gap below one of them is damage, as it always was."""
+    claim_writer(database)
+    store.put_if_absent(segment_key(2), segment_bytes(2, 1))
+    store.put_if_absent(segment_key(4), segment_bytes(4, 1))
+    with pytest.raises(CorruptionError, match=r"journal/0+3\.jnl"):
+        claim_writer(database)
+
+
+def test_judging_a_tail() -> None:
+    def ref(segment_id: int, floor: int | None) -> SegmentRef:
+        return SegmentRef(segment_id, 100, 1, floor)
+
+    # 3 torn: nothing above records it durable.
+    assert torn_tail([ref(1, 0), ref(2, 1), ref(4, 2), ref(5, 2)], [3], 1) == 3
+    # 3 is damage (5 records it durable); 6 is torn (7 and 9 were issued before it landed).
+    present = [ref(2, 1), ref(4, 2), ref(5, 4), ref(7, 5), ref(9, 5)]
+    assert torn_tail(present, [3, 6, 8], 1) == 6
+    # A gap below next_segment is damage whatever the floors say.
+    assert torn_tail([ref(4, 2)], [3], 4) is None
+    # No floor recorded: issued after every lower segment was durable.
+    assert torn_tail([ref(4, None)], [3], 1) is None
+    assert torn_tail([], [], 1) is None
+
+
+def test_a_checkpoint_ends_its_window_at_a_torn_tail(
+    database: ManifestStore, store: ObjectStore
+) -> None:
+    claim_writer(database, segments_in_flight=4)
+    write_floored(store, 2, 1)
+    write_floored(store, 4, 2)
+    checkpoint = create_checkpoint(database, lifetime=60.0)
+    pinned = database.read(checkpoint.manifest_id)
+    assert pinned.journal.next_segment == 3  # 4 is above the torn tail: not covered
+
+
+def test_a_writer_steps_over_slots_an_older_epoch_took_only_when_told(
+    store: ObjectStore,
+) -> None:
+    tables = TableStore(store)
+    write_floored(store, 3, 2, epoch=1)
+    write_floored(store, 4, 2, epoch=1)
+    with pytest.raises(OlderSlot) as older:
+        tables.write_segment(3, segment_bytes(9, 2), writer_epoch=2)
+    assert older.value.segment_id == 3 and older.value.epoch == 1
+    with capture_logs() as logs:
+        landed = tables.write_segment(
+            3, segment_bytes(9, 2), writer_epoch=2, durable_floor=2, step_over_older=True
+        )
+    assert landed == 5
+    assert [e["segment"] for e in logs if e["event"] == "journal.slot_stepped_over"] == [3, 4]
+    assert store.get(segment_key(5)) == segment_bytes(9, 2)
+    assert segment_stamp(store, 5) == SegmentStamp(2, 2)
 
 
 def test_scan_segments_names_every_gap(store: ObjectStore) -> None:

@@ -172,6 +172,8 @@ class BookieMachine(RuleBasedStateMachine):
     kind: ClassVar[str] = "memory"
     injects_faults: ClassVar[bool] = False
     compaction: ClassVar[str] = "internal"
+    in_flight: ClassVar[dict[str, Any]] = {}
+    """Options added to every size: ``segments_in_flight`` for the pipelined machines."""
     tally: ClassVar[Counter[str]] = Counter()
 
     def __init__(self) -> None:
@@ -186,7 +188,7 @@ class BookieMachine(RuleBasedStateMachine):
         self.history: list[tuple[int, Callable[[Model], None], Journaled]] | None = []
         """Every acknowledged write, by SQN, as a change of a model (None once writes from
         several threads made the SQNs the engine's choice): what a lost segment takes away."""
-        self.sizes: dict[str, Any] = TINY
+        self.sizes: dict[str, Any] = {**TINY, **self.in_flight}
         self.url = self.new_url()
         self.backup_url = self.new_url()
         self._book: inkpen.Bookie | None = None
@@ -1044,7 +1046,7 @@ class BookieMachine(RuleBasedStateMachine):
     @rule(sizes=st.sampled_from(sorted(SIZES)))
     def close_and_reopen(self, sizes: str) -> None:
         """Reopen, perhaps with other file and cache sizes than the files were written with."""
-        self.sizes = SIZES[sizes]
+        self.sizes = {**SIZES[sizes], **self.in_flight}
         self.reopen(crash=False)
 
     @rule()
@@ -1825,6 +1827,30 @@ def test_machine_on_failing_store() -> None:
     tally = run_machine(FaultyMachine, "faulty")
     print(dict(tally))
     assert any(k.endswith(" before") for k in tally) and any(k.endswith(" after") for k in tally)
+
+
+PIPELINED = {"segments_in_flight": 4}
+"""Several segment writes in flight: the threads of ``write_concurrently`` share a window of
+them, and every write's acknowledgement, failure and settling goes through it."""
+
+
+def test_machine_with_segments_in_flight() -> None:
+    class Pipelined(BookieMachine):
+        in_flight = PIPELINED
+
+    tally = run_machine(Pipelined, "pipelined")
+    print(dict(tally))
+    assert tally["concurrent_writes"] > 0
+    assert tally["crashes"] > 0 and tally["takeovers"] > 0
+
+
+def test_machine_with_segments_in_flight_on_failing_store() -> None:
+    class PipelinedFaulty(FaultyMachine):
+        in_flight = PIPELINED
+
+    tally = run_machine(PipelinedFaulty, "pipelined_faulty")
+    print(dict(tally))
+    assert any(k.endswith(" after") for k in tally)
 
 
 def test_machine_on_local_directory(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from inkpen.actors.journal.changes import PendingChange
 from inkpen.actors.journal.guards import CommitGuard
 from inkpen.actors.journal.inker import Inker
 from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
-from inkpen.actors.journal.intake import WriteGroup, WriteIntake, batch_limit
+from inkpen.actors.journal.intake import WriteGroup, WriteIntake, batch_limit, in_flight_limit
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.deleter import Deleter
 from inkpen.actors.kernel.heap import limit_heap_growth
@@ -176,10 +176,12 @@ class Engine:
         manifests = ManifestStore(store)
         found = open_in_mode(manifests, options.head_only)
         check_merge_operators(manifests.url, found, options)
+        segments_in_flight = in_flight_limit(options.segments_in_flight, is_local(store))
         claim = claim_writer(
             manifests,
             allow_missing_segments=options.allow_missing_segments,
             compaction=options.compaction,
+            segments_in_flight=segments_in_flight,
         )
         keeper = ManifestKeeper(
             manifests,
@@ -226,6 +228,8 @@ class Engine:
                 ),
                 epoch=claim.epoch,
                 next_segment=claim.fence_segment + 1,
+                segments_in_flight=segments_in_flight,
+                sequential_until=claim.sequential_until,
             )
             started_refs.append(inker)
             levels = _open_ssts(ctx, manifest, penciller)

@@ -5,35 +5,56 @@ manifest. Its pieces:
 
 - the **intake** (:mod:`inkpen.actors.journal.intake`): puts from any thread gather into a batch;
   the Inker writes each batch as one **journal segment** (``journal/<id>.jnl``, create-if-absent at
-  the next contiguous id, stamped with the writer epoch). A put's caller is released only after its
-  segment is durably written and the Bookie has cached its ledger entries. ``flush_policy``
-  decides when a batch is written: ``idle`` as soon as the Inker is free (a batch fills while the
-  previous segment is being written: group commit), ``interval`` at most one segment per
-  ``flush_interval`` (a batch that opens sooner after the last write waits for the rest of the
-  interval; one that opens later is written at once); a batch of ``max_batch_bytes`` is written
-  at once either way.
-- the **active journal**: written segments stay in memory (published in the Inker's view, so
+  the next id, stamped with the writer epoch and the durable floor). A put's caller is released
+  only after its segment and every earlier one are durably written and the Bookie has cached its
+  ledger entries. ``flush_policy`` decides when the open batch is taken: ``idle`` as soon as the
+  window of writes in flight has room (a batch fills while the earlier segments are being
+  written: group commit), ``interval`` at most one segment per ``flush_interval`` (a batch that
+  opens sooner after the last write began waits for the rest of the interval; one that opens
+  later is taken at once); a batch of ``max_batch_bytes`` is closed at once either way and taken
+  as soon as the window lets it, closed batches in the order they closed.
+- the **window**: up to ``segments_in_flight`` segment writes are in flight at once, on a pool
+  of as many threads; the Inker's own thread never waits on a store request. A write's outcome
+  comes back as a message; the segments whose write and every earlier one's landed are
+  **installed** in id order (SQN order): published, and applied by the Bookie, which releases
+  their callers. A later batch's conditions (``if_sqn``, transactions' guards, the index entries
+  a delete reaches, the values merges fold onto) are checked against every earlier segment
+  issued, in flight or written (:class:`Conditions`). Each segment records the last segment
+  installed when it was issued (its durable floor), so a crash that leaves a gap under segments
+  that landed is told from damage (:mod:`inkpen.manifest.fencing`). Up to the claim's
+  ``sequential_until`` (where a fenced writer's writes in flight may still land) one segment is
+  in flight at a time, and a slot holding an older epoch is stepped over.
+- the **active journal**: installed segments stay in memory (published in the Inker's view, so
   gets find their values without a store read) until the Inker's clerk **rolls** them into a
-  journal file and the manifest records the roll (``last_rolled_segment``).
+  journal file and the manifest records the roll (``last_rolled_segment``; ``next_segment`` is
+  one past the last segment installed, never one in flight).
 - **journal files** (``journal/compacted/<id>.jnl``), one clerk each, serving value reads.
 - the **snapshot register** for journal clones, and the delete confirmations of its files.
 
 Segments are written through the writer's table store
 (:meth:`~inkpen.manifest.table_store.TableStore.write_segment`), which owns the retries and the
-read back; the Inker only acts on the outcome. A segment write that finds its slot taken by a
-newer epoch means a newer writer has opened the database: the Inker is fenced, fails the batch
-and every later one with ``FencedError``, and writes nothing more. A write whose outcome is
-unknown is retried with the same bytes into the same slot (the bytes decide whether an earlier
-attempt landed). If the outcome stays unknown (the store is down, or its answers are lost), the
-batch fails with an indefinite ``StoreError`` and the segment stays **unsettled**: the Inker
-writes nothing else (a later segment must not leave a gap that would hide it) and **settles** it
-once the store answers, by writing the same bytes into the same slot again (create-if-absent,
-then a read back: its own bytes there mean it landed). It tries on every batch that comes
-meanwhile (each of which fails definitely while the store still does not answer) and on a timer,
-every :data:`SETTLE_RETRY_MAX` seconds at most. Once settled, the segment is installed as any
-written one (its writes become visible: they landed) and writing goes on. Only a fence, or a slot
-holding other bytes of this writer's epoch (a loss that nothing can repair), stops the Inker for
-good: then the handle must be reopened.
+read back; the Inker only acts on the outcome. When a write fails, nothing more is issued until
+every write of the window has ended; then (:meth:`Inker._resolve`):
+
+- a slot taken by a newer epoch (a newer writer opened the database) or holding other bytes of
+  this writer's epoch (a loss) stops the Inker for good: the batches from that segment up fail
+  with that error, those below it (landed after one of unknown outcome) as of unknown outcome;
+- the segments above the last one that may have landed all failed definitely: nothing of them is
+  anywhere, so their batches fail definitely and their SQNs and slots are given out again (the
+  conditions forget them);
+- the segments up to that one (the first failed, of unknown outcome or refused, and any that
+  landed after it, built on its SQNs) are **unsettled**: their batches fail with an indefinite
+  ``StoreError`` (the writes may still land), and the Inker writes each of them again with the
+  same bytes into the same slot until all have landed (create-if-absent, then a read back: its
+  own bytes there mean it landed), then installs them (their writes become visible) and goes
+  on. It tries on every batch that comes meanwhile (each of which fails definitely while the
+  store still does not answer) and on a timer, every :data:`SETTLE_RETRY_MAX` seconds at most.
+
+Only a fence, or a slot holding other bytes of this writer's epoch (a loss that nothing can
+repair), stops the Inker for good: then the handle must be reopened. ``sync`` (flush, roll,
+checkpoints, close) waits for every batch taken so far to be settled; closing without persisting
+(``abandon``) fails the batches still in flight as of unknown outcome and waits (up to
+:data:`SHUTDOWN_WAIT`) for their writes to end.
 
 Other modules ask the Inker through the functions at the end of this module (``sync``,
 ``roll_now``, ``take_checkpoint``, ``register``, ``release``, ``replay``, ``stats``, ...); its
@@ -43,9 +64,14 @@ clerk) and ``ConfirmDelete``/``FileDeleted`` (from file clerks).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import queue
+import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -88,6 +114,7 @@ from inkpen.logs import get_logger
 from inkpen.manifest.fencing import SegmentBytes
 from inkpen.manifest.model import Checkpoint, Manifest, VersionedManifest
 from inkpen.manifest.paths import segment_key
+from inkpen.manifest.table_store import SEGMENT_WRITE_ATTEMPTS
 
 REPLAY_PROBE_AFTER = 2.0
 """Seconds a start-up replay waits for ledger room before asking the manifest for a newer epoch."""
@@ -101,6 +128,9 @@ SETTLE_RETRY_MAX = 1.0
 :data:`SETTLE_RETRY_FIRST` up to this), besides the try every new batch makes."""
 REOPEN = "reopen the Bookie: "
 """How the error of a writer stopped for good begins (its puts, ``stats()["stopped"]``)."""
+SHUTDOWN_WAIT = 30.0
+"""Seconds a closing Inker waits for the segment writes still in flight to end (a closed or
+abandoned writer leaves the store as it is once they have, as a crash would)."""
 
 
 # -- messages it sends the Bookie (declared with their sender, which sits below the Bookie) ---
@@ -147,22 +177,34 @@ class _LoadJournal:
 
 @dataclass(frozen=True, slots=True)
 class _BatchOpened:
-    batch: WriteGroup
+    """From the intake: a batch opened (its first change)."""
 
 
 @dataclass(frozen=True, slots=True)
 class _BatchFull:
-    batch: WriteGroup
+    """From the intake: a batch filled up and waits, closed, to be taken."""
 
 
 @dataclass(frozen=True, slots=True)
 class _FlushDue:
-    batch: WriteGroup
+    """From the timer (``flush_policy="interval"``): the open batch may be taken now."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Sync:
-    """Ask: write the open batch now; answers the highest durable SQN."""
+    """Ask: close the open batch and issue what the window lets through; answers the batches
+    taken so far and not settled yet (the caller waits for them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """From the writing pool: the write of ``flight``'s segment ended, landing in ``slot`` (None
+    when it failed with ``error``); ``settle``: a write of a settling round."""
+
+    flight: _Flight
+    slot: int | None
+    error: InkpenError | None
+    settle: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,20 +263,96 @@ class _SettleDue:
 
 
 @dataclass(slots=True)
-class _Unsettled:
-    """A segment whose write has an unknown outcome: the bytes to write again into its slot,
-    and what to install once they are known to be there."""
+class _Flight:
+    """One segment issued and not installed yet: in flight, landed behind an earlier one still
+    in flight, or failed (waiting for the window to be resolved, or unsettled)."""
 
     segment_id: int
+    batch: WriteGroup
+    """The callers' batch (released once the Bookie has applied :attr:`applied`)."""
+    applied: WriteGroup
+    """What the Bookie settles once it has cached the entries (and what the conditions count)."""
     data: SegmentBytes
     entries: tuple[JournalEntry, ...]
-    changes: list[PendingChange]
+    floor: int
+    """The segment id through which every segment was durable when this one was issued."""
+    step_over: bool
+    """Written where a fenced writer's write may still land: a slot holding an older epoch is
+    stepped over (one segment in flight at a time there)."""
+    started: float
+    writing: bool = True
+    landed: bool = False
+    error: InkpenError | None = None
+    """The failure of its last write (None once it landed)."""
+    retried: bool = False
+    """Written again after a failure: a slot holding exactly its bytes means it landed."""
+
+
+@dataclass(slots=True)
+class _Unsettled:
+    """Segments at the head of the window whose outcome is unknown (or that landed after one whose
+    outcome is unknown): written again until they all land; nothing new is issued meanwhile."""
+
     since: float
-    """``time.monotonic()`` when its outcome first became unknown."""
+    """``time.monotonic()`` when the first outcome became unknown."""
     error: InkpenError
-    """The latest failure to settle it."""
+    """The latest failure to settle them."""
     tries: int = 0
     retry_after: float = SETTLE_RETRY_FIRST
+    settling: int = 0
+    """Writes of the settling round still in flight."""
+    count: int = 0
+    """How many segments were unsettled."""
+
+
+class _Writers:
+    """The Inker's writing pool: ``count`` daemon threads, started with the Inker (a writer's
+    threads are all there once it is open, and none holds up the interpreter's exit), each
+    running segment writes as they are handed over."""
+
+    def __init__(self, count: int) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
+        self._idle = threading.Condition()
+        self._pending = 0
+        self._shut = False
+        self._threads = [
+            threading.Thread(target=self._run, name=f"inkpen-segments-{i}", daemon=True)
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, job: Callable[[], object]) -> bool:
+        """Run ``job`` on a free thread; False once the pool is shut (nothing runs)."""
+        with self._idle:
+            if self._shut:
+                return False
+            self._pending += 1
+        self._jobs.put(job)
+        return True
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except Exception as exc:  # a job reports its own outcome; never lose a thread
+                log.error("inker.writer_job_failed", error=repr(exc))
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def shutdown(self, *, timeout: float) -> bool:
+        """Take no more jobs, wait up to ``timeout`` seconds for those handed over to end, then
+        let the threads go; answers whether they all ended."""
+        with self._idle:
+            first = not self._shut
+            self._shut = True
+            ended = self._idle.wait_for(lambda: self._pending == 0, timeout)
+        if first:
+            for _ in self._threads:
+                self._jobs.put(None)
+        return ended
 
 
 class InkerStats(TypedDict):
@@ -242,12 +360,16 @@ class InkerStats(TypedDict):
 
     unsettled_segment: int | None
     """A journal segment whose write has an unknown outcome (a store outage), or None."""
+    segments_in_flight: int
+    """Journal segments issued and not yet acknowledged (written, or being written)."""
+    segments_waiting: int
+    """Of those, the segments written that wait for an earlier one's write to land."""
     unsettled_s: float | None
     """Seconds that segment has waited to be settled."""
     settled_segments: int
     """Segments of unknown outcome settled since open (written again or found landed)."""
     sqn: int
-    """The last SQN given to a change."""
+    """The last SQN of an acknowledged change (its segment and every earlier one durable)."""
     writer_epoch: int
     next_segment: int
     unrolled_segments: int
@@ -282,7 +404,10 @@ class Conditions(Protocol):
     :class:`inkpen.actors.read.conditions.ConditionChecker`, which reads the published views)."""
 
     def written(self, batch: WriteGroup, entries: tuple[JournalEntry, ...]) -> None:
-        """A segment was written for ``batch``: its entries count until the views show them."""
+        """A segment was issued for ``batch``: its entries count until the views show them."""
+
+    def withdrawn(self, batch: WriteGroup) -> None:
+        """The segment issued for ``batch`` will never be written: its entries count no more."""
 
     def check(self, batch: WriteGroup, first_sqn: int, now_ms: int) -> list[PendingChange]:
         """The changes of ``batch`` to write, with the index specs they imply; rejected units go
@@ -300,11 +425,32 @@ class Inker(FileOwner):
         *,
         epoch: int,
         next_segment: int,
+        segments_in_flight: int = 1,
+        sequential_until: int = 0,
     ) -> None:
         super().__init__(ctx, "inker")
         self.epoch = epoch
         self.next_segment = next_segment
+        """The slot the next segment issued takes."""
+        self.installed_through = next_segment - 1
+        """The last segment installed: every segment up to it is durable (the durable floor)."""
+        self.limit = segments_in_flight
+        self.sequential_until = sequential_until
+        """Up to this slot, a fenced writer's write may still land: one segment at a time, a
+        slot holding an older epoch stepped over (:attr:`WriterClaim.sequential_until`)."""
         self.sqn = 0
+        """The last SQN given to a change of a segment issued."""
+        self.durable_sqn = 0
+        """The last SQN of a segment installed."""
+        self.flights: deque[_Flight] = deque()
+        """The window: segments issued and not installed, in id order."""
+        self.held: list[WriteGroup] = []
+        """Batches taken while segments are unsettled, waiting for the next settling round."""
+        self.failing = False
+        """A write of the window failed: nothing is issued until the window is resolved."""
+        self.closed = False
+        self._flush_timer = False
+        self.pool = _Writers(segments_in_flight)
         self.files: dict[str, JournalHandle] = {}
         self.segments: list[SegmentTable] = []
         self.bookie: pykka.ActorRef[Any] | None = None
@@ -327,7 +473,7 @@ class Inker(FileOwner):
         self._stopped: InkpenError | None = None
         """Why the Inker stopped writing other than the fence (the keeper holds that)."""
         self.unsettled: _Unsettled | None = None
-        """The segment whose outcome is unknown, while it is (nothing else is written)."""
+        """While the head of the window is of unknown outcome (nothing new is written)."""
         self._settle_timer = False
         self.settled_segments = 0
         self.segments_written = 0
@@ -336,7 +482,7 @@ class Inker(FileOwner):
         ref = self.actor_ref
         self.intake = intake
         self.conditions = conditions
-        intake.connect(lambda b: ref.tell(_BatchOpened(b)), lambda b: ref.tell(_BatchFull(b)))
+        intake.connect(lambda _: ref.tell(_BatchOpened()), lambda _: ref.tell(_BatchFull()))
         self.external = ctx.options.compaction == "external"
         self.adopted = ctx.keeper.latest.id
         """External compaction: the manifest whose journal files the published view holds."""
@@ -351,7 +497,7 @@ class Inker(FileOwner):
         self.segments = list(message.segments)
         for segment in self.segments:
             self._note_bodies(segment)
-        self.sqn = message.max_sqn
+        self.sqn = self.durable_sqn = message.max_sqn
         self._publish()
 
     @handles(_Attach)
@@ -371,50 +517,85 @@ class Inker(FileOwner):
     # -- group commit ---------------------------------------------------------------------
 
     @handles(_BatchOpened)
-    def _opened(self, message: _BatchOpened) -> None:
-        options = self.ctx.options
-        if options.flush_policy == "idle":
-            batch = self.intake.take(message.batch)
-            if batch is not None:
-                self._write(batch)
-            return
-        wait = self.last_write_started + options.flush_interval - time.monotonic()
-        if wait <= 0:
-            batch = self.intake.take(message.batch)
-            if batch is not None:
-                self._write(batch)
-        else:
-            self.ctx.scheduler.after(wait, self.actor_ref, _FlushDue(message.batch))
-
-    @handles(_FlushDue)
-    def _due(self, message: _FlushDue) -> None:
-        batch = self.intake.take(message.batch)
-        if batch is not None:
-            self._write(batch)
+    def _opened(self, _: _BatchOpened) -> None:
+        self._pump()
 
     @handles(_BatchFull)
-    def _full(self, message: _BatchFull) -> None:
-        self._write(message.batch)
+    def _full(self, _: _BatchFull) -> None:
+        self._pump()
+
+    @handles(_FlushDue)
+    def _due(self, _: _FlushDue) -> None:
+        self._flush_timer = False
+        self._pump()
 
     @handles(_Sync)
-    def _sync(self, _: _Sync) -> int:
-        batch = self.intake.take()
-        if batch is not None:
-            self._write(batch)
-        return self.sqn
+    def _sync(self, _: _Sync) -> tuple[WriteGroup, ...]:
+        """Close the open batch and issue what the window lets through; answers every batch not
+        settled yet that was taken so far (the caller waits for them outside this actor)."""
+        waiting = self.intake.close_open()
+        self._pump()
+        flights = tuple(f.batch for f in self.flights)
+        return (*flights, *self.held, *waiting)
 
-    def _write(self, batch: WriteGroup) -> None:
+    def _window(self) -> int:
+        """How many segments may be in flight now: one at a time up to the last slot a fenced
+        writer's write may still take (:attr:`sequential_until`), then ``segments_in_flight``."""
+        if self.next_segment <= self.sequential_until or any(f.step_over for f in self.flights):
+            return 1
+        return self.limit
+
+    def _pump(self) -> None:
+        """Issue the batches waiting in the intake, oldest first, while the window has room.
+
+        Nothing is issued while the window is failing (a write failed and others are still in
+        flight: what to do is decided once they have all ended) or while segments are unsettled
+        (their bytes are written again first; the batches taken meanwhile wait for that, as
+        :attr:`held`). A stopped Inker fails whatever waits."""
         if self.stopped is not None:
-            batch.fail(self.stopped)
+            self._fail_waiting(self.stopped)
             return
-        if self.unsettled is not None and not self._settle():
-            batch.fail(self._held_back())
+        if self.failing:
             return
+        if self.unsettled is not None:
+            while (batch := self.intake.take_next(open_too=True)) is not None:
+                self.held.append(batch)
+            if self.held:
+                self._try_settle()
+            return
+        while self.held and len(self.flights) < self._window():
+            self._issue(self.held.pop(0))
+        while len(self.flights) < self._window() and not self.failing:
+            batch = self.intake.take_next(open_too=self._open_due())
+            if batch is None:
+                return
+            self._issue(batch)
+
+    def _open_due(self) -> bool:
+        """Whether the open batch may be taken now (``flush_policy``): at once when idle; under
+        ``interval`` once ``flush_interval`` has passed since the last segment write began (a
+        timer is set to take it then)."""
+        options = self.ctx.options
+        if options.flush_policy == "idle":
+            return True
+        wait = self.last_write_started + options.flush_interval - time.monotonic()
+        if wait <= 0:
+            return True
+        if not self._flush_timer and self.intake.pending():
+            self._flush_timer = True
+            self.ctx.scheduler.after(wait, self.actor_ref, _FlushDue())
+        return False
+
+    def _issue(self, batch: WriteGroup) -> None:
+        """Check the batch's conditions, give it SQNs, encode it and start its segment write.
+
+        The conditions are checked against every segment issued before, in flight or written
+        (the checker counts them from now on), so a later batch sees an earlier one's writes."""
         started = self.last_write_started = time.monotonic()
         first = self.sqn + 1
         if batch.conditional or batch.expands or batch.merges:
             # The check (conditions, the index entries a delete or ttl put reaches, the values
-            # merges fold onto) and the append are one step: nothing else assigns SQNs meanwhile.
+            # merges fold onto) and the SQNs are one step: nothing else assigns SQNs meanwhile.
             now_ms = int(self.ctx.options.clock() * 1000)
             batch.changes = self.conditions.check(batch, first, now_ms)
             if not batch.changes:
@@ -441,126 +622,296 @@ class Inker(FileOwner):
             )
             return
         segment_id = self.next_segment
-        try:
-            self.ctx.tables.write_segment(segment_id, data, writer_epoch=self.epoch)
-        except StoreError as failure:
-            if failure.definite:
-                batch.fail(
-                    StoreError(
-                        f"journal segment {segment_id} was not written to {self.ctx.store.url}, "
-                        "so this batch of writes did not happen: "
-                        f"{Exception.__str__(failure)}",
-                        definite=True,
-                        key=segment_key(segment_id),
-                    )
-                )
-                return
-            error = StoreError(
-                f"the outcome of writing journal segment {segment_id} to {self.ctx.store.url} "
-                f"is unknown ({failure}); these writes may still land: the Bookie writes the same "
-                "segment again once the store answers (read the keys to know), and takes new "
-                "writes after that",
-                definite=False,
-                key=segment_key(segment_id),
-            )
-            self.unsettled = _Unsettled(
-                segment_id, data, entries, list(batch.changes), time.monotonic(), failure
-            )
-            log.warning("journal.segment_unsettled", segment=segment_id, error=str(failure))
-            batch.fail(error)
-            self._schedule_settle()
-            return
-        except InkpenError as exc:  # a fence, or a slot holding a loss: stop for good
-            self._stop_writing(exc)
-            batch.fail(exc)
-            return
-        self._install(batch, segment_id, data, entries)
-        log.debug(
-            "journal.segment_flush",
-            segment=segment_id,
-            first_sqn=first,
-            last_sqn=self.sqn,
-            entries=len(entries),
-            bytes=self.segments[-1].size,
-            ms=round((time.monotonic() - started) * 1000, 2),
+        applied = WriteGroup()
+        applied.changes = changes
+        applied.add_done_callback(functools.partial(_release, batch))
+        flight = _Flight(
+            segment_id,
+            batch,
+            applied,
+            data,
+            entries,
+            floor=self.installed_through,
+            step_over=segment_id <= self.sequential_until,
+            started=started,
         )
-        self._after_write()
-
-    def _install(
-        self,
-        batch: WriteGroup,
-        segment_id: int,
-        data: SegmentBytes,
-        entries: tuple[JournalEntry, ...],
-    ) -> None:
-        """A segment is durable: give out its SQNs, publish it, have the Bookie apply it."""
-        first = entries[0].sqn
-        self.sqn = entries[-1].sqn
         self.next_segment = segment_id + 1
+        self.sqn = entries[-1].sqn
+        self.conditions.written(applied, entries)
+        self.flights.append(flight)
+        self._start(flight, attempts=SEGMENT_WRITE_ATTEMPTS)
+
+    def _start(self, flight: _Flight, *, attempts: int, settle: bool = False) -> None:
+        """Write ``flight``'s segment on the writing pool; the outcome comes back as
+        :class:`_Written` (the Inker's thread never waits on a store request)."""
+        flight.writing = True
+        tables = self.ctx.tables
+        ref = self.actor_ref
+        epoch = self.epoch
+
+        def write() -> None:
+            slot: int | None = None
+            error: InkpenError | None = None
+            try:
+                slot = tables.write_segment(
+                    flight.segment_id,
+                    flight.data,
+                    writer_epoch=epoch,
+                    attempts=attempts,
+                    retried=flight.retried,
+                    durable_floor=flight.floor,
+                    step_over_older=flight.step_over,
+                )
+            except InkpenError as exc:
+                error = exc
+            except BaseException as exc:  # the table store maps store failures; be safe
+                error = StoreError(f"writing a journal segment raised {exc!r}", definite=False)
+            send(ref, _Written(flight, slot, error, settle))
+
+        if not self.pool.submit(write):  # the pool is shut: the Inker is closing
+            flight.writing = False
+            flight.error = UsageError("this Bookie is closed")
+            self.failing = True
+
+    @handles(_Written)
+    def _written(self, message: _Written) -> None:
+        """A segment write ended: install every segment whose write and every earlier one's
+        landed (their callers are released in SQN order), and decide about failures once no
+        write of the window is in flight."""
+        flight = message.flight
+        flight.writing = False
+        if self.closed:
+            return
+        if message.error is None:
+            assert message.slot is not None
+            flight.landed = True
+            flight.error = None
+            if message.slot != flight.segment_id:  # stepped over an older epoch's slot
+                flight.segment_id = message.slot
+                self.next_segment = max(self.next_segment, message.slot + 1)
+        else:
+            flight.error = message.error
+            if self.unsettled is None:
+                self.failing = True
+        self._install_landed()
+        if message.settle:
+            self._settle_round_ended()
+        elif self.failing and not any(f.writing for f in self.flights):
+            self._resolve()
+        self._pump()
+
+    def _install_landed(self) -> None:
+        """Install the landed segments at the head of the window, in id order."""
+        while self.flights and self.flights[0].landed:
+            self._install(self.flights.popleft())
+        if self.unsettled is not None and not self.flights:
+            self._settled()
+        if self.failing and not self.flights:
+            self.failing = False
+
+    def _install(self, flight: _Flight) -> None:
+        """A segment and every earlier one are durable: publish it and have the Bookie apply it
+        (which releases its callers)."""
+        entries = flight.entries
+        data = flight.data
+        self.installed_through = flight.segment_id
+        self.durable_sqn = entries[-1].sqn
         size = len(data) if isinstance(data, bytes) else sum(map(len, data))
-        table = SegmentTable(segment_id, first, self.sqn, {e.sqn: e for e in entries}, size)
+        table = SegmentTable(
+            flight.segment_id, entries[0].sqn, entries[-1].sqn, {e.sqn: e for e in entries}, size
+        )
         self.segments.append(table)
         self._note_bodies(table)
         self.ctx.board.journal = self.ctx.board.journal.with_segment(table)
         self.segments_written += 1
         self.bytes_written += size
-        self.conditions.written(batch, entries)
-        if self.bookie is None or not send(self.bookie, ApplyBatch(batch, entries)):
-            batch.fail(ActorGone("the Bookie has stopped"))
+        if self.bookie is None or not send(self.bookie, ApplyBatch(flight.applied, entries)):
+            flight.applied.fail(ActorGone("the Bookie has stopped"))
+        log.debug(
+            "journal.segment_flush",
+            segment=flight.segment_id,
+            first_sqn=entries[0].sqn,
+            last_sqn=entries[-1].sqn,
+            entries=len(entries),
+            bytes=size,
+            floor=flight.floor,
+            ms=round((time.monotonic() - flight.started) * 1000, 2),
+        )
+        self._after_write()
 
-    # -- a segment of unknown outcome -------------------------------------------------------
+    def _resolve(self) -> None:
+        """A write of the window failed and none is in flight any more: settle the callers.
 
-    def _settle(self) -> bool:
-        """Try once to settle the unsettled segment: write its bytes into its slot again (a
-        read back tells whether an earlier attempt landed). True once it is installed; False
-        while the store does not answer, or when a fence or a loss stopped the Inker."""
+        The window is the segments issued and not installed, oldest first; its first one failed
+        (the landed ones before it are installed). A fence, or a slot holding other bytes of this
+        writer's epoch, stops the Inker: the segments from the first such one up fail with that
+        error (none of them can be read: the slots hold other segments, or lie above a newer
+        writer's fence), those below it as of unknown outcome. Otherwise, the segments above the
+        last one that may have landed (landed, or of unknown outcome) all failed definitely:
+        nothing of them is anywhere, so their callers fail definitely and their SQNs and slots
+        are given out again. The segments up to that one stay: later ones were built on the
+        earlier ones' SQNs and state, so each is written again with the same bytes until it
+        lands (settled: :meth:`_try_settle`), and their callers fail as of unknown outcome."""
+        self.failing = False
+        flights = list(self.flights)
+        if not flights:
+            return
+        fatal = next(
+            (i for i, f in enumerate(flights) if f.error is not None and _is_fatal(f.error)),
+            None,
+        )
+        if fatal is not None or self.stopped is not None:
+            cut = len(flights) if fatal is None else fatal
+            for flight in flights[:cut]:
+                flight.batch.finish(self._unknown(flight, flights[0]))
+            stop_error = self.stopped
+            if fatal is not None:
+                error = flights[fatal].error
+                assert error is not None
+                for flight in flights[fatal:]:
+                    flight.batch.finish(error)
+                self._stop_writing(error)
+            elif stop_error is not None:
+                self._fail_waiting(stop_error)
+            self.flights.clear()
+            return
+        kept = max(
+            (i for i, f in enumerate(flights) if f.landed or _maybe_landed(f.error)), default=-1
+        )
+        for flight in reversed(flights[kept + 1 :]):  # definitely written nowhere: give back
+            self.conditions.withdrawn(flight.applied)
+            self.flights.pop()
+            assert flight.error is not None
+            flight.batch.finish(self._not_written(flight, flight.error))
+        if kept < 0:
+            rewound = flights[0]
+            self.next_segment = rewound.segment_id
+            self.sqn = rewound.entries[0].sqn - 1
+            return
+        if kept + 1 < len(flights):
+            rewound = flights[kept + 1]
+            self.next_segment = rewound.segment_id
+            self.sqn = rewound.entries[0].sqn - 1
+        first = flights[0]
+        for flight in flights[: kept + 1]:
+            flight.batch.finish(self._unknown(flight, first))
+        assert first.error is not None
+        self.unsettled = _Unsettled(time.monotonic(), first.error, count=kept + 1)
+        log.warning(
+            "journal.segment_unsettled",
+            segment=first.segment_id,
+            segments=[f.segment_id for f in flights[: kept + 1]],
+            error=str(first.error),
+        )
+        self._schedule_settle()
+
+    def _not_written(self, flight: _Flight, failure: InkpenError) -> StoreError:
+        """The error of a batch whose segment was definitely not written."""
+        return StoreError(
+            f"journal segment {flight.segment_id} was not written to {self.ctx.store.url}, "
+            f"so this batch of writes did not happen: {Exception.__str__(failure)}",
+            definite=True,
+            key=segment_key(flight.segment_id),
+        )
+
+    def _unknown(self, flight: _Flight, first: _Flight) -> StoreError:
+        """The error of a batch whose segment may land (or has landed after one that may not)."""
+        failure = first.error
+        cause = "" if failure is None else f" ({Exception.__str__(failure)})"
+        if flight is first:
+            what = f"the outcome of writing journal segment {flight.segment_id}"
+        else:
+            what = (
+                f"journal segment {flight.segment_id} depends on segment {first.segment_id}, and "
+                f"the outcome of writing that one"
+            )
+        return StoreError(
+            f"{what} to {self.ctx.store.url} is unknown{cause}; these writes may still land: the "
+            "Bookie writes the same segments again once the store answers (read the keys to "
+            "know), and takes new writes after that",
+            definite=False,
+            key=segment_key(flight.segment_id),
+        )
+
+    def _fail_waiting(self, error: InkpenError) -> None:
+        """Fail every batch taken or closed and not issued (the Inker writes no more)."""
+        held, self.held = self.held, []
+        for batch in held:
+            batch.finish(error)
+        while (waiting := self.intake.take_next(open_too=True)) is not None:
+            waiting.finish(error)
+
+    # -- segments of unknown outcome --------------------------------------------------------
+
+    def _try_settle(self) -> None:
+        """Start a round of settling: write each unsettled segment that has not landed again,
+        with the same bytes into the same slot (a read back tells whether an earlier attempt
+        landed). Its outcome comes back as :class:`_Written` messages; the round ends when all
+        have (:meth:`_settle_round_ended`)."""
+        pending = self.unsettled
+        if pending is None or pending.settling or self.stopped is not None:
+            return
+        todo = [f for f in self.flights if not f.landed and not f.writing]
+        if not todo:
+            return
+        pending.tries += 1
+        pending.settling = len(todo)
+        for flight in todo:
+            flight.retried = True
+            self._start(flight, attempts=1, settle=True)
+
+    def _settle_round_ended(self) -> None:
+        pending = self.unsettled
+        if pending is None:
+            return  # installed meanwhile: every unsettled segment landed
+        pending.settling -= 1
+        if pending.settling > 0:
+            return
+        fatal = next((f.error for f in self.flights if f.error and _is_fatal(f.error)), None)
+        if fatal is not None:  # a fence, or a slot holding a loss: stop for good
+            self.unsettled = None
+            self._stop_writing(fatal)
+            self.flights.clear()
+            return
+        errors = [f.error for f in self.flights if f.error is not None]
+        if errors:
+            pending.error = errors[0]
+        held, self.held = self.held, []
+        if held:
+            error = self._held_back()
+            for batch in held:
+                batch.finish(error)
+        self._schedule_settle()
+
+    def _settled(self) -> None:
+        """Every unsettled segment landed and is installed: those writes are visible (their
+        callers were told the outcome is unknown), and writing goes on."""
         pending = self.unsettled
         assert pending is not None
-        pending.tries += 1
-        try:
-            self.ctx.tables.write_segment(
-                pending.segment_id,
-                pending.data,
-                writer_epoch=self.epoch,
-                attempts=1,
-                retried=True,
-            )
-        except StoreError as exc:  # refused, or unknown again: still unsettled
-            pending.error = exc
-            return False
-        except InkpenError as exc:  # a fence, or a slot holding a loss: stop for good
-            self.unsettled = None
-            self._stop_writing(exc)
-            return False
         self.unsettled = None
-        # Its callers were told the outcome is unknown; it landed, so its writes are installed
-        # (visible, and counted by the conditions of later batches) under a batch of their own.
-        settled = WriteGroup()
-        settled.changes = pending.changes
-        self._install(settled, pending.segment_id, pending.data, pending.entries)
-        self.settled_segments += 1
+        self.settled_segments += pending.count
         log.info(
             "journal.segment_settled",
-            segment=pending.segment_id,
-            last_sqn=self.sqn,
+            segment=self.installed_through,
+            segments=pending.count,
+            last_sqn=self.durable_sqn,
             tries=pending.tries,
             unsettled_s=round(time.monotonic() - pending.since, 3),
         )
-        self._after_write()
-        return True
 
     def _held_back(self) -> StoreError:
         """The error of a batch not written because a segment's outcome is still unknown."""
         pending = self.unsettled
         assert pending is not None
+        segment_id = self.flights[0].segment_id if self.flights else self.installed_through
         return StoreError(
             f"this batch of writes was not written: the outcome of journal segment "
-            f"{pending.segment_id} is still unknown, as the store at {self.ctx.store.url} has "
+            f"{segment_id} is still unknown, as the store at {self.ctx.store.url} has "
             f"not answered for {time.monotonic() - pending.since:.1f}s "
             f"({Exception.__str__(pending.error)}); the Bookie takes writes again once the "
             "store answers",
             definite=True,
-            key=segment_key(pending.segment_id),
+            key=segment_key(segment_id),
         )
 
     def _schedule_settle(self) -> None:
@@ -576,8 +927,10 @@ class Inker(FileOwner):
         self._settle_timer = False
         if self.unsettled is None or self.stopped is not None:
             return
-        if not self._settle():
+        if self.unsettled.settling:
             self._schedule_settle()
+            return
+        self._try_settle()
 
     def _after_write(self) -> None:
         options = self.ctx.options
@@ -673,6 +1026,7 @@ class Inker(FileOwner):
         if isinstance(error, FencedError):
             self.intake.shut(error)
             self.ctx.keeper.fence(error)  # halts the writer through the keeper's callback
+            self._fail_waiting(error)
             return
         if self._stopped is None:
             # Later puts never reach a segment (nor do those held back by backpressure):
@@ -684,6 +1038,7 @@ class Inker(FileOwner):
             )
         self.intake.shut(self._stopped)
         self.ctx.halt(self._stopped)
+        self._fail_waiting(self._stopped)
 
     # -- rolling ----------------------------------------------------------------------------
 
@@ -741,7 +1096,7 @@ class Inker(FileOwner):
             return
         last = max(message.segment_ids)
         descriptors = tuple(h.descriptor for h in message.handles)
-        next_segment = self.next_segment
+        next_segment = self.installed_through + 1  # durable: a segment in flight may not land
         bodies_through = message.bodies_through
 
         def change(m: Manifest) -> Manifest:
@@ -1014,17 +1369,16 @@ class Inker(FileOwner):
 
     @handles(_TakeCheckpoint)
     def _checkpoint(self, message: _TakeCheckpoint) -> Checkpoint:
-        """A checkpoint covers the journal files and every segment written so far: a reader at
-        it replays the segments above the ledger's persisted SQN, so it sees every acknowledged
-        write."""
-        self._sync(_Sync())
+        """A checkpoint covers the journal files and every segment installed so far (the caller
+        synced first): a reader at it replays the segments above the ledger's persisted SQN, so
+        it sees every acknowledged write."""
         if self.stopped is not None:
             raise self.stopped
         if self.unsettled is not None:
             raise self._held_back()
         now = time.time()
         expire = None if message.lifetime is None else now + message.lifetime
-        next_segment = self.next_segment
+        next_segment = self.installed_through + 1
         made: list[Checkpoint] = []
 
         def change(m: Manifest, new_id: int) -> Manifest:
@@ -1123,11 +1477,14 @@ class Inker(FileOwner):
     @handles(_InkerStats)
     def _stats(self, _: _InkerStats) -> InkerStats:
         pending = self.unsettled
+        head = self.flights[0].segment_id if pending is not None and self.flights else None
         return {
-            "unsettled_segment": None if pending is None else pending.segment_id,
+            "unsettled_segment": head,
+            "segments_in_flight": len(self.flights),
+            "segments_waiting": sum(1 for f in self.flights if f.landed),
             "unsettled_s": None if pending is None else time.monotonic() - pending.since,
             "settled_segments": self.settled_segments,
-            "sqn": self.sqn,
+            "sqn": self.durable_sqn,
             "writer_epoch": self.epoch,
             "next_segment": self.next_segment,
             "unrolled_segments": len(self.segments),
@@ -1140,11 +1497,30 @@ class Inker(FileOwner):
             "journal_pending_deletes": len(self.pending_deletes),
         }
 
+    def on_stop(self) -> None:
+        """The actor stops (after its shutdown, or when a failed start-up stops it): the writing
+        threads go once their writes end."""
+        self.pool.shutdown(timeout=0)
+
     @handles(_Shutdown)
     def _shutdown(self, _: _Shutdown) -> None:
         stopped = self.stopped or UsageError("this Bookie is closed")
         self._stopped = self._stopped or stopped
+        self.closed = True
         self.intake.shut(stopped)
+        self._fail_waiting(stopped)
+        for flight in self.flights:  # only when abandoned: a close waits for them first
+            flight.batch.finish(
+                StoreError(
+                    f"the Bookie was closed while journal segment {flight.segment_id} was "
+                    "being written: these writes may have landed (read the keys to know)",
+                    definite=False,
+                    key=segment_key(flight.segment_id),
+                )
+            )
+        self.flights.clear()
+        # What lands, lands now, not under a writer opened after this one.
+        self.pool.shutdown(timeout=SHUTDOWN_WAIT)
         for handle in self.files.values():
             stop(handle.clerk)
         self.files.clear()
@@ -1182,10 +1558,13 @@ def replay(inker: pykka.ActorRef[Inker], persisted_sqn: int) -> int:
     return replayed
 
 
-def sync(inker: pykka.ActorRef[Inker]) -> int:
-    """Write the open batch now; answers the highest durable SQN."""
-    sqn: int = call(inker, _Sync())
-    return sqn
+def sync(inker: pykka.ActorRef[Inker]) -> None:
+    """Write the open batch now and wait until it and every batch before it is settled: written
+    and applied (so cached by the Bookie), or failed."""
+    batches: tuple[WriteGroup, ...] = call(inker, _Sync())
+    for batch in batches:
+        with contextlib.suppress(InkpenError):  # its callers learn why; a sync only waits
+            batch.wait()
 
 
 def roll_now(inker: pykka.ActorRef[Inker]) -> bool:
@@ -1205,6 +1584,7 @@ def take_checkpoint(
     inker: pykka.ActorRef[Inker], lifetime: float | None, name: str | None
 ) -> Checkpoint:
     """Write the open batch, then commit a checkpoint of everything durable so far."""
+    sync(inker)
     made: Checkpoint = call(inker, _TakeCheckpoint(lifetime, name))
     return made
 
@@ -1229,3 +1609,20 @@ def stats(inker: pykka.ActorRef[Inker]) -> InkerStats:
 def shutdown(inker: pykka.ActorRef[Inker], *, timeout: float | None = None) -> None:
     """Stop writing and stop the file clerks."""
     call(inker, _Shutdown(), timeout=timeout)
+
+
+def _release(callers: WriteGroup, applied: WriteGroup) -> None:
+    """The Bookie settled the segment's applied group: release its callers (unless they were
+    answered already, with an unknown outcome)."""
+    callers.finish(applied.error)
+
+
+def _is_fatal(error: InkpenError) -> bool:
+    """A failure that stops the Inker for good: a fence, a slot holding a loss, a bug (anything
+    but a store error)."""
+    return not isinstance(error, StoreError)
+
+
+def _maybe_landed(error: InkpenError | None) -> bool:
+    """Whether a failed segment write may still have landed (an unknown outcome)."""
+    return isinstance(error, StoreError) and not error.definite

@@ -17,8 +17,11 @@ new one; a unit larger than ``max_batch_bytes`` on its own gets a segment of its
 may reject a unit whose condition (``if_sqn``) fails (:attr:`WriteGroup.rejected`): then none of its
 changes is written, and the rest of the segment is written without them.
 
-The notifications are sent under the intake's lock (a tell only queues a message), so the Inker
-sees a batch's "opened" before its "full", and every "full" before anything sent after it.
+A batch that fills up is closed and waits in the intake, in the order batches closed, until the
+Inker takes it (:meth:`WriteIntake.take_next`: the oldest closed batch first, then, when the Inker
+asks for it, the open one), so batches become segments in the order they closed whatever the
+Inker's window of segment writes in flight lets through meanwhile. The notifications are sent
+under the intake's lock (a tell only queues a message); they only tell the Inker there is work.
 
 Once the Inker is fenced, fails for good or closes, :meth:`WriteIntake.shut` fails the open batch
 and refuses later changes with the same error.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from inkpen.actors.journal.changes import PendingChange, reaches_other_entries
@@ -43,6 +47,20 @@ one segment, one write and one fsync (group commit by bytes); a segment of large
 written from their own bytes, never joined (section 7 of DESIGN.md)."""
 OBJECT_STORE_BATCH_BYTES = 4 * 1024 * 1024
 """A batch's bytes by default on an object store, where a segment is one request."""
+
+
+LOCAL_SEGMENTS_IN_FLIGHT = 2
+"""Segment writes in flight by default on a local directory (or in memory)."""
+OBJECT_STORE_SEGMENTS_IN_FLIGHT = 8
+"""Segment writes in flight by default on an object store, where each is a round trip."""
+
+
+def in_flight_limit(segments_in_flight: int | None, local: bool) -> int:
+    """The Inker's ``segments_in_flight``: the option when it is set, else the default of the
+    store (``local``: :func:`~inkpen.objectstore.base.is_local`)."""
+    if segments_in_flight is not None:
+        return segments_in_flight
+    return LOCAL_SEGMENTS_IN_FLIGHT if local else OBJECT_STORE_SEGMENTS_IN_FLIGHT
 
 
 def batch_limit(max_batch_bytes: int | None, local: bool) -> int:
@@ -163,6 +181,24 @@ class WriteGroup:
         self.error = error
         self._settle()
 
+    def finish(self, error: BaseException | None) -> bool:
+        """Complete the batch (``error`` None) or fail it, unless it is settled already (then
+        nothing changes); answers whether this call settled it. For a batch two threads may
+        settle (the Bookie releasing it, the Inker failing it as it stops)."""
+        with self._guard:
+            if self._settled:
+                return False
+            self._settled = True
+            if error is not None:
+                self.error = error
+            waiters, self._waiters = self._waiters, []
+            callbacks, self._callbacks = self._callbacks, []
+        for gate in waiters:
+            gate.release()
+        for callback in callbacks:
+            _run_callback(callback, self)
+        return True
+
     def _settle(self) -> None:
         with self._guard:
             self._settled = True
@@ -184,6 +220,8 @@ class WriteIntake:
     def __init__(self, max_batch_bytes: int) -> None:
         self._lock = threading.Lock()
         self._open: WriteGroup | None = None
+        self._closed: deque[WriteGroup] = deque()
+        """Batches closed (full) and not taken by the Inker yet, oldest first."""
         self._max = max_batch_bytes
         self._on_open: Callable[[WriteGroup], None] = _unconnected
         self._on_full: Callable[[WriteGroup], None] = _unconnected
@@ -220,9 +258,14 @@ class WriteIntake:
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:
-                self._open = None
-                self._on_full(batch)
+                self._close(batch)
         return batch, len(batch.units) - 1
+
+    def _close(self, batch: WriteGroup) -> None:
+        """Close the open ``batch`` (under the lock): it waits for the Inker in order."""
+        self._open = None
+        self._closed.append(batch)
+        self._on_full(batch)
 
     def submit_unit(
         self, changes: list[PendingChange], guard: CommitGuard | None = None
@@ -239,8 +282,7 @@ class WriteIntake:
                 raise self._shut
             batch = self._open
             if batch is not None and batch.changes and batch.weight + weight > self._max:
-                self._open = None
-                self._on_full(batch)  # written without this unit
+                self._close(batch)  # written without this unit
                 batch = None
             opened = batch is None
             if batch is None:
@@ -256,30 +298,45 @@ class WriteIntake:
             if opened:
                 self._on_open(batch)
             if batch.weight >= self._max:
-                self._open = None
-                self._on_full(batch)  # a unit above max_batch_bytes: a segment of its own
+                self._close(batch)  # a unit above max_batch_bytes: a segment of its own
         return batch, len(batch.units) - 1
 
-    def take(self, batch: WriteGroup | None = None) -> WriteGroup | None:
-        """Close and return the open batch (only if it is ``batch``, when one is named)."""
+    def take_next(self, *, open_too: bool) -> WriteGroup | None:
+        """The oldest closed batch; when none is closed and ``open_too``, the open batch, closed
+        now; else None."""
         with self._lock:
+            if self._closed:
+                return self._closed.popleft()
             current = self._open
-            if current is None or (batch is not None and current is not batch):
+            if current is None or not open_too:
                 return None
             self._open = None
             return current
 
+    def close_open(self) -> list[WriteGroup]:
+        """Close the open batch (it waits in order with the others) and answer every batch
+        closed and not taken yet, oldest first (what a sync waits for)."""
+        with self._lock:
+            if self._open is not None:
+                self._closed.append(self._open)
+                self._open = None
+            return list(self._closed)
+
     def pending(self) -> bool:
+        """Whether a batch is open (a change is waiting for the next segment)."""
         with self._lock:
             return self._open is not None
 
     def shut(self, error: InkpenError) -> None:
-        """Refuse every later change with ``error`` and fail the open batch with it."""
+        """Refuse every later change with ``error`` and fail the open batch and the closed ones
+        with it."""
         with self._lock:
             if self._shut is None:
                 self._shut = error
-            batch, self._open = self._open, None
-        if batch is not None:
+            batches = [*self._closed, *([self._open] if self._open is not None else [])]
+            self._open = None
+            self._closed.clear()
+        for batch in batches:
             batch.fail(error)
 
     @property

@@ -22,8 +22,10 @@ The state looked at is, per key, the newest of:
    commit, and earlier changes of the same unit), so two conditional puts on one key in one
    segment cannot both succeed, and a delete sees the index entries a put before it in the same
    segment added;
-2. segments the Inker has written whose batch the Bookie has not yet cached (``ApplyBatch`` is a
-   tell: the published views may lag the journal by a segment or two);
+2. segments the Inker has issued whose batch the Bookie has not yet cached: those whose writes
+   are still in flight (the Inker keeps several in flight, and a later batch is checked against
+   the earlier ones), and those written whose ``ApplyBatch`` (a tell) the Bookie has not handled
+   yet; a segment whose write fails definitely, with every later one, is withdrawn;
 3. the published views (the Bookie's cache, the Penciller's memory and files), which hold every
    segment whose batch has been settled (the Bookie publishes before it settles).
 
@@ -275,7 +277,9 @@ class ConditionChecker:
         """The last entry of each key of those segments (the value a merge folds onto)."""
 
     def written(self, batch: WriteGroup, entries: tuple[JournalEntry, ...]) -> None:
-        """A segment was written for ``batch``; its entries count until the views show them."""
+        """A segment was issued for ``batch`` (the group the Bookie settles once it has cached
+        the entries); they count from now on, while the write is in flight, until the views show
+        them."""
         self._prune()
         self._unapplied.append((batch, entries))
         self.commits.add(entries)
@@ -284,6 +288,12 @@ class ConditionChecker:
             self._folded = None
             if self._meter.enabled:
                 self._meter.folded_bytes += folded[1]
+
+    def withdrawn(self, batch: WriteGroup) -> None:
+        """The segment issued for ``batch`` will never be written (its write failed definitely,
+        as did every later one's): its entries count no more. Its changes stay in the record of
+        commits, which only makes later transaction checks more conservative."""
+        self._unapplied = deque(item for item in self._unapplied if item[0] is not batch)
 
     def _prune(self) -> None:
         unapplied = self._unapplied

@@ -13,7 +13,7 @@ import click
 
 from inkpen import shards
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE
-from inkpen.manifest.fencing import scan_segments
+from inkpen.manifest.fencing import judge_tail, scan_segments
 from inkpen.manifest.model import Checkpoint, Manifest
 from inkpen.manifest.store import ManifestStore
 
@@ -59,8 +59,11 @@ def describe(manifests: ManifestStore, manifest_id: int, manifest: Manifest) -> 
     """What ``info`` reports about a database, as a JSON-friendly dict."""
     now = time.time()
     journal, ledger = manifest.journal, manifest.ledger
-    scan = scan_segments(
-        manifests.store, journal.last_rolled_segment, next_segment=journal.next_segment
+    scan = judge_tail(  # a torn tail (writes in flight, or cut off by a crash) is not damage
+        manifests.store,
+        scan_segments(
+            manifests.store, journal.last_rolled_segment, next_segment=journal.next_segment
+        ),
     )
     segments = scan.refs
     files = journal.files

@@ -34,7 +34,7 @@ from inkpen import shards
 from inkpen.errors import CorruptionError, NotFoundError, UsageError
 from inkpen.manifest.checkpoints import CheckpointLease
 from inkpen.manifest.clones import StoreResolver
-from inkpen.manifest.fencing import scan_segments
+from inkpen.manifest.fencing import judge_tail, scan_segments
 from inkpen.manifest.model import KIND_WRITER, Manifest
 from inkpen.manifest.paths import (
     MANIFEST_PREFIX,
@@ -137,8 +137,12 @@ def plan_checks(manifests: ManifestStore, pin: Pin, *, list_tail: bool) -> Plan:
     _add_files(plan, pin.manifest, LATEST)
     journal = pin.manifest.journal
     if list_tail:
-        # Every segment present, and every id missing below one of them (reported missing).
-        scan = scan_segments(store, journal.last_rolled_segment, next_segment=journal.next_segment)
+        # Every segment present, and every id missing below one of them (reported missing)
+        # but for the gaps of a torn tail (writes in flight, or cut off by a crash).
+        scan = judge_tail(
+            store,
+            scan_segments(store, journal.last_rolled_segment, next_segment=journal.next_segment),
+        )
         segments = sorted([ref.id for ref in scan.refs] + list(scan.missing))
     else:
         segments = list(journal.unrolled_segments())

@@ -1,6 +1,9 @@
 """A writer for crash tests: puts objects from several threads and reports each acknowledgement.
 
-Run as ``python crash_writer.py URL SEED [THREADS]``. Thread ``i`` loops over ``n = 0, 1, ...``:
+Run as ``python crash_writer.py URL SEED [THREADS [IN_FLIGHT DELAY_MS]]``: with ``IN_FLIGHT``, the
+database is opened with ``segments_in_flight=IN_FLIGHT`` and every store request waits
+``DELAY_MS`` to twice that (a :class:`~inkpen.objectstore.faults.FaultyStore` delay), so several
+segment writes are in flight when the process is killed. Thread ``i`` loops over ``n = 0, 1, ...``:
 it puts a fresh key ``s<seed>-t<i>-<n>`` (every third one with an index entry ``idx_bin`` = the
 key), and every fifth round it overwrites its own key ``s<seed>-hot<i>`` with ``n``. Each put
 that returns is printed as ``ack <key> <value>`` and flushed, so the parent knows exactly what was
@@ -14,6 +17,8 @@ import sys
 import threading
 
 import inkpen
+from inkpen.objectstore import open_store
+from inkpen.objectstore.faults import FaultPlan, FaultyStore
 
 SMALL = {
     "ledger_cache_entries": 20,
@@ -30,7 +35,12 @@ SMALL = {
 def main() -> None:
     url, seed = sys.argv[1], int(sys.argv[2])
     threads = int(sys.argv[3]) if len(sys.argv) > 3 else 4
-    book = inkpen.open(url, **SMALL)
+    if len(sys.argv) > 5:
+        delay = int(sys.argv[5]) / 1000
+        store = FaultyStore(open_store(url), FaultPlan(seed=seed, delay=(delay, 2 * delay)))
+        book = inkpen.open(store, segments_in_flight=int(sys.argv[4]), **SMALL)
+    else:
+        book = inkpen.open(url, **SMALL)
     out = threading.Lock()
 
     def ack(key: str, value: str) -> None:
