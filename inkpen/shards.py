@@ -5,7 +5,9 @@ as Riak spreads a ring over many Leveled vnodes. ``create(url, shards=N)`` write
 descriptor once and creates its databases; ``open(url)`` gives a :class:`ShardedBookie`, the
 Bookie's object API over all of them. The routing (:func:`shard_of`) and the layout
 (:func:`shard_url`, :func:`read_descriptor`, :func:`is_data_set`) are pure functions other code
-(the Spark pipeline, another language) calls to find an object's shard without opening anything.
+(the Spark pipeline, another language) calls to find an object's shard without opening anything;
+:func:`route_hash` is the routing hash of an already encoded (bucket, key), for loops over many
+rows (``route_hash(bucket, key) % N`` is ``shard_of``).
 
 The descriptor, the exact hash and the shard URLs are specified in :mod:`inkpen._shard_layout`
 and DESIGN.md section 14.
@@ -26,6 +28,7 @@ from ._shard_layout import (
     create,
     is_data_set,
     read_descriptor,
+    route_hash,
     shard_name,
     shard_of,
     shard_url,
@@ -44,6 +47,7 @@ __all__ = [
     "is_data_set",
     "open",
     "read_descriptor",
+    "route_hash",
     "shard_name",
     "shard_of",
     "shard_url",
