@@ -167,9 +167,24 @@ def write_partition(
     ``options`` supplies the limits and the clock (``Options()`` by default: the limits a Bookie
     enforces, and the wall clock for last-modified times and TTLs).
     """
-    started = time.monotonic()
     opts = options if options is not None else Options()
     changes = _puts(target.columns, batches, ChangeMaker(opts), partition_id)
+    return write_changes(target, changes, partition_id=partition_id, attempt=attempt, options=opts)
+
+
+def write_changes(
+    target: LoadTarget,
+    changes: list[PendingChange],
+    *,
+    partition_id: int,
+    attempt: int,
+    options: Options | None = None,
+) -> LoadedPartition:
+    """Steps 2-5 for puts already checked and made (step 1's output, or a copy's puts that
+    keep their source's times): write them as one task's files; ``changes`` is sorted in place.
+    """
+    started = time.monotonic()
+    opts = options if options is not None else Options()
     rows = len(changes)
     journals: list[JournalFileDescriptor] = []
     ssts: list[SstDescriptor] = []
