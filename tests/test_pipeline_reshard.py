@@ -5,6 +5,7 @@ the verification catching a destination that differs; refusals that change nothi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from inkpen.pipeline.reshard import (
     pin_sources,
 )
 from inkpen.shards import shard_of, shard_url
+from support.cli import inkpen_command
 
 pytest_plugins = ("support.spark",)
 pytestmark = pytest.mark.spark
@@ -273,3 +275,20 @@ def test_refusals_change_nothing(spark: SparkSession, tmp_path: Path) -> None:
     assert load_id_of(source, empty_dest, 2) == load_id_of(
         f"file://{tmp_path}/db/", str(tmp_path / "x" / ".." / "fresh"), 2
     )  # one reshard whatever the spelling of its locations
+
+
+def test_the_command_reshards_and_refuses_before_starting_spark(tmp_path: Path) -> None:
+    source, dest = str(tmp_path / "db"), str(tmp_path / "set")
+    with inkpen.open(source) as book:
+        write(book, 60, "c")
+    model = database_state(source)
+    refused = inkpen_command("reshard", source, source, "--shards", "2")
+    assert refused.code == 2 and "onto itself" in refused.stderr, refused.explain()
+    refused = inkpen_command("reshard", source, dest, "--shards", "0")
+    assert refused.code == 2 and "whole number from 1 to 4096" in refused.stderr
+    assert "Spark" not in refused.stderr and not Path(dest).exists()
+    ran = inkpen_command("reshard", source, dest, "--shards", "2", "--master", "local[2]", "--json")
+    assert ran.code == 0, ran.explain()
+    report = json.loads(ran.out)
+    assert report["objects"] == len(model) and report["committed"] == [0, 1]
+    assert data_set_state(dest, 2) == model

@@ -8,7 +8,8 @@ line and an exit status; :mod:`.logconfig` is the only place logging is configur
 Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup`` (without
 ``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``lsm``, ``manifest``,
 ``ls``, ``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``gc``, ``clone``, ``restore`` and
-``backup --no-fence`` go through the manifest layer or a Reader and never do.
+``backup --no-fence`` go through the manifest layer or a Reader and never do; ``reshard`` reads
+its source through checkpoints and fences nothing there (it writes only into its new data set).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .info import info
 from .logconfig import configure_logging
 from .lsm import lsm
 from .manifests import manifest_command
+from .reshard import reshard
 from .verify import verify
 
 
@@ -80,6 +82,7 @@ for command in (
     diff,
     clone,
     destroy,
+    reshard,
     bench,
 ):
     main.add_command(command)
