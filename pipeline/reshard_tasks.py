@@ -54,9 +54,10 @@ from inkpen.objectstore import open_store
 from inkpen.options import Options
 from inkpen.shards import route_hash
 
-from .load_task import LoadedPartition, write_changes
+from .load_task import LoadedPartition
 from .plan import ScanSlice
 from .ranges import KeyRange
+from .sharded_load import write_routed
 from .target import LoadTarget
 
 log = get_logger("inkpen.pipeline")
@@ -250,13 +251,9 @@ def copy_slice(task: CopyTask) -> Copied:
                 shard = route_hash(*object_parts(key)) % shards
                 if shard not in task.skip:
                     routed.setdefault(shard, []).extend(object_puts(key, value, body, entries))
-    attempt = _attempt()
-    parts = {
-        shard: write_changes(
-            task.targets[shard], routed.pop(shard), partition_id=task.index, attempt=attempt
-        )
-        for shard in sorted(routed)
-    }
+    parts = write_routed(
+        task.targets, routed, partition_id=task.index, attempt=_attempt(), options=Options()
+    )
     ms = round((time.monotonic() - started) * 1000, 1)
     log.debug(
         "pipeline.reshard_task_copied",
