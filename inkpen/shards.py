@@ -6,8 +6,9 @@ descriptor once and creates its databases; ``open(url)`` gives a :class:`Sharded
 Bookie's object API over all of them. The routing (:func:`shard_of`) and the layout
 (:func:`shard_url`, :func:`read_descriptor`, :func:`is_data_set`) are pure functions other code
 (the Spark pipeline, another language) calls to find an object's shard without opening anything;
-:func:`route_hash` is the routing hash of an already encoded (bucket, key), for loops over many
-rows (``route_hash(bucket, key) % N`` is ``shard_of``).
+:func:`route_hash` is the routing hash of an already encoded (bucket, key) (``route_hash(bucket,
+key) % N`` is ``shard_of``) and :func:`shards_of` the shards of many such pairs, for loops over
+many rows.
 
 The descriptor, the exact hash and the shard URLs are specified in :mod:`inkpen._shard_layout`
 and DESIGN.md section 14.
@@ -32,6 +33,7 @@ from ._shard_layout import (
     shard_name,
     shard_of,
     shard_url,
+    shards_of,
 )
 from .errors import UsageError
 from .options import Options
@@ -51,6 +53,7 @@ __all__ = [
     "shard_name",
     "shard_of",
     "shard_url",
+    "shards_of",
 ]
 
 
