@@ -12,7 +12,10 @@ both, alternating which goes first, so that a machine whose load changes during 
 on both alike; the ratios (data set / one database) are taken per round and their median
 reported.
 
-Each step is split, from Spark's own REST API (the session's UI runs on a free port), into its
+``cpu`` is the CPU time the step took in this process and every process under it (Spark's JVM,
+its Python workers and planners): less sensitive than wall time to other work on a shared
+machine, so the ratio of rows per CPU second says which layout does more work. Each step is
+split, from Spark's own REST API (the session's UI runs on a free port), into its
 Spark jobs' wall time (the tasks: Arrow batches in and out of Python, the inkpen work of each
 task) and the rest of the call's wall time, spent on the driver and in its planner workers:
 for a load, opening the databases before the job and the commit after it; for a read, pinning
@@ -94,15 +97,45 @@ def spark_time(spark: SparkSession, group: str) -> dict[str, float]:
     return {"jobs": len(jobs), "job_s": end - start, "tasks": tasks, "task_s": run_ms / 1000}
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and every process under it (the Spark JVM, its
+    Python workers and planners), those already exited and reaped included: less sensitive to
+    other work on the machine than wall time."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, parent = int(entry), int(fields[1])
+        children.setdefault(parent, []).append(pid)
+        times[pid] = sum(int(f) for f in fields[11:15]) / _TICK  # utime stime cutime cstime
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def timed(spark: SparkSession, name: str, action: Any) -> dict[str, float]:
     group = f"{name}-{uuid.uuid4().hex[:8]}"
     spark.sparkContext.setJobGroup(group, name)
+    cpu = tree_cpu()
     started = time.perf_counter()
     try:
         action()
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     wall = time.perf_counter() - started
+    cpu = tree_cpu() - cpu
     # the REST API lags the job's end by a moment: wait for every job of the group to show done
     deadline = time.monotonic() + 30
     while True:
@@ -111,7 +144,12 @@ def timed(spark: SparkSession, name: str, action: Any) -> dict[str, float]:
             break
         time.sleep(0.2)
     figures = spark_time(spark, group)
-    return {"wall_s": wall, **figures, "driver_s": max(0.0, wall - figures["job_s"])}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        **figures,
+        "driver_s": max(0.0, wall - figures["job_s"]),
+    }
 
 
 def load_and_read(
@@ -136,8 +174,9 @@ def load_and_read(
 
     read_figures = timed(spark, "read", read)
     assert found[0] is not None and int(found[0][0]) == n, found
-    load["rows_per_s"] = n / load["wall_s"]
-    read_figures["rows_per_s"] = n / read_figures["wall_s"]
+    for figures in (load, read_figures):
+        figures["rows_per_s"] = n / figures["wall_s"]
+        figures["rows_per_cpu_s"] = n / figures["cpu_s"]
     return {"load": load, "read": read_figures}
 
 
@@ -154,18 +193,17 @@ def one_round(
         results[layout] = load_and_read(spark, url, args.n, args.partitions)
         shutil.rmtree(url, ignore_errors=True)
     results["order"] = order
-    results["load_ratio"] = (
-        results["set"]["load"]["rows_per_s"] / (results["one"]["load"]["rows_per_s"])
-    )
-    results["read_ratio"] = (
-        results["set"]["read"]["rows_per_s"] / (results["one"]["read"]["rows_per_s"])
-    )
+    for step in ("load", "read"):
+        set_figures, one_figures = results["set"][step], results["one"][step]
+        results[f"{step}_ratio"] = set_figures["rows_per_s"] / one_figures["rows_per_s"]
+        results[f"{step}_cpu_ratio"] = set_figures["rows_per_cpu_s"] / one_figures["rows_per_cpu_s"]
     return results
 
 
 def _row(name: str, figures: dict[str, float]) -> str:
     return (
-        f"  {name:<14} {figures['rows_per_s']:>9,.0f} rows/s  wall {figures['wall_s']:6.1f} s = "
+        f"  {name:<14} {figures['rows_per_s']:>9,.0f} rows/s  cpu {figures['cpu_s']:6.1f} s  "
+        f"wall {figures['wall_s']:6.1f} s = "
         f"jobs {figures['job_s']:6.1f} s + driver {figures['driver_s']:5.1f} s; "
         f"{figures['tasks']:>3.0f} tasks, task time {figures['task_s']:6.1f} s"
     )
@@ -223,7 +261,8 @@ def run_rounds(args: argparse.Namespace, numbers: list[int]) -> list[dict[str, A
 def _print_round(done: dict[str, Any], number: int, shards: int, label: str = "") -> None:
     print(
         f"round {number + 1}{label} ({' then '.join(done['order'])}): load "
-        f"{done['load_ratio']:.2f}x, read {done['read_ratio']:.2f}x",
+        f"{done['load_ratio']:.2f}x, read {done['read_ratio']:.2f}x; per CPU second: load "
+        f"{done['load_cpu_ratio']:.2f}x, read {done['read_cpu_ratio']:.2f}x",
         flush=True,
     )
     for layout, name in (("one", "one database"), ("set", f"{shards} shards")):
@@ -314,9 +353,10 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     }
     for version in ("baseline", "current"):
         for step in ("load", "read"):
-            result[f"{version}_{step}_ratio"] = statistics.median(
-                p[version][f"{step}_ratio"] for p in pairs
-            )
+            for kind in ("", "_cpu"):
+                result[f"{version}_{step}{kind}_ratio"] = statistics.median(
+                    p[version][f"{step}{kind}_ratio"] for p in pairs
+                )
     for step in ("load", "read"):
         result[f"set_{step}_gain"] = statistics.median(p[f"set_{step}_gain"] for p in pairs)
     print(
@@ -325,7 +365,10 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         f"{result['baseline_load_ratio']:.2f}x read {result['baseline_read_ratio']:.2f}x; this "
         f"checkout load {result['current_load_ratio']:.2f}x read "
         f"{result['current_read_ratio']:.2f}x; data set this checkout / {args.baseline}: load "
-        f"{result['set_load_gain']:.2f}x read {result['set_read_gain']:.2f}x"
+        f"{result['set_load_gain']:.2f}x read {result['set_read_gain']:.2f}x; per CPU second, "
+        f"shards / one database: {args.baseline} load {result['baseline_load_cpu_ratio']:.2f}x "
+        f"read {result['baseline_read_cpu_ratio']:.2f}x, this checkout load "
+        f"{result['current_load_cpu_ratio']:.2f}x read {result['current_read_cpu_ratio']:.2f}x"
     )
     print(json.dumps(result))
     return result
@@ -353,6 +396,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rounds": rounds,
         "load_ratio": statistics.median(r["load_ratio"] for r in rounds),
         "read_ratio": statistics.median(r["read_ratio"] for r in rounds),
+        "load_cpu_ratio": statistics.median(r["load_cpu_ratio"] for r in rounds),
+        "read_cpu_ratio": statistics.median(r["read_cpu_ratio"] for r in rounds),
     }
     if not args.child:
         print(

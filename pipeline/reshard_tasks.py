@@ -52,8 +52,9 @@ from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
 from inkpen.objectstore import open_store
 from inkpen.options import Options
-from inkpen.shards import route_hash
+from inkpen.shards import route_hash, shards_of
 
+from . import gc_pause
 from .load_task import LoadedPartition
 from .plan import ScanSlice
 from .ranges import KeyRange
@@ -227,7 +228,7 @@ def copy_slice(task: CopyTask) -> Copied:
     shards = len(task.targets)
     routed: dict[int, list[PendingChange]] = {}
     objects = 0
-    with _views(task.source_url, task.slice_, task.checkpoint_id) as views:
+    with gc_pause.paused(), _views(task.source_url, task.slice_, task.checkpoint_id) as views:
         read_window = window_reader(views.journal)
         window: list[tuple[bytes, LedgerValue, list[IndexEntry]]] = []
         walk = live_objects(views, task.slice_.ranges, task.now_ms)
@@ -240,7 +241,8 @@ def copy_slice(task: CopyTask) -> Copied:
             if not window:
                 break
             bodies = window_bodies(read_window, [(key, value) for key, value, _ in window])
-            for (key, value, entries), body in zip(window, bodies, strict=True):
+            numbers = shards_of([object_parts(key) for key, _, _ in window], shards)
+            for (key, value, entries), body, shard in zip(window, bodies, numbers, strict=True):
                 if body is None:
                     raise CorruptionError(
                         "journal",
@@ -248,12 +250,12 @@ def copy_slice(task: CopyTask) -> Copied:
                         f"{key!r} but no journal holds it",
                     )
                 objects += 1
-                shard = route_hash(*object_parts(key)) % shards
                 if shard not in task.skip:
                     routed.setdefault(shard, []).extend(object_puts(key, value, body, entries))
-    parts = write_routed(
-        task.targets, routed, partition_id=task.index, attempt=_attempt(), options=Options()
-    )
+    with gc_pause.paused():
+        parts = write_routed(
+            task.targets, routed, partition_id=task.index, attempt=_attempt(), options=Options()
+        )
     ms = round((time.monotonic() - started) * 1000, 1)
     log.debug(
         "pipeline.reshard_task_copied",
@@ -332,7 +334,7 @@ def fold_slice(task: FoldTask) -> SideFolds:
     first_misrouted: tuple[int, bytes, bytes] | None = None
     pairs: list[tuple[bytes, int]] = []
     detail_pairs: list[tuple[bytes, int]] = []
-    with _views(task.url, task.slice_, task.checkpoint_id) as views:
+    with gc_pause.paused(), _views(task.url, task.slice_, task.checkpoint_id) as views:
         for key, value, entries in live_objects(views, task.slice_.ranges, task.now_ms):
             components = key[1:]
             objects += 1

@@ -34,6 +34,7 @@ from inkpen.errors import UsageError
 from inkpen.objectstore import open_store
 from inkpen.shards import is_data_set, read_descriptor, shard_url
 
+from . import gc_pause
 from .options import MAX_PARTITIONS, ReadOptions
 from .pinning import PinnedRead, pin_for_read, pinned_manifest
 from .plan import ScanSlice, plan_slices
@@ -212,6 +213,11 @@ class ShardedReader(DataSourceReader):
         arrow = to_arrow_schema(with_shard_column(read_schema(self.options)), timezone="UTC")
         shard_field = arrow.field(SHARD_COLUMN)
         base = arrow.remove(arrow.get_field_index(SHARD_COLUMN))
+        return gc_pause.paused_between(self._read(partition, base, shard_field))
+
+    def _read(
+        self, partition: ShardSlices, base: pa.Schema, shard_field: pa.Field
+    ) -> Iterator[pa.RecordBatch]:
         for shard, slice_ in partition.parts:
             pin = next(p for p in self.pins if p.shard == shard)
             spec = ScanSpec(

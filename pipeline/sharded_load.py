@@ -31,7 +31,7 @@ from inkpen.actors.journal.changes import PendingChange
 from inkpen.errors import InkpenError, UsageError
 from inkpen.logs import get_logger
 from inkpen.options import Options
-from inkpen.shards import route_hash
+from inkpen.shards import shards_of
 
 from .commit import LoadReport, commit_load
 from .load_task import LoadedPartition, check_puts, write_changes
@@ -84,15 +84,14 @@ def write_shards(
     """Step 2: one task's rows written into their shards; what each shard got.
 
     One pass makes every row a checked put (:func:`.load_task.check_puts`, refusing a bad row by
-    its number in the task), routes each by the bytes of its bucket and key (``route_hash %
-    N``, :func:`inkpen.shards.shard_of`) into its shard's list, in input order, and writes each
+    its number in the task), routes each by the bytes of its bucket and key
+    (:func:`inkpen.shards.shards_of`) into its shard's list, in input order, and writes each
     list as that shard's files (:func:`.load_task.write_changes`)."""
     options = Options()
     changes = check_puts(target.targets[0].columns, batches, options, partition_id)
-    shards = target.shards
     routed: dict[int, list[PendingChange]] = {}
-    for change in changes:
-        shard = route_hash(change.bucket, change.key) % shards
+    numbers = shards_of([(change.bucket, change.key) for change in changes], target.shards)
+    for shard, change in zip(numbers, changes, strict=True):
         found = routed.get(shard)
         if found is None:
             routed[shard] = [change]
