@@ -15,6 +15,10 @@ handle; :func:`open_reader` reads every shard at one of them.
 ``inkpen.backup``, ``restore``, ``destroy``, ``list_databases`` and ``inkpen.prometheus``
 take data sets too; ``inkpen.aio.shards.open`` is the asyncio handle.
 
+:func:`route_hash` is the routing hash of an already encoded (bucket, key) (``route_hash(bucket,
+key) % N`` is ``shard_of``) and :func:`shards_of` the shards of many such pairs, for loops over
+many rows.
+
 The descriptor, the exact hash and the shard URLs are specified in :mod:`inkpen._shard_layout`
 and DESIGN.md section 13.
 """
@@ -34,9 +38,11 @@ from ._shard_layout import (
     create,
     is_data_set,
     read_descriptor,
+    route_hash,
     shard_name,
     shard_of,
     shard_url,
+    shards_of,
 )
 from ._shard_parts import (
     DataSetBackupReport,
@@ -80,9 +86,11 @@ __all__ = [
     "read_descriptor",
     "refresh_checkpoint",
     "resolve_checkpoint",
+    "route_hash",
     "shard_name",
     "shard_of",
     "shard_url",
+    "shards_of",
 ]
 
 

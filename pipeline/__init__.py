@@ -17,9 +17,10 @@ sorted journal files and SSTs per task (:mod:`.load_task`) and commit them all i
 CAS, fencing any live writer and keeping its acknowledged writes (:mod:`.commit`, :mod:`.tail`).
 Over a sharded data set (:mod:`inkpen.shards`) reads, loads and streams work per shard
 (:mod:`.sharded`, :mod:`.sharded_load`, :mod:`.sharded_stream`), and :func:`compact` runs every
-shard's compactor as one Spark task (:mod:`.compaction`). Options are listed in
-:mod:`.options`, the schemas in :mod:`.schema`; :mod:`.interpreter` picks the Python that
-:func:`register` gives the source's workers. README.md's Spark section and DESIGN.md section 9
+shard's compactor as one Spark task (:mod:`.compaction`), and :func:`reshard` copies a data set
+or a database into a data set of another shard count, verified (:mod:`.reshard`). Options are
+listed in :mod:`.options`, the schemas in :mod:`.schema`; :mod:`.interpreter` picks the Python
+that :func:`register` gives the source's workers. README.md's Spark section and DESIGN.md section 9
 describe the protocols.
 """
 
@@ -33,6 +34,7 @@ from .compaction import ShardCompaction, compact
 from .interpreter import worker_python
 from .load_task import LoadedPartition, write_partition
 from .pinning import pinned_checkpoint
+from .reshard import ReshardMismatchError, ReshardReport, reshard
 from .source import NAME, InkpenDataSource, InkpenReader, InkpenWriter
 
 DefaultSource = InkpenDataSource
@@ -75,10 +77,13 @@ __all__ = [
     "InkpenWriter",
     "LoadReport",
     "LoadedPartition",
+    "ReshardMismatchError",
+    "ReshardReport",
     "ShardCompaction",
     "commit_load",
     "compact",
     "pinned_checkpoint",
     "register",
+    "reshard",
     "write_partition",
 ]

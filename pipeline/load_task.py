@@ -87,10 +87,12 @@ def _column(batch: pa.RecordBatch, name: str | None) -> list[Any]:
     return cast(list[Any], batch.column(name).to_pylist())
 
 
-def _puts(
-    columns: LoadColumns, batches: Iterable[pa.RecordBatch], maker: ChangeMaker, partition: int
+def check_puts(
+    columns: LoadColumns, batches: Iterable[pa.RecordBatch], options: Options, partition: int
 ) -> list[PendingChange]:
-    """Step 1: every row as a checked put, in input order."""
+    """Step 1: every row as a checked put, in input order; a bad row is a ``UsageError``
+    naming its number in the task."""
+    maker = ChangeMaker(options)
     changes: list[PendingChange] = []
     first_row = 0
     for batch in batches:
@@ -167,9 +169,24 @@ def write_partition(
     ``options`` supplies the limits and the clock (``Options()`` by default: the limits a Bookie
     enforces, and the wall clock for last-modified times and TTLs).
     """
+    opts = options if options is not None else Options()
+    changes = check_puts(target.columns, batches, opts, partition_id)
+    return write_changes(target, changes, partition_id=partition_id, attempt=attempt, options=opts)
+
+
+def write_changes(
+    target: LoadTarget,
+    changes: list[PendingChange],
+    *,
+    partition_id: int,
+    attempt: int,
+    options: Options | None = None,
+) -> LoadedPartition:
+    """Steps 2-5 for puts already checked and made (step 1's output, or a copy's puts that
+    keep their source's times): write them as one task's files; ``changes`` is sorted in place.
+    """
     started = time.monotonic()
     opts = options if options is not None else Options()
-    changes = _puts(target.columns, batches, ChangeMaker(opts), partition_id)
     rows = len(changes)
     journals: list[JournalFileDescriptor] = []
     ssts: list[SstDescriptor] = []

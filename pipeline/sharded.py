@@ -5,9 +5,11 @@ database, the source works shard by shard, each shard being an ordinary inkpen d
 :func:`inkpen.shards.shard_url`:
 
 - a **read** pins one checkpoint per shard when the DataFrame is loaded (each as
-  :mod:`.pinning` pins one database's, in parallel), plans each shard's partitions from its own
-  pinned manifest (:mod:`.plan`), and tags every row with its ``shard`` (int, not null, the
-  last column). The checkpoints are released as a single database's are: they expire;
+  :mod:`.pinning` pins one database's, in parallel), plans each shard's slices from its own
+  pinned manifest (:mod:`.plan`), packs slices of small shards together into partitions of
+  about ``partition_bytes`` (:class:`ShardedReader`), and tags every row with its ``shard``
+  (int, not null, the last column). The checkpoints are released as a single database's are:
+  they expire;
 - a **bulk load** routes rows by :func:`inkpen.shards.shard_of` (:mod:`.sharded_load`);
 - a **stream** follows every shard's feed with one offset per shard (:mod:`.sharded_stream`).
 
@@ -17,6 +19,7 @@ or the option on a plain database, is a :class:`~inkpen.errors.UsageError`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -31,12 +34,14 @@ from inkpen.errors import UsageError
 from inkpen.objectstore import open_store
 from inkpen.shards import is_data_set, read_descriptor, shard_url
 
-from .options import ReadOptions
+from . import gc_pause
+from .options import MAX_PARTITIONS, ReadOptions
 from .pinning import PinnedRead, pin_for_read, pinned_manifest
 from .plan import ScanSlice, plan_slices
 from .ranges import Scope
 from .scan import ScanSpec, scan_slice
 from .schema import read_schema
+from .splits import estimated_bytes
 
 SHARD_COLUMN = "shard"
 _WORKERS = 8
@@ -94,8 +99,9 @@ def tag_batches(
     batches: Iterator[pa.RecordBatch], shard: int, field: pa.Field
 ) -> Iterator[pa.RecordBatch]:
     """Each batch with the ``shard`` column appended, holding ``shard`` in every row."""
+    value = pa.scalar(shard, type=field.type)
     for batch in batches:
-        column = pa.array([shard] * batch.num_rows, type=field.type)
+        column = pa.repeat(value, batch.num_rows)
         yield pa.RecordBatch.from_arrays(
             [*batch.columns, column], schema=batch.schema.append(field)
         )
@@ -134,15 +140,37 @@ def pin_shards(options: ReadOptions, data_set: DataSet) -> tuple[ShardPin, ...]:
 
 
 @dataclass(frozen=True)
-class ShardSlice(InputPartition):
-    """One partition of a data set read: a slice of one shard's pinned manifest."""
+class ShardSlices(InputPartition):
+    """One partition of a data set read: slices of one or more shards, each read at its shard's
+    pinned checkpoint, one after the other."""
 
-    shard: int
-    slice_: ScanSlice
+    parts: tuple[tuple[int, ScanSlice], ...]
+
+
+def pack(weights: Sequence[float], bins: int) -> list[list[int]]:
+    """The indexes of ``weights``, in order, cut into at most ``bins`` runs of about equal
+    weight: each item goes to the run its midpoint falls in."""
+    total = sum(weights)
+    if bins >= len(weights) or not total:
+        return [[i] for i in range(len(weights))] if total else [list(range(len(weights)))]
+    target = total / bins
+    runs: dict[int, list[int]] = {}
+    at = 0.0
+    for index, weight in enumerate(weights):
+        runs.setdefault(min(bins - 1, int((at + weight / 2) / target)), []).append(index)
+        at += weight
+    return list(runs.values())
 
 
 class ShardedReader(DataSourceReader):
-    """Reads every chosen shard at its own pinned checkpoint; partitions are per shard."""
+    """Reads every chosen shard at its own pinned checkpoint.
+
+    Each shard is planned from its own pinned manifest (:mod:`.plan`). With the ``partitions``
+    option every shard gets that many partitions. Without it the data set is cut by size as one
+    database is: each shard's slices weigh its estimated bytes, and consecutive slices are
+    packed into ``ceil(total / partition_bytes)`` partitions, so shards smaller than a partition
+    share one (and a data set costs no more Spark tasks than one database of its size).
+    """
 
     def __init__(self, options: ReadOptions, pins: tuple[ShardPin, ...]) -> None:
         self.options = options
@@ -150,35 +178,58 @@ class ShardedReader(DataSourceReader):
         self.scope = Scope.of(options)
 
     def partitions(self) -> Sequence[InputPartition]:
-        def plan(index: int) -> list[ShardSlice]:
+        ranges = self.scope.ranges()
+
+        def plan(index: int) -> tuple[list[ScanSlice], float]:
             pin = self.pins[index]
             store = open_store(pin.options.url)
             try:
                 manifest = pinned_manifest(store, pin.pinned)
             finally:
                 store.close()
-            slices = plan_slices(manifest, pin.pinned.manifest_id, self.scope.ranges(), pin.options)
-            return [ShardSlice(pin.shard, slice_) for slice_ in slices]
+            slices = plan_slices(manifest, pin.pinned.manifest_id, ranges, pin.options)
+            estimate = estimated_bytes(
+                ranges,
+                list(manifest.ledger.ssts()),
+                journal_bytes=sum(f.size for f in manifest.journal.files),
+                values=self.options.values,
+            )
+            return slices, estimate
 
         planned = per_shard(plan, range(len(self.pins)))
-        return [part for shard in planned for part in shard]
+        parts = [
+            (self.pins[index].shard, slice_)
+            for index, (slices, _) in enumerate(planned)
+            for slice_ in slices
+        ]
+        if self.options.partitions is not None:
+            return [ShardSlices((part,)) for part in parts]
+        weights = [estimate / len(slices) for slices, estimate in planned for _ in slices]
+        wanted = max(1, min(MAX_PARTITIONS, math.ceil(sum(weights) / self.options.partition_bytes)))
+        return [ShardSlices(tuple(parts[i] for i in run)) for run in pack(weights, wanted)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ShardSlice)
-        pin = next(p for p in self.pins if p.shard == partition.shard)
-        spec = ScanSpec(
-            url=pin.options.url,
-            checkpoint_id=pin.pinned.checkpoint_id,
-            values=self.options.values,
-            indexes=self.options.indexes,
-            key_type=self.options.key_type,
-            batch_rows=self.options.batch_rows,
-            now_ms=pin.pinned.now_ms,
-            read_ahead_bytes=self.options.read_ahead_bytes,
-            cache_dir=self.options.cache_dir,
-            cache_dir_bytes=self.options.cache_dir_bytes,
-        )
+        assert isinstance(partition, ShardSlices)
         arrow = to_arrow_schema(with_shard_column(read_schema(self.options)), timezone="UTC")
         shard_field = arrow.field(SHARD_COLUMN)
         base = arrow.remove(arrow.get_field_index(SHARD_COLUMN))
-        return tag_batches(scan_slice(spec, partition.slice_, base), partition.shard, shard_field)
+        return gc_pause.paused_between(self._read(partition, base, shard_field))
+
+    def _read(
+        self, partition: ShardSlices, base: pa.Schema, shard_field: pa.Field
+    ) -> Iterator[pa.RecordBatch]:
+        for shard, slice_ in partition.parts:
+            pin = next(p for p in self.pins if p.shard == shard)
+            spec = ScanSpec(
+                url=pin.options.url,
+                checkpoint_id=pin.pinned.checkpoint_id,
+                values=self.options.values,
+                indexes=self.options.indexes,
+                key_type=self.options.key_type,
+                batch_rows=self.options.batch_rows,
+                now_ms=pin.pinned.now_ms,
+                read_ahead_bytes=self.options.read_ahead_bytes,
+                cache_dir=self.options.cache_dir,
+                cache_dir_bytes=self.options.cache_dir_bytes,
+            )
+            yield from tag_batches(scan_slice(spec, slice_, base), shard, shard_field)

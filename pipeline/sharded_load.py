@@ -4,12 +4,12 @@ Protocol (each step as for one database, :mod:`.commit`, applied to every shard)
 
 1. **Prepare, on the driver.** Every shard's database is opened (:func:`.target.prepare_load`);
    the DataFrame's columns are checked once.
-2. **Route and write, in each task.** A task reads its rows, computes each row's shard with
-   :func:`inkpen.shards.shard_of` (bucket, key, N), splits its batches by shard (keeping the rows'
-   order, so the later row of a key still wins) and writes each shard's rows with
-   :func:`.load_task.write_partition` into that shard's database (files nobody references yet).
-   It reports ``{shard: LoadedPartition}``. A row whose bucket or key cannot be routed (null,
-   empty) goes to shard 0, whose write refuses it by row number, as one database's would.
+2. **Route and write, in each task.** A task makes each of its rows a checked put, as one
+   database's load does (a bad row refuses the load by its number), computes its shard from the
+   put's bucket and key bytes (:func:`inkpen.shards.shard_of`), keeps each shard's puts in input
+   order (so the later row of a key still wins) and writes them as that shard's files
+   (:func:`.load_task.write_changes`; files nobody references yet). It reports ``{shard:
+   LoadedPartition}``.
 3. **Commit, on the driver, per shard.** Every shard that received rows gets one
    :func:`.commit.commit_load` of the partitions that wrote to it, on up to eight threads. Each
    is atomic for its shard; the shards together are not (there is no cross-database CAS). With
@@ -24,17 +24,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from inkpen.actors.journal.changes import PendingChange
 from inkpen.errors import InkpenError, UsageError
 from inkpen.logs import get_logger
-from inkpen.shards import shard_of
+from inkpen.options import Options
+from inkpen.shards import shards_of
 
 from .commit import LoadReport, commit_load
-from .load_task import LoadedPartition, write_partition
+from .load_task import LoadedPartition, check_puts, write_changes
 from .options import LoadOptions
 from .schema import LoadColumns
 from .sharded import DataSet, per_shard
@@ -74,32 +74,6 @@ def prepare_sharded_load(
     return ShardedTarget(data_set.url, data_set.shards, targets, options.load_id)
 
 
-def _route(bucket: Any, key: Any, shards: int) -> int:
-    if bucket is None or key is None:
-        return 0
-    try:
-        return shard_of(bucket, key, shards)
-    except UsageError:
-        return 0  # shard 0's write refuses the row, naming it
-
-
-def route_batches(
-    columns: LoadColumns, batches: Iterable[pa.RecordBatch], shards: int
-) -> dict[int, list[pa.RecordBatch]]:
-    """Step 2's split: each shard's rows, in their input order."""
-    routed: dict[int, list[pa.RecordBatch]] = {}
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        buckets = batch.column(columns.bucket).to_pylist()
-        keys = batch.column(columns.key).to_pylist()
-        numbers = [_route(b, k, shards) for b, k in zip(buckets, keys, strict=True)]
-        targets = pa.array(numbers, type=pa.int32())
-        for shard in sorted(set(numbers)):
-            routed.setdefault(shard, []).append(batch.filter(pc.equal(targets, shard)))
-    return routed
-
-
 def write_shards(
     target: ShardedTarget,
     batches: Iterable[pa.RecordBatch],
@@ -107,14 +81,49 @@ def write_shards(
     partition_id: int,
     attempt: int,
 ) -> dict[int, LoadedPartition]:
-    """Step 2: one task's rows written into their shards; what each shard got."""
-    routed = route_batches(target.targets[0].columns, batches, target.shards)
-    return {
-        shard: write_partition(
-            target.targets[shard], routed[shard], partition_id=partition_id, attempt=attempt
+    """Step 2: one task's rows written into their shards; what each shard got.
+
+    One pass makes every row a checked put (:func:`.load_task.check_puts`, refusing a bad row by
+    its number in the task), routes each by the bytes of its bucket and key
+    (:func:`inkpen.shards.shards_of`) into its shard's list, in input order, and writes each
+    list as that shard's files (:func:`.load_task.write_changes`)."""
+    options = Options()
+    changes = check_puts(target.targets[0].columns, batches, options, partition_id)
+    routed: dict[int, list[PendingChange]] = {}
+    numbers = shards_of([(change.bucket, change.key) for change in changes], target.shards)
+    for shard, change in zip(numbers, changes, strict=True):
+        found = routed.get(shard)
+        if found is None:
+            routed[shard] = [change]
+        else:
+            found.append(change)
+    return write_routed(
+        target.targets, routed, partition_id=partition_id, attempt=attempt, options=options
+    )
+
+
+def write_routed(
+    targets: Sequence[LoadTarget],
+    routed: dict[int, list[PendingChange]],
+    *,
+    partition_id: int,
+    attempt: int,
+    options: Options,
+) -> dict[int, LoadedPartition]:
+    """Each shard's puts written as that shard's files (:func:`.load_task.write_changes`), the
+    shards on up to eight threads: encoding holds the GIL, but one shard's store writes (an
+    fsync, an S3 upload) wait beside another's encoding, and a task writes to every shard."""
+
+    def write(shard: int) -> LoadedPartition:
+        return write_changes(
+            targets[shard],
+            routed[shard],
+            partition_id=partition_id,
+            attempt=attempt,
+            options=options,
         )
-        for shard in sorted(routed)
-    }
+
+    return dict(zip(sorted(routed), per_shard(write, sorted(routed)), strict=True))
 
 
 @dataclass(frozen=True, slots=True)

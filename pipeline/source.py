@@ -59,6 +59,7 @@ from inkpen.errors import UsageError
 from inkpen.logs import get_logger
 from inkpen.objectstore import open_store
 
+from . import gc_pause
 from .commit import commit_load, log_abort
 from .load_task import LoadedPartition, write_partition
 from .options import (
@@ -231,7 +232,7 @@ class InkpenReader(DataSourceReader):
             cache_dir_bytes=self.options.cache_dir_bytes,
         )
         arrow = to_arrow_schema(read_schema(self.options), timezone="UTC")
-        return scan_slice(spec, partition.value, arrow)
+        return gc_pause.paused_between(scan_slice(spec, partition.value, arrow))
 
 
 @dataclass(frozen=True)
@@ -257,12 +258,13 @@ class InkpenWriter(DataSourceArrowWriter):
                 "inkpen.pipeline.load_task.write_partition"
             )
         try:
-            loaded = write_partition(
-                self.target,
-                iterator,
-                partition_id=context.partitionId(),
-                attempt=context.attemptNumber(),
-            )
+            with gc_pause.paused():
+                loaded = write_partition(
+                    self.target,
+                    iterator,
+                    partition_id=context.partitionId(),
+                    attempt=context.attemptNumber(),
+                )
         except UsageError as exc:
             # A bad row (a null column, a negative ttl) fails every attempt alike: report it to
             # the driver, which refuses the commit with this one message, rather than fail the
@@ -315,12 +317,13 @@ class ShardedWriter(DataSourceArrowWriter):
                 "inkpen.pipeline.sharded_load.write_shards"
             )
         try:
-            loaded = write_shards(
-                self.target,
-                iterator,
-                partition_id=context.partitionId(),
-                attempt=context.attemptNumber(),
-            )
+            with gc_pause.paused():
+                loaded = write_shards(
+                    self.target,
+                    iterator,
+                    partition_id=context.partitionId(),
+                    attempt=context.attemptNumber(),
+                )
         except UsageError as exc:  # as InkpenWriter.write: report once, no retries
             log.warning(
                 "pipeline.load_task_rejected",

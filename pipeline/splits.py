@@ -141,12 +141,23 @@ def partition_count(
     The estimate is the SST bytes in the ranges, plus (when values are read) the same share of
     the journal files' size.
     """
-    touched = touched_bytes(ranges, ssts)
-    estimate = touched
-    if values:
-        everything = sum(sst.size for sst in ssts)
-        estimate += journal_bytes * (touched / everything if everything else 1.0)
+    estimate = estimated_bytes(ranges, ssts, journal_bytes=journal_bytes, values=values)
     return max(1, min(MAX_PARTITIONS, math.ceil(estimate / partition_bytes)))
+
+
+def estimated_bytes(
+    ranges: Sequence[KeyRange],
+    ssts: Sequence[SstDescriptor],
+    *,
+    journal_bytes: int,
+    values: bool,
+) -> float:
+    """The bytes a read of ``ranges`` reads, as :func:`partition_count` estimates them."""
+    touched = touched_bytes(ranges, ssts)
+    if not values:
+        return touched
+    everything = sum(sst.size for sst in ssts)
+    return touched + journal_bytes * (touched / everything if everything else 1.0)
 
 
 def _pieces(ranges: Sequence[KeyRange], ssts: Sequence[SstDescriptor], count: int) -> list[Piece]:

@@ -126,6 +126,20 @@ def test_reading_a_data_set_is_the_union_of_its_shards(
     assert (0, b"late", b"k") in contents(read(spark, url))
 
 
+def test_small_shards_share_a_partition_and_partitions_gives_each_its_own(
+    spark: SparkSession, tmp_path: Path, spark_jobs: Jobs
+) -> None:
+    url = str(tmp_path / "set")
+    inkpen.shards.create(url, shards=SHARDS)
+    model = write_objects(url, 200)
+    with spark_jobs("packed") as packed:
+        assert contents(read(spark, url)) == model
+    assert packed.tasks_per_job() == [1]  # four shards far below partition_bytes: one task
+    with spark_jobs("per shard") as each:
+        assert contents(read(spark, url, partitions="1")) == model
+    assert each.tasks_per_job() == [SHARDS]
+
+
 def rows(spark: SparkSession, n: int, tag: str) -> DataFrame:
     """``n`` rows over ``n // 2`` keys in three partitions; the later row of a key wins."""
     ids = spark.range(0, n, numPartitions=3)

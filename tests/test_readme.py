@@ -182,6 +182,12 @@ def check_spark(tmp: Path, scope: dict[str, Any], out: str) -> None:
         assert set(objects(shard_url(sharded, shard))) == mine
         with inkpen.open_reader(shard_url(sharded, shard)) as reader:
             assert reader.last_sqn == len(mine)  # the second save added nothing: its load_id
+    report = scope["resharded"]
+    assert (report.objects, report.source_shards, report.shards) == (3, 4, 8)
+    eight = str(tmp / "spark-set-8")
+    for shard in range(8):
+        mine = {(b, k) for b, k in wanted if shard_of(b, k, 8) == shard}
+        assert set(objects(shard_url(eight, shard))) == mine
     shown = out.split("\n\n")  # what the two show() calls print: mallory (binary), alice
     assert "|[6D 61 6C 6C" in shown[0] and "|alice|" in shown[1]
 

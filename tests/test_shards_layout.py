@@ -42,6 +42,19 @@ def test_routing_vectors(
     assert [digest % n for n in (1, 3, 8, 1000)] == expected
 
 
+def test_shards_of_many_pairs_is_shard_of_each() -> None:
+    pairs = [
+        (b.encode() if isinstance(b, str) else b, k.encode() if isinstance(k, str) else k)
+        for b, k, _, _ in VECTORS
+    ]
+    pairs += [(b"b%d" % (i % 3), b"k%d" % i) for i in range(200)]
+    for n in (1, 3, 8, 1000):
+        assert shards.shards_of(pairs, n) == [shards.shard_of(b, k, n) for b, k in pairs]
+        assert shards.shards_of(iter(pairs), n) == [shards.route_hash(b, k) % n for b, k in pairs]
+    with pytest.raises(UsageError, match="shards must be an int from 1"):
+        shards.shards_of(pairs, 0)
+
+
 def test_str_and_bytes_route_alike_and_the_length_prefix_separates_fields() -> None:
     assert shards.shard_of("users", "alice", 1000) == shards.shard_of(b"users", b"alice", 1000)
     # "a"+"bc" and "ab"+"c" concatenate alike: the length prefixes tell them apart.

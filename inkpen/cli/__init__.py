@@ -13,7 +13,8 @@ Which commands fence a live writer: ``put``, ``delete``, ``compact``, ``backup``
 ``--no-fence``) and ``destroy`` open the database for writing. ``info``, ``lsm``, ``manifest``,
 ``ls``, ``get``, ``verify``, ``diff``, ``checkpoint``, ``feed``, ``merge-operators``, ``gc``,
 ``clone``, ``restore`` and ``backup --no-fence`` go through the manifest layer or a Reader and
-never do.
+never do; ``reshard`` reads its source through checkpoints and fences nothing there (it writes
+only into its new data set).
 """
 
 from __future__ import annotations
@@ -115,6 +116,11 @@ COMMANDS: Mapping[str, LazyCommand] = {
     ),
     "put": LazyCommand(
         ".data", "put", "Store VALUE (text) or the bytes of --file under BUCKET/KEY, durably."
+    ),
+    "reshard": LazyCommand(
+        ".reshard",
+        "reshard",
+        "Copy the data set or database at SRC into a new data set of SHARDS shards at DEST.",
     ),
     "restore": LazyCommand(
         ".backup",
