@@ -69,7 +69,10 @@ PRINTS: dict[str, list[str]] = {
     "def increment(": ["b'1'"],
     "def transfer(": ["[b'70', b'30']"],
     'merge_operators={"add": add, "append": append}': ["b'3'"],
-    "inkpen.prometheus.register(book, registry)": ["1 1 1", "['inkpen_puts_total 1.0']"],
+    "inkpen.prometheus.register(book, registry)": [
+        "1 1 1",
+        """['inkpen_puts_total{database="myapp-db"} 1.0']""",
+    ],
     'shards.create("myapp-set"': ["[b'alice', b'bob']", "1"],
 }
 """A text only one block has -> the lines that block prints (as its comments say)."""

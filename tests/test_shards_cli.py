@@ -387,7 +387,8 @@ def test_every_url_command_says_what_it_does_with_a_data_set() -> None:
     for name, command in commands:
         text = " ".join((command.help or "").split())
         assert "sharded data set" in text, name
-        if name not in {"get", "put", "delete", "destroy"}:  # routed by key, or all or nothing
+        # routed by key, or all or nothing
+        if name not in {"get", "put", "delete", "destroy", "reshard"}:
             assert any(p.name == "shard" for p in command.params), name
 
 

@@ -98,6 +98,7 @@ def reshard(
     tictac trees of both sides) before it reports success. DEST must be empty or absent. After
     a failure run the same command again: it reads the same checkpoints (while they live) and
     commits only the shards still missing. Runs on a local Spark session (the spark extra).
+    On a sharded data set it reads every shard (no --shard: the copy is of the whole set).
 
     \b
     Example:
