@@ -88,6 +88,15 @@ def test_bench_reports_only_the_workloads_asked_for() -> None:
     assert [(line["workload"], line["ops"]) for line in lines] == [("get", 100)]
 
 
+def test_bench_times_the_start_of_new_processes_when_asked() -> None:
+    (line,) = run_bench("--workloads", "startup")
+    assert line["workload"] == "startup"
+    assert line["python_s"] > 0 and line["import_s"] > 0 and line["help_s"] > 0
+    assert 100 < line["modules"] < 1000  # inkpen and what it imports, in a new interpreter
+    lines = run_bench("--workloads", "startup,get", "--n", "300", "--gets", "100")
+    assert [each["workload"] for each in lines] == ["startup", "get"]
+
+
 def test_bench_plots_each_phase_second_by_second(tmp_path: Path) -> None:
     picture = tmp_path / "bench.png"
     lines = run_bench("--n", "1500", "--gets", "400", "--concurrency", "16", "--plot", str(picture))

@@ -89,6 +89,9 @@ MAX_LATENCY_MS = 10_000.0
 MAX_FLUSH_MS = 60_000
 """The longest ``--flush-ms``: the ``flush_interval`` option's upper bound of 60 s."""
 WORKLOADS = ("load", "get", "scan")
+STARTUP = "startup"
+"""Not a default workload: ``--workloads startup`` times ``import inkpen`` and ``inkpen --help``
+in fresh processes (:mod:`inkpen.cli.startup`)."""
 IDLE_WRITES = 100
 DUMMY_AWS = {
     "AWS_ACCESS_KEY_ID": "inkpen-bench",
@@ -276,7 +279,8 @@ def _ensure_bucket(endpoint: str, bucket: str) -> None:
     "--workloads",
     default="load,get,scan",
     show_default=True,
-    help="Comma-separated workloads to report: load, get, scan.",
+    help="Comma-separated workloads to report: load, get, scan; and startup (not a default: "
+    "the seconds of `import inkpen` and `inkpen --help` in new processes).",
 )
 @click.option(
     "--compaction",
@@ -358,13 +362,20 @@ def bench(
     """
     counts = parse_counts(count, scale)
     chosen = [w.strip() for w in workloads.split(",") if w.strip()]
-    unknown = sorted(set(chosen) - set(WORKLOADS))
+    unknown = sorted(set(chosen) - {*WORKLOADS, STARTUP})
     if unknown or not chosen:
         raise click.BadParameter(
             f"unknown workload(s) {', '.join(unknown) or '(none)'}; choose from "
-            f"{', '.join(WORKLOADS)}",
+            f"{', '.join((*WORKLOADS, STARTUP))}",
             param_hint="--workloads",
         )
+    if STARTUP in chosen:
+        from .startup import measure_startup
+
+        _emit({"system": "inkpen", "workload": STARTUP, **measure_startup()})
+        chosen = [w for w in chosen if w != STARTUP]
+        if not chosen:
+            return
     if metrics == "both" and (scale or idle is not None or plot_file is not None):
         raise click.BadParameter(
             "--metrics both compares the workloads with metrics off and on; it does not go "
