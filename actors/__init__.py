@@ -17,7 +17,7 @@ Who may wait on whom (``call``), so that no two actors ever wait on each other:
 
     Bookie ──▶ Inker, Penciller, clones          clones ──▶ Inker, Penciller
     Inker ──▶ Penciller, file clerks             Penciller ──▶ file clerks
-    clerks of the Inker and Penciller ──▶ Bookie, Penciller, file clerks
+    clerks of the Inker and Penciller ──▶ file clerks (they tell their owner their results)
 
 Everything in the other direction is a tell: the Inker tells the Bookie a batch is durable
 (``ApplyBatch``), the Penciller tells the Bookie it has room again (``LedgerRoom``), clerks tell

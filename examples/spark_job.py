@@ -89,7 +89,7 @@ def generate(spark: SparkSession, n: int, partitions: int) -> DataFrame:
 
 
 def count_files(directory: str) -> dict[str, int]:
-    """SSTs and journal files in a database directory (DESIGN.md section 4, the layout)."""
+    """SSTs and journal files in a database directory (docs/layout.md, 'On-store layout')."""
     root = Path(directory)
     return {
         "ssts": sum(1 for _ in root.glob("ledger/*.sst")),

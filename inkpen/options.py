@@ -86,8 +86,8 @@ class Options:
         batches keep being taken and written while earlier segments are on their way, and each
         put is acknowledged once its segment and every earlier one are durable, in SQN order.
         By default (None) 2 on a local directory or in memory (the next segment is encoded while
-        the last is fsynced) and 8 on an object store, where a write is a round trip (DESIGN.md
-        section 7, "The life of a put").
+        the last is fsynced) and 8 on an object store, where a write is a round trip
+        (docs/writes.md, 'Segments in flight').
         ``put_timeout``: the longest a put
         or delete waits for its segment to be acknowledged by the store; past it the call raises
         ``StoreError`` (``definite=False``: the write may still land, as the Inker goes on
@@ -145,7 +145,8 @@ class Options:
         rolls and merges leave holes in the C heap and resident memory grows with the data
         written. Values of a MiB or more then each get a fresh mapping on every read, whose
         pages are faulted in one by one: an application of large values gets more than twice
-        the read bandwidth with 0 or a threshold above its value size (DESIGN.md section 8).
+        the read bandwidth with 0 or a threshold above its value size
+        (docs/performance.md, 'Large values').
 
     Head-only stores (Leveled's ``head_only``)
         ``head_only``: None (the default) for a normal store; ``"with_lookup"`` or

@@ -20,7 +20,7 @@ key) % N`` is ``shard_of``) and :func:`shards_of` the shards of many such pairs,
 many rows.
 
 The descriptor, the exact hash and the shard URLs are specified in :mod:`inkpen._shard_layout`
-and DESIGN.md section 13.
+and docs/data-sets.md, 'The descriptor'.
 """
 
 from __future__ import annotations

@@ -115,7 +115,8 @@ REASON_DESTROYED = "database was destroyed, its grace period is over and no chec
 MIN_AGE_WITHOUT_WRITER = 60.0
 """The least ``min_age`` of a GC not run by the writer (unless ``offline``): far above the time an
 inkpen writer takes from storing an L0 file, a roll or a merge output to committing it. A bulk
-load's tasks store files long before its commit and need a larger ``min_age`` (section 9.2)."""
+load's tasks store files long before its commit and need a larger ``min_age``
+(docs/spark.md, 'Bulk loading')."""
 DELETE_BATCH = 8 * DELETE_MANY_KEYS
 """Deletes between two reads of the writer epoch: one ``delete_many`` of up to eight requests
 (eight ``DeleteObjects`` of 1,000 keys on S3, sent at once)."""

@@ -529,7 +529,8 @@ class Manifest:
     writer_compaction: str = COMPACTION_INTERNAL
     """How the writer of ``writer_epoch`` compacts: ``"internal"`` (it merges and collects
     itself; manifests from before this field read so) or ``"external"`` (a compactor process
-    does). A compactor refuses to start beside an internal writer (DESIGN.md section 7)."""
+    does). A compactor refuses to start beside an internal writer
+    (docs/ledger.md, 'External compaction')."""
     merge_operators: tuple[str, ...] = ()
     """Names of the merge operators the database was written with (sorted; recorded by the first
     merge with each). A writer must be opened with an operator of each name; manifests from
@@ -541,8 +542,9 @@ class Manifest:
     """The most journal segment writes any writer of this database kept in flight at once (the
     largest ``segments_in_flight`` a claim recorded; it only goes up). A fenced writer's writes
     still in flight may land up to this many slots minus one above the next writer's fence, so
-    that writer writes those slots one at a time (section 6.3 of DESIGN.md). Left out of the
-    document at 1; manifests from before this field read as 1 (writers wrote one at a time)."""
+    that writer writes those slots one at a time (docs/manifest.md, 'Writer epochs and fencing').
+    Left out of the document at 1; manifests from before this field read as 1 (writers wrote one
+    at a time)."""
 
     def __post_init__(self) -> None:
         if (

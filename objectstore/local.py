@@ -174,7 +174,7 @@ class LocalStore(StoreBase):
 
     def delete_many(self, keys: Iterable[str]) -> DeleteResult:
         """Each key's file unlinked in turn: an unlink is a system call of a few microseconds,
-        which threads do not make faster (measured: DESIGN.md section 8)."""
+        which threads do not make faster (measured: docs/performance.md, 'Store requests')."""
         self._check_open()
         paths = [(key, self._path(key)) for key in check_keys(keys)]
         failed: dict[str, StoreError] = {}

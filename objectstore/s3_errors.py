@@ -2,7 +2,7 @@
 
 boto3 reports two families of failure: a :class:`~botocore.exceptions.ClientError` carries the
 server's HTTP status and error code; a :class:`~botocore.exceptions.BotoCoreError` says the
-request or its response never made it. The mapping (also in DESIGN.md):
+request or its response never made it. The mapping (also in docs/stores.md, 'Errors'):
 
 ====================================================  =========================================
 failure                                               inkpen error

@@ -20,7 +20,7 @@ Over a sharded data set (:mod:`inkpen.shards`) reads, loads and streams work per
 shard's compactor as one Spark task (:mod:`.compaction`), and :func:`reshard` copies a data set
 or a database into a data set of another shard count, verified (:mod:`.reshard`). Options are
 listed in :mod:`.options`, the schemas in :mod:`.schema`; :mod:`.interpreter` picks the Python
-that :func:`register` gives the source's workers. README.md's Spark section and DESIGN.md section 9
+that :func:`register` gives the source's workers. README.md's Spark section and docs/spark.md
 describe the protocols.
 """
 

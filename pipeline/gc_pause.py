@@ -4,7 +4,8 @@ A load task makes a few tracked tuples per row (the put, its journal entry, its 
 and keeps them all until its files are written; a read task decodes SST blocks into tuples the
 block cache keeps. None of them form reference cycles, so the cyclic collector frees nothing,
 yet it runs every few hundred allocations and its older generations walk everything alive:
-measured, a fifth of a load task's CPU time and of a read task's (DESIGN.md section 9.7).
+measured, a fifth of a load task's CPU time and of a read task's
+(docs/spark.md, 'Tasks pause the cyclic collector').
 Reference counting frees all of it either way. :func:`paused` switches the collector off for the
 ``with`` block and restores the state it found, so the cycles a task may still make (an
 exception's traceback) are collected after it, by the next automatic collection.

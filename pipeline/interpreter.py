@@ -1,7 +1,7 @@
 """Which Python runs the ``inkpen`` source's workers, checked when :func:`.register` is called.
 
-Spark 4 picks the interpreter of a Python data source's workers in three places (DESIGN.md
-section 9.6):
+Spark 4 picks the interpreter of a Python data source's workers in three places (docs/spark.md,
+'Which Python runs the workers'):
 
 - the lookup of ``pyspark_*`` modules, once per JVM: ``PYSPARK_DRIVER_PYTHON``, else
   ``PYSPARK_PYTHON``, else ``python3``, from the JVM's environment when it started; sources it

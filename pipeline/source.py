@@ -33,7 +33,7 @@ its ranges for one filter would then answer an unfiltered ``count()``, or the ot
 join, with that filter's subset. So ``InkpenReader`` does not implement ``pushFilters``: its
 plan depends only on the DataFrame's options, which belong to that DataFrame alone, and Spark
 evaluates every filter itself. Narrow a read with the options ``bucket``, ``start``, ``end``
-(DESIGN.md section 9.1). This also means a session without
+(docs/spark.md, 'No pushed filters'). This also means a session without
 ``spark.sql.python.filterPushdown.enabled`` reads exactly as one with it.
 """
 

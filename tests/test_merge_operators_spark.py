@@ -1,5 +1,5 @@
 """A Spark read of a database written with merges sees the folded values, with no operator given
-to Spark: the journal holds folded values (DESIGN.md section 7, "Merge operators")."""
+to Spark: the journal holds folded values (docs/writes.md, 'Merge operators')."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A writer opened with ``compaction="external"`` writes L0 files and rolls segments but runs no
 merge and no GC pass; a :class:`Compactor` (``inkpen.open_compactor(url)``, ``inkpen compactor
-URL``) does, in any process. The protocol (DESIGN.md section 7, "External compaction"):
+URL``) does, in any process. The protocol (docs/ledger.md, 'External compaction'):
 
 1. **Claim.** One CAS update raises ``compactor_epoch`` to E (stored + 1). A compactor whose
    epoch is no longer the manifest's is fenced: every commit it makes checks E inside its CAS

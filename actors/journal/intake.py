@@ -44,7 +44,7 @@ log = get_logger("inkpen.journal")
 LOCAL_BATCH_BYTES = 32 * 1024 * 1024
 """A batch's bytes by default on a local directory (or in memory): several large values share
 one segment, one write and one fsync (group commit by bytes); a segment of large values is
-written from their own bytes, never joined (section 7 of DESIGN.md)."""
+written from their own bytes, never joined (docs/writes.md, 'The life of a put')."""
 OBJECT_STORE_BATCH_BYTES = 4 * 1024 * 1024
 """A batch's bytes by default on an object store, where a segment is one request."""
 

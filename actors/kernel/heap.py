@@ -8,7 +8,7 @@ the threshold starts at 128 KiB and rises to the size of each mapped block freed
 so after the first few rolls and merges every later buffer of that size lands in an arena. With
 hundreds of client threads spread over many arenas, the freed buffers leave holes that are
 never handed back, and the process's resident memory grows with the data written although the
-objects that Python keeps alive do not (section 8 of DESIGN.md has the figures: a 1,000,000-put
+objects that Python keeps alive do not (docs/performance.md, 'Large values'; a 1,000,000-put
 load peaked at 272 MB resident with the rising threshold and 197 MB with it fixed at 1 MiB;
 tracemalloc saw 30 MB of live Python objects).
 

@@ -9,7 +9,7 @@ Two kinds of figures, kept where the work happens:
   thread (keyed by the thread's ident) and each thread adds only to its own: no lock and no lost
   update, and :meth:`Recorder.histogram` sums the cells when asked. A thread that ends leaves its
   cell to the next thread given its ident, so the cells stay as many as the threads alive at
-  once. A lock per operation measured twice the cost (DESIGN.md section 8).
+  once. A lock per operation measured twice the cost (docs/performance.md, 'What metrics cost').
   ``Options(metrics=False)`` gives every handle recorders that do nothing.
 - **Per piece of work of the owners** (L0 writes, merges, journal compactions, GC passes): the
   actor that finishes the work adds to plain attributes of the meter. Each attribute has one

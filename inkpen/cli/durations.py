@@ -3,7 +3,8 @@
 Parts may be separated by spaces (``1h 30m``), so every span the command prints
 (:func:`inkpen.cli.render.span`) can be given back to it. Kept by hand rather than taken from
 pytimeparse2: that returns None for bad input (the message here says what to write), accepts
-forms the rest of the command never prints, and is slower to import and to call (DESIGN.md).
+forms the rest of the command never prints, and is slower to import and to call
+(docs/performance.md, 'Hand-written where a library could serve').
 """
 
 from __future__ import annotations

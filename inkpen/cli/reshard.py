@@ -1,8 +1,9 @@
 """``inkpen reshard SRC DEST --shards M``: copy a data set or a database into a new data set of M
 shards, on a Spark session of this machine.
 
-The work is :func:`inkpen.pipeline.reshard` (DESIGN.md section 13.6): one checkpoint per source
-shard, a Spark job that copies every object into its new shard, one atomic commit per new shard
+The work is :func:`inkpen.pipeline.reshard` (docs/data-sets.md, 'Resharding'): one checkpoint
+per source shard, a Spark job that copies every object into its new shard, one atomic commit
+per new shard
 (a rerun after a failure commits only the missing ones) and a verification of counts and tictac
 trees before the command reports success. Every check that needs no Spark (the shard count, the
 two locations, what each holds) runs first, so a refused command starts no JVM. PySpark is
