@@ -430,7 +430,6 @@ class Engine:
         inker_actor.sync(self.inker)
         self.intake.shut(UsageError("this Bookie is closed"))
         self.flush()
-        self.compact_ledger()  # leave L0 merged: the next open starts with no merge to run
         if self.ctx.options.roll_on_close:
             self.roll()
         penciller_actor.shutdown(self.penciller)

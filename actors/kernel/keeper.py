@@ -139,8 +139,10 @@ class ManifestKeeper:
                 raise self._halted
             started = time.monotonic()
             as_of = time.time()
+            seen: list[VersionedManifest] = []
 
             def apply(current: VersionedManifest) -> Manifest:
+                seen.append(current)
                 new_id = current.id + 1
                 return self._with_writer_checkpoint(change(current.manifest, new_id), new_id)
 
@@ -150,6 +152,14 @@ class ManifestKeeper:
                 )
             except FencedError as exc:
                 self._fence(exc)
+                raise
+            except InkpenError:
+                # A change refused on a manifest newer than ours (another process's cursor or
+                # checkpoint): the work redone next must judge that manifest, not ours.
+                if seen and seen[-1].id > self._latest.id:
+                    self._latest = seen[-1]
+                    self._latest_as_of = as_of
+                    self._cache[seen[-1].id] = seen[-1].manifest
                 raise
             self._latest = versioned
             self._latest_as_of = as_of

@@ -21,6 +21,11 @@ that fails after storing some outputs stops their clerks and takes them out of t
 (GC removes them as orphans); so does a merge whose worker was lost, before it runs again in the
 clerk's thread.
 
+A merge in flight when the writer halts (closed, fenced, stopped by a store failure) is
+abandoned: the host's next read or output raises :class:`MergeAbandoned`, the outputs stored so
+far are dropped the same way, and the clerk answers :class:`MergeIdle`. So a close waits for no
+merge: it leaves L0 as the flush left it, and the next writer's clerk merges it.
+
 The clerk answers :class:`MergeDone` (or :class:`MergeIdle` when there is nothing to do, or when
 the merge failed: then ``missing`` names an input the store no longer holds); the Penciller
 applies the result to its levels (:meth:`~inkpen.manifest.levels.Levels.apply`) and commits
@@ -102,6 +107,10 @@ def run_merge(
         raise
 
 
+class MergeAbandoned(Exception):
+    """The writer halted during a merge: the merge stops at its next read or output."""
+
+
 @dataclass(frozen=True, slots=True)
 class _MergeWork:
     """Penciller to clerk: here is the ledger now; merge if it needs it."""
@@ -160,6 +169,10 @@ class PencillerClerk(InkpenActor):
             started = time.perf_counter()
             added = self._merge(job)
             seconds = time.perf_counter() - started
+        except MergeAbandoned:
+            log.info("ledger.merge_abandoned", inputs=len(job.sources) + len(job.targets))
+            send(message.reply_to, MergeIdle())
+            return
         except NotFoundError as exc:
             name = exc.key or str(exc)
             log.warning("ledger.merge_input_missing", name=name, error=str(exc))
@@ -197,10 +210,17 @@ class _MergeOutputs(compute.MergeHost):
         self.written: list[SstHandle] = []
 
     def read(self, name: str, root: str | None, start: int, end: int) -> bytes:
+        self._go_on()
         return self.ctx.tables.read_range(name, start, end, root=root)
 
     def emit(self, data: bytes, info: SstInfo) -> None:
+        self._go_on()
         self.written.append(write_new_sst(self.ctx, self.penciller, data, info))
+
+    def _go_on(self) -> None:
+        """Raise :class:`MergeAbandoned` once the writer has halted: nothing would commit it."""
+        if self.ctx.throttle.error is not None:
+            raise MergeAbandoned
 
     def restart(self) -> None:
         """Stop the clerks of the outputs stored so far; no manifest will name them (GC removes
