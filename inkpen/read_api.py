@@ -93,6 +93,21 @@ class FoldIterator(Iterator[T]):
         self.close()
 
 
+def _ledger_key(bucket: str | bytes, key: str | bytes) -> bytes:
+    """The ledger key of (bucket, key), checked as :func:`as_bytes` checks each: bytes within
+    the limit go straight to :func:`object_key` (every get comes here)."""
+    if (
+        type(bucket) is bytes
+        and type(key) is bytes
+        and 0 < len(bucket) <= MAX_KEY_BYTES
+        and 0 < len(key) <= MAX_KEY_BYTES
+    ):
+        return object_key(bucket, key)
+    return object_key(
+        as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
+    )
+
+
 def _optional(name: str, value: Any) -> bytes | None:
     return None if value is None else as_bytes(name, value, MAX_KEY_BYTES, allow_empty=True)
 
@@ -149,10 +164,10 @@ class ReadAPI:
         started = perf_counter()
         self._check_open()
         self._check_not_head_only_read("get")
-        lk = object_key(
-            as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
-        )
-        value = self._guarded(lambda: read_value(self._point_source(), lk, self._now_ms()))
+        try:
+            value = read_value(self._point_source(), _ledger_key(bucket, key), self._now_ms())
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
         self._meter.get.record(perf_counter() - started, 0 if value is None else len(value))
         return value
 
