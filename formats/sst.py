@@ -779,6 +779,18 @@ class SstReader:
             return None
         return bisect_right(self._first_keys, key) - 1
 
+    def block_of(self, key: bytes) -> int | None:
+        """The data block that would hold ``key``, or None outside the file's key range; asks
+        neither the bloom filter nor the cache, reads nothing."""
+        info = self.info
+        if not info.first_key <= key <= info.last_key:
+            return None
+        return bisect_right(self._first_keys, key) - 1
+
+    def may_contain_hash(self, key_hash: int) -> bool:
+        """The bloom filter's answer for a key whose :func:`bloom_hash` is ``key_hash``."""
+        return self._bloom.may_contain_hash(key_hash)
+
     def get_in_block(
         self, block: int, keys: Sequence[bytes], *, cached_only: bool = False
     ) -> list[LedgerValue | None] | None:

@@ -181,10 +181,18 @@ class ReadAPI:
         b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
         if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise UsageError("keys must be a sequence of keys (str or bytes), not one key")
-        lks = [object_key(b, as_bytes("key", k, MAX_KEY_BYTES)) for k in keys]
+        lks = [
+            object_key(b, k)
+            if type(k) is bytes and 0 < len(k) <= MAX_KEY_BYTES
+            else object_key(b, as_bytes("key", k, MAX_KEY_BYTES))
+            for k in keys
+        ]
         if not lks:
             return []
-        values = self._guarded(lambda: read_values(self._point_source(), lks, self._now_ms()))
+        try:
+            values = read_values(self._point_source(), lks, self._now_ms())
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
         self._meter.get_many.record_many(
             perf_counter() - started, len(lks), sum(len(v) for v in values if v is not None)
         )
