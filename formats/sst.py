@@ -34,10 +34,12 @@ starts in one aligned 12 KiB of the file, one read and one cache entry), weighed
 a block's CRC is checked the first time its cached run gives it out. The first point lookup
 of a version 2 block decompresses it and searches for the key's msgpack encoding, counts a
 match only where the offsets table says an entry starts, and decodes that entry's value alone;
-the next one (while the block's run is cached) decodes the block whole (one snappy and one
-msgpack call) and keeps it decoded in the same cache, under ``(name, block, sqn_base, 3)``,
-weighed by its memory (its decompressed bytes plus :data:`_DECODED_ENTRY` an entry), so the
-cache's one bound covers runs and decoded blocks alike. A block kept decoded answers a lookup
+the next one (while the block's run is cached) decodes the block whole (one msgpack call)
+and keeps it decoded in the same cache, under ``(name, block, sqn_base, 3)``, weighed by its
+memory (its decompressed bytes plus :data:`_DECODED_ENTRY` an entry), so the cache's one bound
+covers runs and decoded blocks alike; it does so only while the cache has room for it without
+evicting anything, so a cache too small for what the gets use keeps blocks as stored rather
+than decode and evict them in turn. A block kept decoded answers a lookup
 with a bisect, without the bloom filter and without decompressing. Version 1 blocks are
 decoded and kept at once. Scans and merges decode whole blocks and keep nothing decoded.
 
@@ -615,6 +617,11 @@ class _Run:
         keeps it decoded, :meth:`SstReader._admit`)."""
 
 
+def _decoded_weight(payload: bytes, entries: int) -> int:
+    """The memory a block decompressed to ``payload``, of ``entries`` entries, takes decoded."""
+    return len(payload) + _DECODED_ENTRY * entries + _STORED_OVERHEAD
+
+
 def _search_decoded(
     keys: tuple[bytes, ...], values: list[LedgerValue], key: bytes
 ) -> LedgerValue | None:
@@ -741,34 +748,38 @@ class SstReader:
                 return values[position]
             return None
         run = self._run(block, cache)  # a point lookup reads one run
-        stored = self._from_run(block, run)
-        if self.version > 1 and not self._admit(block, run):
-            return self._lookup(block, self._payload(block, stored), key)
-        point_keys, raw_values = self._keep_decoded(block, stored, cache)
+        payload = self._payload(block, self._from_run(block, run))
+        if self.version > 1 and not self._admit(block, run, payload, cache):
+            return self._lookup(block, payload, key)
+        point_keys, raw_values = self._keep_decoded(block, payload, cache)
         position = bisect_left(point_keys, key)
         if position < len(point_keys) and point_keys[position] == key:
             return self._one_value(raw_values[position], block)
         return None
 
-    @staticmethod
-    def _admit(block: int, run: _Run) -> bool:
-        """Whether a point lookup keeps ``block`` decoded: the second one to use it while its
-        run is cached does; the first searches it in place (a version 2 block), so a block
-        looked up once is never decoded whole."""
+    def _admit(self, block: int, run: _Run, payload: bytes, cache: BlockCache) -> bool:
+        """Whether a point lookup keeps version 2 ``block`` (decompressed: ``payload``) decoded:
+        the second one to use it while its run is cached does, if the cache has room for it
+        without evicting anything. The first searches it in place, so a block looked up once is
+        never decoded whole; and a cache too small for the blocks gets use keeps them as stored
+        (decoding a block costs several searches in place: blocks decoded and evicted in turn
+        would cost more than they save)."""
         index = block - run.first
         pointed = run.pointed
-        if pointed[index]:
-            return True
-        pointed[index] = 1
-        return False
+        if not pointed[index]:
+            pointed[index] = 1
+            return False
+        count = _V2_HEAD.unpack_from(payload, 0)[1] if len(payload) >= _V2_HEAD_SIZE else 0
+        return cache.room() >= _decoded_weight(payload, count)
 
-    def _keep_decoded(self, block: int, stored: bytes, cache: BlockCache) -> _Decoded:
-        """Decode ``block`` for point lookups (its keys, its values as msgpack gives them) and
-        keep it in the cache, weighed by its memory (:data:`_DECODED_ENTRY`)."""
-        payload = self._payload(block, stored)
+    def _keep_decoded(self, block: int, payload: bytes, cache: BlockCache) -> _Decoded:
+        """Decode ``block`` (decompressed: ``payload``) for point lookups: its keys, its values
+        as msgpack gives them; keep it in the cache, weighed by its memory
+        (:func:`_decoded_weight`), if the cache has room for it without evicting anything."""
         keys, raw_values = self._decode_payload(block, payload)
-        weight = len(payload) + _DECODED_ENTRY * len(keys) + _STORED_OVERHEAD
-        cache.put((self.name, block, self.sqn_base, _POINT), (keys, raw_values), weight)
+        weight = _decoded_weight(payload, len(keys))
+        if cache.room() >= weight:
+            cache.put((self.name, block, self.sqn_base, _POINT), (keys, raw_values), weight)
         return keys, raw_values
 
     def point_block(self, key: bytes, key_hash: int) -> int | None:
@@ -812,10 +823,10 @@ class SstReader:
                     return None
                 run = cache.load(run_key, lambda: self._read_runs(block, cache, 0))  # type: ignore[assignment]
                 assert run is not None
-            stored = self._from_run(block, run)
-            if self.version > 1 and len(keys) == 1 and not self._admit(block, run):
-                return [self._lookup(block, self._payload(block, stored), keys[0])]
-            decoded = self._keep_decoded(block, stored, cache)
+            payload = self._payload(block, self._from_run(block, run))
+            if self.version > 1 and not self._admit(block, run, payload, cache):
+                return [self._lookup(block, payload, key) for key in keys]
+            decoded = self._keep_decoded(block, payload, cache)
         point_keys, raw_values = decoded
         out: list[LedgerValue | None] = []
         for key in keys:

@@ -274,10 +274,10 @@ def test_a_block_looked_up_twice_is_kept_decoded_and_answers_as_stored(
     assert got == [entries[1499][1], expected, entries[1501][1], None]
 
 
-def test_blocks_kept_decoded_stay_within_the_cache_bound() -> None:
+@pytest.mark.parametrize("capacity", [16 * 1024, 64 * 1024, 1 << 24])
+def test_blocks_kept_decoded_stay_within_the_cache_bound(capacity: int) -> None:
     entries = sample_entries(6000)
     data, _ = build_sst(entries)
-    capacity = 64 * 1024
     cache = LruCache(capacity)
     reader = open_reader(data, cache=cache)
     model = dict(entries)
@@ -286,8 +286,14 @@ def test_blocks_kept_decoded_stay_within_the_cache_bound() -> None:
         for k in keys[::7]:
             assert reader.get(k) == model[k]
             assert cache.weight <= capacity
-    assert decoded_blocks(reader, cache)  # some blocks are kept decoded
-    assert len(decoded_blocks(reader, cache)) < reader.block_count  # not all: the bound holds
+        assert reader.get_in_block(0, keys[:5]) == [model[k] for k in keys[:5]]
+    kept = decoded_blocks(reader, cache)
+    if capacity == 1 << 24:
+        assert kept == set(range(reader.block_count))  # room for every block looked up twice
+    elif capacity == 16 * 1024:
+        assert not kept  # one run fills it: no room to keep a block decoded beside it
+    else:
+        assert len(kept) < reader.block_count
 
 
 def test_a_scan_reads_runs_of_readahead_and_point_lookups_use_them() -> None:
