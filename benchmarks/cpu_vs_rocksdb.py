@@ -15,10 +15,12 @@ CPU section), run for both systems from this one script, each in a process of it
   keys); ``index_query``: (inkpen alone) one query over an index bucket of N / 10 objects, one
   index entry each, loaded in batches of 1,000.
 
-Each line is a JSON object with ``ops``, ``seconds``, ``ops_per_s`` and ``cpu_us_per_op``: the
+Each line is a JSON object with ``ops``, ``seconds``, ``ops_per_s``, ``cpu_us_per_op``: the
 process's CPU (every thread, the writer's and merges' included) over the operations, taken with
-``time.process_time``. A table then gives each workload's figures and the ratio of inkpen's
-throughput to RocksDB's (above 1: inkpen is faster).
+``time.process_time``, and ``thread_us_per_op``: the calling thread's alone (``time.thread_time``;
+for the one-thread reads, what the read path costs without merges still running beside it). A
+table then gives each workload's figures and the ratio of inkpen's throughput to RocksDB's
+(above 1: inkpen is faster).
 
 ``--tree NAME=DIR`` (repeatable) runs inkpen once per checkout, each in a process importing inkpen
 from DIR (run a checkout of the code before a change beside the current one); RocksDB runs once.
@@ -57,15 +59,16 @@ def keys_for(n: int, seed: int = 1) -> list[bytes]:
     return keys
 
 
-def emit(workload: str, ops: int, seconds: float, cpu: float, **extra: Any) -> None:
+def emit(workload: str, ops: int, timed: Timed, **extra: Any) -> None:
     print(
         json.dumps(
             {
                 "workload": workload,
                 "ops": ops,
-                "seconds": round(seconds, 4),
-                "ops_per_s": round(ops / seconds, 1),
-                "cpu_us_per_op": round(cpu / ops * 1e6, 2),
+                "seconds": round(timed.seconds, 4),
+                "ops_per_s": round(ops / timed.seconds, 1),
+                "cpu_us_per_op": round(timed.cpu / ops * 1e6, 2),
+                "thread_us_per_op": round(timed.thread / ops * 1e6, 2),
                 **extra,
             }
         ),
@@ -74,16 +77,19 @@ def emit(workload: str, ops: int, seconds: float, cpu: float, **extra: Any) -> N
 
 
 class Timed:
-    """Wall and process CPU seconds of a block."""
+    """Wall seconds, process CPU seconds (every thread) and the calling thread's CPU seconds of
+    a block."""
 
     def __enter__(self) -> Timed:
         self.cpu = time.process_time()
+        self.thread = time.thread_time()
         self.wall = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.wall
         self.cpu = time.process_time() - self.cpu
+        self.thread = time.thread_time() - self.thread
 
 
 def run_clients(
@@ -189,7 +195,7 @@ def run_rocksdb(path: str, args: argparse.Namespace) -> None:
         gc = GroupCommitter(put_batch, args.flush_ms / 1000.0)
         run_clients(gc.put, keys, value, args.concurrency)
         gc.close()
-    emit("load", args.n, t.seconds, t.cpu)
+    emit("load", args.n, t)
     db.close()
     db = open_db()
     sample = random.Random(2).sample(keys, min(args.gets, len(keys)))
@@ -199,12 +205,12 @@ def run_rocksdb(path: str, args: argparse.Namespace) -> None:
             for k in sample:
                 if get(k) != value:
                     raise SystemExit(f"rocksdb: wrong value for {k!r}")
-        emit(name, len(sample), t.seconds, t.cpu)
+        emit(name, len(sample), t)
     with Timed() as t:
         for i in range(0, len(sample), MANY):
             if any(v != value for v in db.get(sample[i : i + MANY])):
                 raise SystemExit("rocksdb: wrong value in a get of a list")
-    emit("get_many", len(sample), t.seconds, t.cpu)
+    emit("get_many", len(sample), t)
     with Timed() as t:
         n = 0
         it = db.iter()
@@ -217,7 +223,7 @@ def run_rocksdb(path: str, args: argparse.Namespace) -> None:
             it.next()
     if n != args.n:
         raise SystemExit(f"rocksdb: scan found {n} rows")
-    emit("scan", n, t.seconds, t.cpu)
+    emit("scan", n, t)
     with Timed() as t:
         n = 0
         it = db.iter()
@@ -226,7 +232,7 @@ def run_rocksdb(path: str, args: argparse.Namespace) -> None:
             it.key()
             n += 1
             it.next()
-    emit("keys", n, t.seconds, t.cpu)
+    emit("keys", n, t)
     db.close()
 
 
@@ -242,7 +248,7 @@ def run_inkpen(path: str, args: argparse.Namespace) -> None:
     book = inkpen.open(path, **options)
     with Timed() as t:
         run_clients(lambda k, v: book.put(BUCKET, k, v), keys, value, args.concurrency)
-    emit("load", args.n, t.seconds, t.cpu)
+    emit("load", args.n, t)
     indexed = keys[: max(1, args.n // 10)]
     for i in range(0, len(indexed), INDEX_BATCH):
         batch = inkpen.Batch()
@@ -258,17 +264,17 @@ def run_inkpen(path: str, args: argparse.Namespace) -> None:
             for k in sample:
                 if get(BUCKET, k) != value:
                     raise SystemExit(f"inkpen: wrong value for {k!r}")
-        emit(name, len(sample), t.seconds, t.cpu)
+        emit(name, len(sample), t)
     with Timed() as t:
         for i in range(0, len(sample), MANY):
             if any(v != value for v in book.get_many(BUCKET, sample[i : i + MANY])):
                 raise SystemExit("inkpen: wrong value in get_many")
-    emit("get_many", len(sample), t.seconds, t.cpu)
+    emit("get_many", len(sample), t)
     with Timed() as t:
         for k in sample:
             if book.head(BUCKET, k) is None:
                 raise SystemExit(f"inkpen: no head for {k!r}")
-    emit("head", len(sample), t.seconds, t.cpu)
+    emit("head", len(sample), t)
     with Timed() as t:
         n = 0
         with book.objects(BUCKET) as rows:
@@ -278,15 +284,15 @@ def run_inkpen(path: str, args: argparse.Namespace) -> None:
                 n += 1
     if n != args.n:
         raise SystemExit(f"inkpen: scan found {n} rows")
-    emit("scan", n, t.seconds, t.cpu)
+    emit("scan", n, t)
     with Timed() as t:
         n = sum(1 for _ in book.keys(BUCKET))
-    emit("keys", n, t.seconds, t.cpu)
+    emit("keys", n, t)
     with Timed() as t:
         n = sum(1 for _ in book.index_query(INDEX_BUCKET, b"f", b"", b"\xff"))
     if n != len(indexed):
         raise SystemExit(f"inkpen: index_query found {n} of {len(indexed)} entries")
-    emit("index_query", n, t.seconds, t.cpu)
+    emit("index_query", n, t)
     book.close()
 
 
@@ -325,6 +331,7 @@ def better(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
         **new,
         "ops_per_s": max(old["ops_per_s"], new["ops_per_s"]),
         "cpu_us_per_op": min(old["cpu_us_per_op"], new["cpu_us_per_op"]),
+        "thread_us_per_op": min(old["thread_us_per_op"], new["thread_us_per_op"]),
     }
 
 
@@ -357,23 +364,29 @@ def main() -> None:
                 key = (name, record["workload"])
                 best[key] = better(best.get(key), record)
     names = [name for name, _, _ in systems]
-    print(f"\nN = {args.n}, {args.value_size}-byte values; ops/s, CPU us an op, ratio to rocksdb")
-    print(f"{'workload':<12}" + "".join(f"{name:>34}" for name in names))
+    print(
+        f"\nN = {args.n}, {args.value_size}-byte values; ops/s, CPU us an op (the process; the "
+        "calling thread), ratio of ops/s to rocksdb"
+    )
+    print(f"{'workload':<12}" + "".join(f"{name:>40}" for name in names))
     for workload in WORKLOADS:
         peer = best.get(("rocksdb", workload))
         cells = []
         for name in names:
             found = best.get((name, workload))
             if found is None:
-                cells.append(f"{'-':>34}")
+                cells.append(f"{'-':>40}")
                 continue
             ratio = (
                 ""
                 if peer is None or name == "rocksdb"
                 else (f" {found['ops_per_s'] / peer['ops_per_s']:.2f}x")
             )
-            text = f"{found['ops_per_s']:>11,.0f}/s {found['cpu_us_per_op']:>7.1f} us{ratio}"
-            cells.append(f"{text:>34}")
+            text = (
+                f"{found['ops_per_s']:>11,.0f}/s {found['cpu_us_per_op']:>6.1f};"
+                f"{found['thread_us_per_op']:>6.1f} us{ratio}"
+            )
+            cells.append(f"{text:>40}")
         print(f"{workload:<12}" + "".join(cells))
 
 

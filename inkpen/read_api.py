@@ -201,10 +201,10 @@ class ReadAPI:
     def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
         """The object's metadata (SQN, size, content hash, last-modified) from the ledger alone."""
         self._check_open()
-        lk = object_key(
-            as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
-        )
-        return self._guarded(lambda: read_head(self._point_source(), lk, self._now_ms()))
+        try:
+            return read_head(self._point_source(), _ledger_key(bucket, key), self._now_ms())
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
 
     # -- folds ------------------------------------------------------------------------------
 
