@@ -44,6 +44,11 @@ class BlockCache(Protocol):
         """Whether ``key`` is cached, without counting a hit or a miss or making it recent."""
         ...
 
+    def room(self) -> int:
+        """Bytes the cache would take now without evicting anything (a hint: other threads may
+        change it at any time)."""
+        ...
+
 
 class SingleFlight:
     """One loader per key at a time, and no lock held while it runs.
@@ -161,6 +166,10 @@ class LruCache:
     def holds(self, key: Hashable) -> bool:
         """Whether ``key`` is cached now (no hit or miss counted, its recency unchanged)."""
         return key in self._entries
+
+    def room(self) -> int:
+        """Capacity not taken, read without the lock (a hint: other threads may change it)."""
+        return self._capacity - self._weight
 
     def _loaded(self, key: Hashable, loader: Callable[[], tuple[object, int]]) -> object:
         found = self._entries.get(key)  # a load that ended between the miss and this one

@@ -31,10 +31,17 @@ with two ranged reads: the footer, then everything from the index offset to the 
 lookup then costs a bloom probe, a bisect of the index and at most one read. The shared cache
 holds data blocks as stored (snappy), a run at a time (:data:`RUN_BYTES`: every block that
 starts in one aligned 12 KiB of the file, one read and one cache entry), weighed by their size;
-a block's CRC is checked the first time its cached run gives it out. A point lookup
-decompresses its block and, in a version 2 block, searches for the key's msgpack encoding,
-counts a match only where the offsets table says an entry starts, and decodes that entry's
-value alone. Scans and merges decode whole blocks (one msgpack call) and keep nothing decoded.
+a block's CRC is checked the first time its cached run gives it out. The first point lookup
+of a version 2 block decompresses it and searches for the key's msgpack encoding, counts a
+match only where the offsets table says an entry starts, and decodes that entry's value alone;
+the next one (while the block's run is cached) decodes the block whole (one msgpack call)
+and keeps it decoded in the same cache, under ``(name, block, sqn_base, 3)``, weighed by its
+memory (its decompressed bytes plus :data:`_DECODED_ENTRY` an entry), so the cache's one bound
+covers runs and decoded blocks alike; it does so only while the cache has room for it without
+evicting anything, so a cache too small for what the gets use keeps blocks as stored rather
+than decode and evict them in turn. A block kept decoded answers a lookup
+with a bisect, without the bloom filter and without decompressing. Version 1 blocks are
+decoded and kept at once. Scans and merges decode whole blocks and keep nothing decoded.
 
 Any damaged byte fails a CRC and raises :class:`CorruptionError` naming the object and the offset
 of the damaged block; damaged bytes are never returned as data.
@@ -92,6 +99,14 @@ _RUN = 2
 _STORED_OVERHEAD = 300
 """Memory of a cached run beyond its bytes: the run object, its check flags, its cache key and
 the cache's entry."""
+_Decoded = tuple[tuple[bytes, ...], tuple[tuple[Any, ...], ...]]
+"""A data block kept decoded for point lookups: its keys and its values as msgpack gives them."""
+_POINT = 3
+"""The last part of the cache key of a data block kept decoded for point lookups."""
+_DECODED_ENTRY = 240
+"""Memory of one entry of a block kept decoded beyond its share of the decompressed bytes (its
+key and value objects; measured with tracemalloc on blocks of 100-byte values: a 4 KB block of
+25 entries takes about 9.8 KB decoded)."""
 _CRC_SIZE = 4
 _U32_AT = struct.Struct(">I").unpack_from
 _crc32 = zlib.crc32
@@ -585,17 +600,26 @@ class _Run:
     cache holds it: the number of its first block, its offset in the file, its bytes, and
     which of its blocks have passed their CRC check.
 
-    The only state that changes is ``checked``: a flag goes from 0 to 1 once its block's CRC
-    has been checked, never back, so a reader that sees 0 (another thread may be checking the
-    same block) checks again and finds the same answer."""
+    The only state that changes is in ``checked`` and ``pointed``: a flag goes from 0 to 1 once
+    its block's CRC has been checked (once a point lookup has searched the block in place),
+    never back, so a reader that sees 0 (another thread may be setting it) checks again and
+    finds the same answer (or searches in place once more than needed)."""
 
-    __slots__ = ("checked", "data", "first", "start")
+    __slots__ = ("checked", "data", "first", "pointed", "start")
 
     def __init__(self, first: int, start: int, data: bytes, blocks: int) -> None:
         self.first = first
         self.start = start
         self.data = data
         self.checked = bytearray(blocks)
+        self.pointed = bytearray(blocks)
+        """Which blocks a point lookup has searched in place (the next one to use the block
+        keeps it decoded, :meth:`SstReader._admit`)."""
+
+
+def _decoded_weight(payload: bytes, entries: int) -> int:
+    """The memory a block decompressed to ``payload``, of ``entries`` entries, takes decoded."""
+    return len(payload) + _DECODED_ENTRY * entries + _STORED_OVERHEAD
 
 
 def _search_decoded(
@@ -698,30 +722,65 @@ class SstReader:
         """The value stored under ``key``, or None; at most one block read.
 
         ``key_hash`` is ``bloom_hash(key)`` when the caller has it already (one hash serves every
-        file a lookup visits).
+        file a lookup visits). A block kept decoded in the cache answers without the bloom
+        filter (searching it costs less than probing the filter).
         """
         info = self.info
         if not info.first_key <= key <= info.last_key:
             return None
+        block = bisect_right(self._first_keys, key) - 1
+        cache = self._cache
+        if cache is not None:
+            decoded: _Decoded | None = cache.get((self.name, block, self.sqn_base, _POINT))  # type: ignore[assignment]
+            if decoded is not None:
+                keys, raw_values = decoded
+                position = bisect_left(keys, key)
+                if position < len(keys) and keys[position] == key:
+                    return self._one_value(raw_values[position], block)
+                return None
         bloom = self._bloom
         if not (bloom.may_contain(key) if key_hash is None else bloom.may_contain_hash(key_hash)):
             return None
-        block = bisect_right(self._first_keys, key) - 1
-        cache = self._cache
         if cache is None:
             keys, values = self._block(block)
             position = bisect_left(keys, key)
             if position < len(keys) and keys[position] == key:
                 return values[position]
             return None
-        stored = self._stored(block, cache)
-        if self.version > 1:
-            return self._lookup(block, self._payload(block, stored), key)
-        point_keys, raw_values = self._decode_raw(block, stored)
+        run = self._run(block, cache)  # a point lookup reads one run
+        payload = self._payload(block, self._from_run(block, run))
+        if self.version > 1 and not self._admit(block, run, payload, cache):
+            return self._lookup(block, payload, key)
+        point_keys, raw_values = self._keep_decoded(block, payload, cache)
         position = bisect_left(point_keys, key)
         if position < len(point_keys) and point_keys[position] == key:
             return self._one_value(raw_values[position], block)
         return None
+
+    def _admit(self, block: int, run: _Run, payload: bytes, cache: BlockCache) -> bool:
+        """Whether a point lookup keeps version 2 ``block`` (decompressed: ``payload``) decoded:
+        the second one to use it while its run is cached does, if the cache has room for it
+        without evicting anything. The first searches it in place, so a block looked up once is
+        never decoded whole; and a cache too small for the blocks gets use keeps them as stored
+        (decoding a block costs several searches in place: blocks decoded and evicted in turn
+        would cost more than they save)."""
+        index = block - run.first
+        pointed = run.pointed
+        if not pointed[index]:
+            pointed[index] = 1
+            return False
+        count = _V2_HEAD.unpack_from(payload, 0)[1] if len(payload) >= _V2_HEAD_SIZE else 0
+        return cache.room() >= _decoded_weight(payload, count)
+
+    def _keep_decoded(self, block: int, payload: bytes, cache: BlockCache) -> _Decoded:
+        """Decode ``block`` (decompressed: ``payload``) for point lookups: its keys, its values
+        as msgpack gives them; keep it in the cache, weighed by its memory
+        (:func:`_decoded_weight`), if the cache has room for it without evicting anything."""
+        keys, raw_values = self._decode_payload(block, payload)
+        weight = _decoded_weight(payload, len(keys))
+        if cache.room() >= weight:
+            cache.put((self.name, block, self.sqn_base, _POINT), (keys, raw_values), weight)
+        return keys, raw_values
 
     def point_block(self, key: bytes, key_hash: int) -> int | None:
         """The data block :meth:`get` would search for ``key`` (``key_hash`` its bloom hash), or
@@ -730,6 +789,18 @@ class SstReader:
         if not info.first_key <= key <= info.last_key or not self._bloom.may_contain_hash(key_hash):
             return None
         return bisect_right(self._first_keys, key) - 1
+
+    def block_of(self, key: bytes) -> int | None:
+        """The data block that would hold ``key``, or None outside the file's key range; asks
+        neither the bloom filter nor the cache, reads nothing."""
+        info = self.info
+        if not info.first_key <= key <= info.last_key:
+            return None
+        return bisect_right(self._first_keys, key) - 1
+
+    def may_contain_hash(self, key_hash: int) -> bool:
+        """The bloom filter's answer for a key whose :func:`bloom_hash` is ``key_hash``."""
+        return self._bloom.may_contain_hash(key_hash)
 
     def get_in_block(
         self, block: int, keys: Sequence[bytes], *, cached_only: bool = False
@@ -743,17 +814,20 @@ class SstReader:
                 return None
             block_keys, values = self._block(block)
             return [_search_decoded(block_keys, values, key) for key in keys]
-        run_key = (self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN)
-        run = cache.get(run_key)
-        if run is None:
-            if cached_only:
-                return None
-            run = cache.load(run_key, lambda: self._read_runs(block, cache, 0))
-        stored = self._from_run(block, run)  # type: ignore[arg-type]
-        if self.version > 1:
-            payload = self._payload(block, stored)
-            return [self._lookup(block, payload, key) for key in keys]
-        point_keys, raw_values = self._decode_raw(block, stored)
+        decoded: _Decoded | None = cache.get((self.name, block, self.sqn_base, _POINT))  # type: ignore[assignment]
+        if decoded is None:
+            run_key = (self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN)
+            run: _Run | None = cache.get(run_key)  # type: ignore[assignment]
+            if run is None:
+                if cached_only:
+                    return None
+                run = cache.load(run_key, lambda: self._read_runs(block, cache, 0))  # type: ignore[assignment]
+                assert run is not None
+            payload = self._payload(block, self._from_run(block, run))
+            if self.version > 1 and not self._admit(block, run, payload, cache):
+                return [self._lookup(block, payload, key) for key in keys]
+            decoded = self._keep_decoded(block, payload, cache)
+        point_keys, raw_values = decoded
         out: list[LedgerValue | None] = []
         for key in keys:
             position = bisect_left(point_keys, key)
@@ -844,9 +918,15 @@ class SstReader:
         """Decode the checked stored bytes of ``block`` for point lookups: its keys and its
         values as msgpack gives them (each is made a LedgerValue, and its length checked, only
         when found). One snappy and one msgpack call, both in C."""
+        return self._decode_payload(block, self._payload(block, stored))
+
+    def _decode_payload(
+        self, block: int, payload: bytes
+    ) -> tuple[tuple[bytes, ...], tuple[tuple[Any, ...], ...]]:
+        """:meth:`_decode_raw` of the decompressed bytes of ``block``."""
         try:
-            keys, raw_values = self._entries(snappy.decompress(stored))
-        except Exception as exc:  # msgpack and snappy raise assorted types on damaged input
+            keys, raw_values = self._entries(payload)
+        except Exception as exc:  # msgpack raises assorted types on damaged input
             raise CorruptionError(
                 self.name,
                 f"SST data block {block} does not decode: {exc}",
@@ -931,12 +1011,17 @@ class SstReader:
     def _stored(self, block: int, cache: BlockCache, readahead: int = 0) -> bytes:
         """The checked stored bytes of ``block`` (snappy, without the CRC): from its cached run,
         or read with the runs after it up to ``readahead`` bytes (one run when 0)."""
+        return self._from_run(block, self._run(block, cache, readahead))
+
+    def _run(self, block: int, cache: BlockCache, readahead: int = 0) -> _Run:
+        """The cached run of ``block``; when missing, read with the runs after it up to
+        ``readahead`` bytes (one run when 0)."""
         key = (self.name, self._block_offsets[block] // RUN_BYTES, self.sqn_base, _RUN)
         found = cache.get(key)
         if found is None:
             # One thread reads a missing run; the others that want it wait for that read.
             found = cache.load(key, lambda: self._read_runs(block, cache, readahead))
-        return self._from_run(block, found)  # type: ignore[arg-type]
+        return found  # type: ignore[return-value]
 
     def _from_run(self, block: int, run: _Run) -> bytes:
         """The stored bytes of ``block`` from its cached ``run``, the block's CRC checked the

@@ -180,7 +180,8 @@ class Options:
         entries written before keep their place, and every read finds a value either way.
 
     Caches and limits
-        ``block_cache_bytes``: SST blocks (as stored, or decoded by scans);
+        ``block_cache_bytes``: SST blocks (runs as stored; a block point lookups use again is
+        kept decoded while there is room, weighed by its memory);
         ``journal_cache_bytes``: journal file chunks and blocks; ``journal_index_cache_bytes``:
         the journal files' SQN block indexes (16 bytes per ~4 KiB block of records, read whole
         when a file is opened; a lookup whose file's index was evicted reads it again, then its

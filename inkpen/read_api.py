@@ -93,6 +93,21 @@ class FoldIterator(Iterator[T]):
         self.close()
 
 
+def _ledger_key(bucket: str | bytes, key: str | bytes) -> bytes:
+    """The ledger key of (bucket, key), checked as :func:`as_bytes` checks each: bytes within
+    the limit go straight to :func:`object_key` (every get comes here)."""
+    if (
+        type(bucket) is bytes
+        and type(key) is bytes
+        and 0 < len(bucket) <= MAX_KEY_BYTES
+        and 0 < len(key) <= MAX_KEY_BYTES
+    ):
+        return object_key(bucket, key)
+    return object_key(
+        as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
+    )
+
+
 def _optional(name: str, value: Any) -> bytes | None:
     return None if value is None else as_bytes(name, value, MAX_KEY_BYTES, allow_empty=True)
 
@@ -149,10 +164,10 @@ class ReadAPI:
         started = perf_counter()
         self._check_open()
         self._check_not_head_only_read("get")
-        lk = object_key(
-            as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
-        )
-        value = self._guarded(lambda: read_value(self._point_source(), lk, self._now_ms()))
+        try:
+            value = read_value(self._point_source(), _ledger_key(bucket, key), self._now_ms())
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
         self._meter.get.record(perf_counter() - started, 0 if value is None else len(value))
         return value
 
@@ -166,10 +181,18 @@ class ReadAPI:
         b = as_bytes("bucket", bucket, MAX_KEY_BYTES)
         if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise UsageError("keys must be a sequence of keys (str or bytes), not one key")
-        lks = [object_key(b, as_bytes("key", k, MAX_KEY_BYTES)) for k in keys]
+        lks = [
+            object_key(b, k)
+            if type(k) is bytes and 0 < len(k) <= MAX_KEY_BYTES
+            else object_key(b, as_bytes("key", k, MAX_KEY_BYTES))
+            for k in keys
+        ]
         if not lks:
             return []
-        values = self._guarded(lambda: read_values(self._point_source(), lks, self._now_ms()))
+        try:
+            values = read_values(self._point_source(), lks, self._now_ms())
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
         self._meter.get_many.record_many(
             perf_counter() - started, len(lks), sum(len(v) for v in values if v is not None)
         )
@@ -178,10 +201,10 @@ class ReadAPI:
     def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
         """The object's metadata (SQN, size, content hash, last-modified) from the ledger alone."""
         self._check_open()
-        lk = object_key(
-            as_bytes("bucket", bucket, MAX_KEY_BYTES), as_bytes("key", key, MAX_KEY_BYTES)
-        )
-        return self._guarded(lambda: read_head(self._point_source(), lk, self._now_ms()))
+        try:
+            return read_head(self._point_source(), _ledger_key(bucket, key), self._now_ms())
+        except NotFoundError as exc:
+            raise self._vanished(exc) from exc
 
     # -- folds ------------------------------------------------------------------------------
 

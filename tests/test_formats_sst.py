@@ -235,6 +235,67 @@ def test_a_point_lookup_reads_its_blocks_run_once() -> None:
     assert all(end - start <= RUN_BYTES + DEFAULT_BLOCK_SIZE for start, end in runs)
 
 
+def decoded_blocks(reader: SstReader, cache: LruCache) -> set[int]:
+    """The blocks of ``reader`` the cache holds decoded for point lookups."""
+    return {
+        b for b in range(reader.block_count) if cache.holds((reader.name, b, reader.sqn_base, 3))
+    }
+
+
+@pytest.mark.parametrize("format_version", [1, FORMAT_VERSION])
+def test_a_block_looked_up_twice_is_kept_decoded_and_answers_as_stored(
+    format_version: int,
+) -> None:
+    entries = sample_entries(3000)
+    data, _ = build_sst(entries, format_version=format_version)
+    cache = LruCache(1 << 24)
+    fetch = CountingFetch(data)
+    reader = SstReader.open(NAME, len(data), fetch, cache=cache)
+    model = dict(entries)
+    key, expected = entries[1500]
+    block = reader.point_block(key, bloom_hash(key))
+    assert block is not None
+    assert reader.get(key) == expected
+    # A version 2 block is searched in place the first time; a version 1 block always decodes.
+    assert decoded_blocks(reader, cache) == ({block} if format_version == 1 else set())
+    assert reader.get(key) == expected
+    assert decoded_blocks(reader, cache) == {block}
+    rng = random.Random(5)
+    absent = [k + b"x" for k, _ in rng.sample(entries, 50)] + [b"", b"zz"]
+    wanted = [k for k, _ in rng.sample(entries, 400)] + absent
+    assert [reader.get(k) for k in wanted] == [model.get(k) for k in wanted]
+    reads = len(fetch.calls)
+    for _ in range(2):  # now from blocks kept decoded, reading nothing
+        assert [reader.get(k) for k in wanted] == [model.get(k) for k in wanted]
+    assert len(fetch.calls) == reads
+    in_blocks = {reader.point_block(k, bloom_hash(k)) for k in wanted if k in model}
+    assert in_blocks <= decoded_blocks(reader, cache)
+    got = reader.get_in_block(block, [entries[1499][0], key, entries[1501][0], key + b"x"])
+    assert got == [entries[1499][1], expected, entries[1501][1], None]
+
+
+@pytest.mark.parametrize("capacity", [16 * 1024, 64 * 1024, 1 << 24])
+def test_blocks_kept_decoded_stay_within_the_cache_bound(capacity: int) -> None:
+    entries = sample_entries(6000)
+    data, _ = build_sst(entries)
+    cache = LruCache(capacity)
+    reader = open_reader(data, cache=cache)
+    model = dict(entries)
+    keys = [k for k, _ in entries]
+    for _ in range(3):
+        for k in keys[::7]:
+            assert reader.get(k) == model[k]
+            assert cache.weight <= capacity
+        assert reader.get_in_block(0, keys[:5]) == [model[k] for k in keys[:5]]
+    kept = decoded_blocks(reader, cache)
+    if capacity == 1 << 24:
+        assert kept == set(range(reader.block_count))  # room for every block looked up twice
+    elif capacity == 16 * 1024:
+        assert not kept  # one run fills it: no room to keep a block decoded beside it
+    else:
+        assert len(kept) < reader.block_count
+
+
 def test_a_scan_reads_runs_of_readahead_and_point_lookups_use_them() -> None:
     entries = sample_entries(20_000)
     data, _ = build_sst(entries)

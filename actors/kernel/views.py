@@ -166,10 +166,13 @@ class LedgerView:
     persisted_sqn: int = 0
     levels: tuple[Level, ...] = field(init=False, default=())
     """Indexed by level number; ``levels[0]`` is empty (see the class docstring)."""
+    l0_files: tuple[SstHandle, ...] = field(init=False, default=())
+    """:attr:`l0`, kept for point lookups (a field, not a property, on the hot path)."""
 
     def __post_init__(self) -> None:
         levels = tuple(Level.of(self.files.level(n)) for n in range(1, self.files.depth))
         object.__setattr__(self, "levels", (Level(), *levels))
+        object.__setattr__(self, "l0_files", self.files.l0)
 
     @property
     def l0(self) -> tuple[SstHandle, ...]:
@@ -179,34 +182,35 @@ class LedgerView:
     def get(self, key: bytes) -> LedgerValue | None:
         """The newest ledger value of ``key`` (possibly a tombstone), or None.
 
-        The key's bloom hash is computed once, when the first file is consulted, and shared by
-        every file after it.
+        The first file consulted hashes the key for its bloom filter only if it must (a block
+        it keeps decoded answers without the filter); the hash is then computed once here and
+        shared by every file after it.
         """
         for table in self.mem:
             value = table.entries.get(key)
             if value is not None:
                 return value
         key_hash = None
-        for handle in self.l0:
+        for handle in self.l0_files:
             reader = handle.reader
             info = reader.info
             if info.first_key <= key <= info.last_key:
-                if key_hash is None:
-                    key_hash = bloom_hash(key)
                 value = reader.get(key, key_hash=key_hash)
                 if value is not None:
                     return value
+                if key_hash is None:
+                    key_hash = bloom_hash(key)
         for level in self.levels:  # Level.find written out: every get passes here per level
             i = bisect.bisect_right(level.first_keys, key) - 1
             if i < 0:
                 continue
             found = level.files[i]
             if key <= found.descriptor.last_key:
-                if key_hash is None:
-                    key_hash = bloom_hash(key)
                 value = found.reader.get(key, key_hash=key_hash)
                 if value is not None:
                     return value
+                if key_hash is None:
+                    key_hash = bloom_hash(key)
         return None
 
     def mem_entries(self) -> int:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -162,26 +163,17 @@ def ledger_values(
             values[at] = value
     if not pending:
         return values
-    hashes = {at: bloom_hash(keys[at]) for at in pending}
-    for handle in ledger.l0:
-        pending = _search(keys, hashes, pending, values, partial(_same_reader, handle.reader))
+    hashes: dict[int, int] = {}
+    for handle in ledger.l0_files:
+        pending = _search(keys, hashes, pending, values, Level.of((handle,)))
         if not pending:
             return values
     for level in ledger.levels:
         if level.files:
-            pending = _search(keys, hashes, pending, values, partial(_level_reader, level))
+            pending = _search(keys, hashes, pending, values, level)
             if not pending:
                 break
     return values
-
-
-def _same_reader(reader: SstReader, key: bytes) -> SstReader:
-    return reader
-
-
-def _level_reader(level: Level, key: bytes) -> SstReader | None:
-    found = level.find(key)
-    return None if found is None else found.reader
 
 
 def _search(
@@ -189,30 +181,44 @@ def _search(
     hashes: dict[int, int],
     pending: list[int],
     values: list[LedgerValue | None],
-    reader_of: Callable[[bytes], SstReader | None],
+    level: Level,
 ) -> list[int]:
-    """Look the ``pending`` keys up in the files ``reader_of`` names, one task per data block
-    (the blocks not cached read concurrently); answer the keys still unresolved."""
+    """Look the ``pending`` keys up in the files of ``level`` (an L0 file alone, or a level below
+    L0), one task per data block;
+    answer the keys still unresolved. A block the cache holds is searched at once for all its
+    keys (no bloom probe); of a block it does not hold, only the keys the bloom filter admits
+    are looked for, and those blocks are read concurrently. ``hashes`` keeps each key's bloom
+    hash once computed."""
     groups: dict[tuple[int, int], tuple[SstReader, int, list[int]]] = {}
+    first_keys, files = level.first_keys, level.files
     for at in pending:
         key = keys[at]
-        reader = reader_of(key)
-        if reader is None:
+        i = bisect_right(first_keys, key) - 1  # Level.find written out: once per key
+        if i < 0:
             continue
-        block = reader.point_block(key, hashes[at])
+        reader = files[i].reader
+        block = reader.block_of(key)
         if block is not None:
             groups.setdefault((id(reader), block), (reader, block, []))[2].append(at)
     if not groups:
         return pending
     uncached: list[Callable[[], None]] = []
     for reader, block, ats in groups.values():
-        wanted = [keys[at] for at in ats]
-        found = reader.get_in_block(block, wanted, cached_only=True)
-        if found is None:
-            uncached.append(partial(_search_block, reader, block, ats, wanted, values))
-        else:
+        found = reader.get_in_block(block, [keys[at] for at in ats], cached_only=True)
+        if found is not None:
             for at, value in zip(ats, found, strict=True):
                 values[at] = value
+            continue
+        admitted = []
+        for at in ats:
+            key_hash = hashes.get(at)
+            if key_hash is None:
+                key_hash = hashes[at] = bloom_hash(keys[at])
+            if reader.may_contain_hash(key_hash):
+                admitted.append(at)
+        if admitted:
+            wanted = [keys[at] for at in admitted]
+            uncached.append(partial(_search_block, reader, block, admitted, wanted, values))
     run_concurrently(uncached)
     return [at for at in pending if values[at] is None]
 

@@ -308,9 +308,20 @@ def fold_keys(
 ) -> Iterator[bytes]:
     cache, ledger, _ = source.views()
     lo, hi = object_bounds(bucket, start, end)
+    # As a key-order scan does: a key with no NUL is the bucket prefix, the key, then two
+    # terminators, so the key is a slice; anything else is split in full.
+    skip = len(bucket_prefix(Tag.OBJECT, bucket))
     with reading_ahead(read_ahead) as ahead:
-        for key, _ in live_range(cache, ledger, lo, hi, now_ms, reverse=reverse, ahead=ahead):
-            yield decode_key(key).key
+        for key, value in ledger_range(cache, ledger, lo, hi, reverse=reverse, ahead=ahead):
+            if value[1] != ACTIVE:
+                continue
+            expiry = value[2]
+            if expiry is not None and expiry <= now_ms:
+                continue
+            found = key[skip:-4]
+            if _NUL in found or key[-4:] != _TWO_TERMINATORS:
+                found = object_parts(key)[1]
+            yield found
 
 
 @dataclass(frozen=True, slots=True)
