@@ -403,8 +403,15 @@ class Conditions(Protocol):
     """What the Inker asks of the checker of conditional writes (the engine hands it
     :class:`inkpen.actors.read.conditions.ConditionChecker`, which reads the published views)."""
 
-    def written(self, batch: WriteGroup, entries: tuple[JournalEntry, ...]) -> None:
-        """A segment was issued for ``batch``: its entries count until the views show them."""
+    def written(
+        self,
+        batch: WriteGroup,
+        entries: tuple[JournalEntry, ...],
+        *,
+        checked: WriteGroup | None = None,
+    ) -> None:
+        """A segment was issued for ``batch`` (``checked`` was the batch :meth:`check` saw):
+        its entries count until the views show them."""
 
     def withdrawn(self, batch: WriteGroup) -> None:
         """The segment issued for ``batch`` will never be written: its entries count no more."""
@@ -637,7 +644,7 @@ class Inker(FileOwner):
         )
         self.next_segment = segment_id + 1
         self.sqn = entries[-1].sqn
-        self.conditions.written(applied, entries)
+        self.conditions.written(applied, entries, checked=batch)
         self.flights.append(flight)
         self._start(flight, attempts=SEGMENT_WRITE_ATTEMPTS)
 
@@ -762,15 +769,17 @@ class Inker(FileOwner):
         )
         if fatal is not None or self.stopped is not None:
             cut = len(flights) if fatal is None else fatal
+            stop_error = self.stopped
+            error = None if fatal is None else flights[fatal].error
+            if error is not None:
+                # Stopped (and fenced, for a fence) before any caller hears of it, so that a
+                # caller who catches the error finds the handle saying so.
+                self._stop_writing(error)
             for flight in flights[:cut]:
                 flight.batch.finish(self._unknown(flight, flights[0]))
-            stop_error = self.stopped
-            if fatal is not None:
-                error = flights[fatal].error
-                assert error is not None
+            if error is not None:
                 for flight in flights[fatal:]:
                     flight.batch.finish(error)
-                self._stop_writing(error)
             elif stop_error is not None:
                 self._fail_waiting(stop_error)
             self.flights.clear()

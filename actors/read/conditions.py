@@ -77,6 +77,9 @@ from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import ACTIVE, Tag, content_hash, decode_key, object_parts
 from inkpen.options import MergeOperator
 
+_FOLDED_HELD = 1024
+"""At most this many checked batches wait with their folded bytes for their segment."""
+
 State = tuple[int, int | None]
 """A key's state as a written change leaves it: (SQN, expiry ms); SQN 0 means absent."""
 
@@ -261,9 +264,10 @@ class ConditionChecker:
     ) -> None:
         self._source = _BoardSource(board)
         self._meter = meter
-        self._folded: tuple[WriteGroup, int] | None = None
-        """The batch checked last and the bytes of the values its merges folded to: counted
-        (``Meter.folded_bytes``) once its segment is written."""
+        self._folded: dict[int, tuple[WriteGroup, int]] = {}
+        """By batch (several may be checked before the first is written: segments in flight),
+        the bytes of the values its merges folded to: counted (``Meter.folded_bytes``) once its
+        segment is written, dropped if it is withdrawn."""
         self._operators = operators
         self._max_value_bytes = max_value_bytes
         self.commits = commits if commits is not None else CommitRecord(1)
@@ -276,24 +280,31 @@ class ConditionChecker:
         self._uncached_values: dict[bytes, JournalEntry] = {}
         """The last entry of each key of those segments (the value a merge folds onto)."""
 
-    def written(self, batch: WriteGroup, entries: tuple[JournalEntry, ...]) -> None:
+    def written(
+        self,
+        batch: WriteGroup,
+        entries: tuple[JournalEntry, ...],
+        *,
+        checked: WriteGroup | None = None,
+    ) -> None:
         """A segment was issued for ``batch`` (the group the Bookie settles once it has cached
         the entries); they count from now on, while the write is in flight, until the views show
-        them."""
+        them. ``checked``: the batch :meth:`check` was given, if another (its folded bytes
+        count now)."""
         self._prune()
         self._unapplied.append((batch, entries))
         self.commits.add(entries)
-        folded = self._folded
-        if folded is not None and folded[0] is batch:
-            self._folded = None
-            if self._meter.enabled:
-                self._meter.folded_bytes += folded[1]
+        source = batch if checked is None else checked
+        folded = self._folded.pop(id(source), None)
+        if folded is not None and folded[0] is source and self._meter.enabled:
+            self._meter.folded_bytes += folded[1]
 
     def withdrawn(self, batch: WriteGroup) -> None:
         """The segment issued for ``batch`` will never be written (its write failed definitely,
         as did every later one's): its entries count no more. Its changes stay in the record of
         commits, which only makes later transaction checks more conservative."""
         self._unapplied = deque(item for item in self._unapplied if item[0] is not batch)
+        self._folded.pop(id(batch), None)
 
     def _prune(self) -> None:
         unapplied = self._unapplied
@@ -420,7 +431,10 @@ class ConditionChecker:
                     _note(pending, change, base + i)
             accepted.extend(out)
             folded += unit_folded
-        self._folded = (batch, folded) if folded else None
+        if folded:
+            while len(self._folded) >= _FOLDED_HELD:  # batches checked but never written
+                del self._folded[next(iter(self._folded))]
+            self._folded[id(batch)] = (batch, folded)
         return accepted
 
     def _guarded(self, guard: CommitGuard, pending: dict[bytes, int]) -> ConflictError | None:
