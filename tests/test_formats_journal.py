@@ -38,6 +38,7 @@ from inkpen.formats.journal import (
 from inkpen.formats.keys import MAX_KEY_BYTES, LedgerValue, index_key, object_key
 from inkpen.formats.manifest_codec import encode_manifest
 from inkpen.formats.sst import build_sst
+from support.damage import flip
 from support.fetching import CountingFetch, PartsFetch, memory_fetch
 
 NAME = "journal/00000000000000000187.jnl"
@@ -345,10 +346,6 @@ DAMAGE_JOURNALS = {
     version: build_journal(entries, writer_epoch=3, version=version)
     for version, entries in DAMAGE_BY_VERSION.items()
 }
-
-
-def flip(data: bytes, offset: int, mask: int) -> bytes:
-    return data[:offset] + bytes([data[offset] ^ mask]) + data[offset + 1 :]
 
 
 def read_everything(data: bytes, version: int = FORMAT_VERSION) -> list[CorruptionError]:
