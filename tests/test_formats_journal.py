@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inkpen.errors import CorruptionError
-from inkpen.formats import journal
 from inkpen.formats.journal import (
     EMPTY_JOURNAL_SIZE,
     FORMAT_VERSION,
@@ -35,6 +34,7 @@ from inkpen.formats.journal import (
     prepare_record,
     read_header,
 )
+from inkpen.formats.journal import _reader as journal_reader
 from inkpen.formats.keys import MAX_KEY_BYTES, LedgerValue, index_key, object_key
 from inkpen.formats.manifest_codec import encode_manifest
 from inkpen.formats.sst import build_sst
@@ -648,7 +648,7 @@ def test_lookups_of_every_version_equal_a_model(
         e._replace(sqn=e.sqn + sqn_base) for e in entries
     ]
     # Every record read in parts where it can be (a block of one record), whole elsewhere.
-    with mock.patch.object(journal, "PARTS_FROM", 1):
+    with mock.patch.object(journal_reader, "PARTS_FROM", 1):
         in_parts = JournalReader.open(NAME, len(data), PartsFetch(data), sqn_base=sqn_base)
         for ask in asks:
             found = model.get(ask)
@@ -753,7 +753,7 @@ def test_a_block_of_several_records_is_walked_not_read_in_parts() -> None:
         JournalEntry(sqn, Kind.OBJECT, b"k%d" % sqn, b"v" * 100, (), None, 0) for sqn in (1, 2, 3)
     ]
     data = build_journal(entries, writer_epoch=1)
-    with mock.patch.object(journal, "PARTS_FROM", 1):
+    with mock.patch.object(journal_reader, "PARTS_FROM", 1):
         fetch = PartsFetch(data)
         reader = JournalReader.open(NAME, len(data), fetch)
         for entry in entries:
