@@ -331,33 +331,18 @@ class _SegmentCollector:
 
 
 @dataclass(frozen=True, slots=True)
-class _JournalFileCollector:
-    """Journal files written by compaction: referenced by no active manifest."""
+class _FileCollector:
+    """Files the manifest references (journal files written by compaction, SSTs): one goes when
+    no active manifest references it."""
 
-    kind: str = "journal_files"
-
-    def claims(self, key: str) -> bool:
-        return is_journal_file_key(key)
-
-    def judge(self, info: ObjectInfo, needs: _Needs) -> str | None:
-        if info.age(needs.now) < needs.options.min_age or info.key in needs.referenced:
-            return None
-        return REASON_JOURNAL_FILE
-
-
-@dataclass(frozen=True, slots=True)
-class _SstCollector:
-    """SSTs: referenced by no active manifest."""
-
-    kind: str = "ssts"
-
-    def claims(self, key: str) -> bool:
-        return is_sst_key(key)
+    kind: str
+    claims: Callable[[str], bool]
+    reason: str
 
     def judge(self, info: ObjectInfo, needs: _Needs) -> str | None:
         if info.age(needs.now) < needs.options.min_age or info.key in needs.referenced:
             return None
-        return REASON_SST
+        return self.reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,8 +365,8 @@ class _ManifestCollector:
 
 COLLECTORS: tuple[Collector, ...] = (
     _SegmentCollector(),
-    _JournalFileCollector(),
-    _SstCollector(),
+    _FileCollector("journal_files", is_journal_file_key, REASON_JOURNAL_FILE),
+    _FileCollector("ssts", is_sst_key, REASON_SST),
     _ManifestCollector(),
 )
 """One collector per kind of object, in the order a plan deletes them: segments, journal files,
