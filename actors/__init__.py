@@ -5,8 +5,10 @@ hold them to it):
 
     engine/    one open writer as a whole: the Engine, the Bookie actor, GC, hot backup, the
                compactor role
-    read/      the lock-free read path over published views; Readers' views; conditions
-    journal/   the Inker and its clerk: values, SQNs, segments, journal files
+    write/     the Inker, and the checks it runs on what it writes (conditions, merges, the
+               index specs deletes imply, the record of commits transactions validate against)
+    read/      the lock-free read path over published views; Readers' views
+    journal/   the Inker's clerk, intake and replay: values, segments, journal files
     ledger/    the Penciller and its clerk: memory tables, L0, levels, merges
     files/     one clerk actor per stored file; the owners' snapshot registry
     kernel/    what every room shares: context, manifest keeper, scheduler, throttle, views,

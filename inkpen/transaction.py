@@ -23,7 +23,7 @@ nothing when another commit after the snapshot changed
   commit order.
 
 The check is made by the writer in the serial step that checks ``if_sqn`` conditions, against
-its record of recent commits (:mod:`inkpen.actors.read.commits` gives the protocol), so no
+its record of recent commits (:mod:`inkpen.actors.write.commits` gives the protocol), so no
 commit can come between the check and the write. A transaction that writes nothing commits
 without a check: its reads are those of its snapshot, a consistent state in commit order.
 :func:`retrying` runs a transaction again on conflict.

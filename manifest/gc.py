@@ -82,6 +82,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Protocol
 
 from inkpen.errors import CorruptionError, FencedError, InkpenError, NotFoundError, UsageError
 from inkpen.formats.journal import EMPTY_JOURNAL_SIZE
@@ -242,56 +243,140 @@ def plan_gc(
     stored_ids = [i for i in (parse_manifest_key(info.key) for info in objects) if i is not None]
     required, ranged = pinned_ids(latest, stored_ids, now)
     active = _active_manifests(latest, checkpoint_manifests, required)
-    active_ids = {latest.id, *required, *ranged}
-    pinned_segments: set[int] = set()
-    referenced: set[str] = set()
-    for m in active:
-        referenced.update(name for root, name in m.referenced_objects() if root is None)
-    for m in active[1:]:
-        pinned_segments.update(m.journal.unrolled_segments())
-    rolled = manifest.journal.last_rolled_segment
-
-    segments: list[str] = []
-    journal_files: list[str] = []
-    ssts: list[str] = []
-    manifests: list[str] = []
+    needs = _Needs(
+        now=now,
+        options=options,
+        latest_id=latest.id,
+        active_ids=frozenset({latest.id, *required, *ranged}),
+        referenced=frozenset(
+            name for m in active for root, name in m.referenced_objects() if root is None
+        ),
+        pinned_segments=frozenset(
+            segment for m in active[1:] for segment in m.journal.unrolled_segments()
+        ),
+        rolled=manifest.journal.last_rolled_segment,
+    )
+    chosen: dict[str, list[str]] = {collector.kind: [] for collector in COLLECTORS}
     reasons: dict[str, str] = {}
-    rolled_age = options.min_age
-    if options.rolled_segment_min_age is not None:
-        rolled_age = min(rolled_age, options.rolled_segment_min_age)
     for info in objects:
-        age = info.age(now)
-        if age < rolled_age:
-            continue
-        key = info.key
-        segment_id = parse_segment_key(key)
-        if age < options.min_age and (segment_id is None or info.size == EMPTY_JOURNAL_SIZE):
-            continue  # only a rolled data segment may go younger than min_age
-        manifest_id = parse_manifest_key(key)
-        if manifest_id is not None:
-            if manifest_id < latest.id and manifest_id not in active_ids:
-                manifests.append(key)
-                reasons[key] = REASON_MANIFEST
-            continue
-        if segment_id is not None:
-            if segment_id > rolled or segment_id in pinned_segments:
-                continue
-            if info.size == EMPTY_JOURNAL_SIZE:
-                if options.fence_min_age is None or age < options.fence_min_age:
-                    continue
-                reasons[key] = REASON_FENCE
-            else:
-                reasons[key] = REASON_SEGMENT
-            segments.append(key)
-        elif is_journal_file_key(key):
-            if key not in referenced:
-                journal_files.append(key)
-                reasons[key] = REASON_JOURNAL_FILE
-        elif is_sst_key(key) and key not in referenced:
-            ssts.append(key)
-            reasons[key] = REASON_SST
-    deletes = (*segments, *journal_files, *ssts, *manifests)
+        collector = collector_of(info.key)
+        reason = None if collector is None else collector.judge(info, needs)
+        if collector is not None and reason is not None:
+            chosen[collector.kind].append(info.key)
+            reasons[info.key] = reason
+    deletes = tuple(key for collector in COLLECTORS for key in chosen[collector.kind])
     return GcPlan(deletes, MappingProxyType(reasons), expired, False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Needs:
+    """What the active manifests need, which every collector judges an object by."""
+
+    now: float
+    options: GcOptions
+    latest_id: int
+    active_ids: frozenset[int]
+    """The latest manifest's id and every id a live checkpoint pins."""
+    referenced: frozenset[str]
+    """Files of this root an active manifest references."""
+    pinned_segments: frozenset[int]
+    """Segments a live checkpoint's manifest has not rolled yet."""
+    rolled: int
+    """The latest manifest's ``last_rolled_segment``."""
+
+
+class Collector(Protocol):
+    """The collector of one kind of object: which keys are its kind, and whether one may go."""
+
+    @property
+    def kind(self) -> str:
+        """The kind's name in :meth:`GcReport.counts`."""
+        ...
+
+    def claims(self, key: str) -> bool:
+        """Whether ``key`` is an object of this kind."""
+        ...
+
+    def judge(self, info: ObjectInfo, needs: _Needs) -> str | None:
+        """Why the object ``info`` may be deleted (its reason in the plan), or None to keep it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _SegmentCollector:
+    """Journal segments: a rolled data segment outside every live checkpoint's range, at
+    ``rolled_segment_min_age``; a fence only when ``fence_min_age`` lets it go."""
+
+    kind: str = "segments"
+
+    def claims(self, key: str) -> bool:
+        return parse_segment_key(key) is not None
+
+    def judge(self, info: ObjectInfo, needs: _Needs) -> str | None:
+        options = needs.options
+        age = info.age(needs.now)
+        fence = info.size == EMPTY_JOURNAL_SIZE
+        min_age = options.min_age
+        if not fence and options.rolled_segment_min_age is not None:
+            min_age = min(min_age, options.rolled_segment_min_age)
+        segment_id = parse_segment_key(info.key)
+        if age < min_age or segment_id is None or segment_id > needs.rolled:
+            return None
+        if segment_id in needs.pinned_segments:
+            return None
+        if not fence:
+            return REASON_SEGMENT
+        if options.fence_min_age is None or age < options.fence_min_age:
+            return None
+        return REASON_FENCE
+
+
+@dataclass(frozen=True, slots=True)
+class _FileCollector:
+    """Files the manifest references (journal files written by compaction, SSTs): one goes when
+    no active manifest references it."""
+
+    kind: str
+    claims: Callable[[str], bool]
+    reason: str
+
+    def judge(self, info: ObjectInfo, needs: _Needs) -> str | None:
+        if info.age(needs.now) < needs.options.min_age or info.key in needs.referenced:
+            return None
+        return self.reason
+
+
+@dataclass(frozen=True, slots=True)
+class _ManifestCollector:
+    """Manifests: superseded and pinned by no live checkpoint."""
+
+    kind: str = "manifests"
+
+    def claims(self, key: str) -> bool:
+        return parse_manifest_key(key) is not None
+
+    def judge(self, info: ObjectInfo, needs: _Needs) -> str | None:
+        manifest_id = parse_manifest_key(info.key)
+        if info.age(needs.now) < needs.options.min_age or manifest_id is None:
+            return None
+        if manifest_id >= needs.latest_id or manifest_id in needs.active_ids:
+            return None
+        return REASON_MANIFEST
+
+
+COLLECTORS: tuple[Collector, ...] = (
+    _SegmentCollector(),
+    _FileCollector("journal_files", is_journal_file_key, REASON_JOURNAL_FILE),
+    _FileCollector("ssts", is_sst_key, REASON_SST),
+    _ManifestCollector(),
+)
+"""One collector per kind of object, in the order a plan deletes them: segments, journal files,
+SSTs, manifests (a manifest goes after the files it names)."""
+
+
+def collector_of(key: str) -> Collector | None:
+    """The collector of ``key``'s kind, or None for an object that is not inkpen's."""
+    return next((c for c in COLLECTORS if c.claims(key)), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,15 +410,8 @@ class GcReport:
 
 
 def _kind(key: str) -> str:
-    if parse_manifest_key(key) is not None:
-        return "manifests"
-    if parse_segment_key(key) is not None:
-        return "segments"
-    if is_journal_file_key(key):
-        return "journal_files"
-    if is_sst_key(key):
-        return "ssts"
-    return "other"
+    collector = collector_of(key)
+    return "other" if collector is None else collector.kind
 
 
 def _read_pinned(
@@ -411,16 +489,7 @@ def run_gc(
 
     ``manifests``: the caller's :class:`ManifestStore` of ``store``, whose cached latest version
     the pass finds the latest from (one listing rather than a listing and reads)."""
-    opts = GcOptions() if options is None else options
-    if not isinstance(opts, GcOptions):
-        raise UsageError("options must be a GcOptions")
-    if writer_epoch is None and not opts.offline and opts.min_age < MIN_AGE_WITHOUT_WRITER:
-        raise UsageError(
-            f"min_age={opts.min_age:g} s cannot protect the files a live writer has stored but "
-            f"not committed yet: a GC not run by the writer needs min_age >= "
-            f"{MIN_AGE_WITHOUT_WRITER:g} s (inkpen gc: --min-age 1m or more), or, only when no "
-            "writer has the database open, offline=True (inkpen gc --offline)"
-        )
+    opts = _checked_options(options, writer_epoch)
     target = as_store(store) if manifests is None else manifests.store
     if manifests is not None and store is not target:
         raise UsageError("run_gc was given the ManifestStore of another store than the one to GC")
@@ -429,37 +498,19 @@ def run_gc(
     listing = list(target.list(""))
     kept = frozenset(keep() if callable(keep) else keep)
     latest = manifest_store.latest()
+    nothing = GcPlan((), MappingProxyType({}), (), False)
     if latest is None:
-        empty = GcPlan((), MappingProxyType({}), (), False)
-        return GcReport(target.url, empty, (), 0, (), dry_run)
+        return GcReport(target.url, nothing, (), 0, (), dry_run)
     _check_writer(latest, writer_epoch, target.url)
     epoch = latest.manifest.writer_epoch
-
     dropped: tuple[str, ...] = ()
-    expired_now = tuple(cp.id for cp in latest.manifest.checkpoints if not cp.is_live(when))
-    if expired_now and not dry_run:
-
-        def drop(versioned: VersionedManifest) -> Manifest | None:
-            trimmed = drop_expired(versioned.manifest, when)
-            return None if trimmed is versioned.manifest else trimmed
-
-        before = {cp.id for cp in latest.manifest.checkpoints}
-        latest = manifest_store.update(drop, writer_epoch=writer_epoch)
+    if not dry_run:
+        latest, dropped = _drop_expired(manifest_store, latest, when, writer_epoch)
         if latest.manifest.writer_epoch != epoch:
             _stopped(target.url, epoch, latest.manifest.writer_epoch, writer_epoch, 0)
-            return GcReport(
-                target.url, GcPlan((), MappingProxyType({}), (), False), (), 0, (), False
-            )
-        dropped = tuple(sorted(before - {cp.id for cp in latest.manifest.checkpoints}))
-
+            return GcReport(target.url, nothing, (), 0, (), False)
     pinned = _read_pinned(manifest_store, latest, when, listing)
-    plan = plan_gc(latest, pinned, listing, now=when, options=opts)
-    if kept and not plan.destroy:
-        plan = replace(
-            plan,
-            deletes=tuple(k for k in plan.deletes if k not in kept),
-            reasons=MappingProxyType({k: v for k, v in plan.reasons.items() if k not in kept}),
-        )
+    plan = _without(plan_gc(latest, pinned, listing, now=when, options=opts), kept)
     log.debug(
         "gc.planned",
         url=target.url,
@@ -470,56 +521,119 @@ def run_gc(
     )
     if dry_run:
         return GcReport(target.url, plan, (), 0, dropped, True)
-
-    sizes = {info.key: info.size for info in listing}
-    deleted: list[str] = []
-    failed: dict[str, str] = {}
-
-    def delete(keys: list[str]) -> None:
-        result = target.delete_many(keys)
-        deleted.extend(result.deleted(keys))
-        _note_failures(target.url, result, failed)
-
+    deleter = _Deleter(target, {info.key: info.size for info in listing})
     if plan.destroy:
-        resolver = StoreResolver(target)
-        try:
-            release_parent_pin(latest.manifest, resolver)
-        finally:
-            resolver.close()
-        last = manifest_key(latest.id)
-        delete([key for key in plan.deletes if key != last])
-        later = [info for info in target.list("") if info.key != last and info.key not in failed]
-        for info in later:  # objects written after the listing
-            sizes.setdefault(info.key, info.size)
-        delete([info.key for info in later])
-        if not failed:  # the destroyed manifest stays until everything else is gone
-            delete([last])
-        if not failed:
-            remove_empty_directories(target)
+        deleter.destroy(plan, latest)
     else:
         for number, batch in enumerate(_batches(plan.deletes)):
             # The first batch follows the read of the latest manifest; each later one reads it.
             now_epoch = epoch if number == 0 else _current_epoch(manifest_store)
             if now_epoch != epoch:
-                _stopped(target.url, epoch, now_epoch, writer_epoch, len(deleted))
+                _stopped(target.url, epoch, now_epoch, writer_epoch, len(deleter.deleted))
                 break
-            delete(batch)
-    freed = sum(sizes.get(key, 0) for key in deleted)
+            deleter.delete(batch)
     detached = not plan.destroy and detach_clone(manifest_store, latest, pinned)
     report = GcReport(
         target.url,
         plan,
-        tuple(deleted),
-        freed,
+        tuple(deleter.deleted),
+        deleter.freed(),
         dropped,
         False,
         detached,
-        MappingProxyType(failed),
+        MappingProxyType(deleter.failed),
     )
-    (log.info if deleted else log.debug)(
-        "gc.deleted", url=target.url, count=len(deleted), bytes=freed, **report.counts()
+    (log.info if report.deleted else log.debug)(
+        "gc.deleted",
+        url=target.url,
+        count=len(report.deleted),
+        bytes=report.bytes_deleted,
+        **report.counts(),
     )
     return report
+
+
+def _checked_options(options: GcOptions | None, writer_epoch: int | None) -> GcOptions:
+    """``options`` (the defaults for None), refused when a GC not run by the writer would use a
+    ``min_age`` too short to protect a live writer's files in flight."""
+    opts = GcOptions() if options is None else options
+    if not isinstance(opts, GcOptions):
+        raise UsageError("options must be a GcOptions")
+    if writer_epoch is None and not opts.offline and opts.min_age < MIN_AGE_WITHOUT_WRITER:
+        raise UsageError(
+            f"min_age={opts.min_age:g} s cannot protect the files a live writer has stored but "
+            f"not committed yet: a GC not run by the writer needs min_age >= "
+            f"{MIN_AGE_WITHOUT_WRITER:g} s (inkpen gc: --min-age 1m or more), or, only when no "
+            "writer has the database open, offline=True (inkpen gc --offline)"
+        )
+    return opts
+
+
+def _drop_expired(
+    manifest_store: ManifestStore, latest: VersionedManifest, now: float, writer_epoch: int | None
+) -> tuple[VersionedManifest, tuple[str, ...]]:
+    """Drop the latest manifest's expired checkpoints (when it has any): the latest manifest
+    after, and the ids dropped."""
+    if all(cp.is_live(now) for cp in latest.manifest.checkpoints):
+        return latest, ()
+
+    def drop(versioned: VersionedManifest) -> Manifest | None:
+        trimmed = drop_expired(versioned.manifest, now)
+        return None if trimmed is versioned.manifest else trimmed
+
+    before = {cp.id for cp in latest.manifest.checkpoints}
+    latest = manifest_store.update(drop, writer_epoch=writer_epoch)
+    return latest, tuple(sorted(before - {cp.id for cp in latest.manifest.checkpoints}))
+
+
+def _without(plan: GcPlan, kept: frozenset[str]) -> GcPlan:
+    """``plan`` without the objects a live writer keeps (a destroyed database keeps none)."""
+    if not kept or plan.destroy:
+        return plan
+    return replace(
+        plan,
+        deletes=tuple(k for k in plan.deletes if k not in kept),
+        reasons=MappingProxyType({k: v for k, v in plan.reasons.items() if k not in kept}),
+    )
+
+
+class _Deleter:
+    """Deletes a pass's objects in batches, noting what went, what failed, and the bytes freed."""
+
+    def __init__(self, store: ObjectStore, sizes: dict[str, int]) -> None:
+        self.store = store
+        self.sizes = sizes
+        self.deleted: list[str] = []
+        self.failed: dict[str, str] = {}
+
+    def delete(self, keys: list[str]) -> None:
+        result = self.store.delete_many(keys)
+        self.deleted.extend(result.deleted(keys))
+        _note_failures(self.store.url, result, self.failed)
+
+    def destroy(self, plan: GcPlan, latest: VersionedManifest) -> None:
+        """Remove a destroyed database: its pin in a parent first, then every object (also
+        those written after the listing), the latest manifest last, once all else is gone."""
+        store = self.store
+        resolver = StoreResolver(store)
+        try:
+            release_parent_pin(latest.manifest, resolver)
+        finally:
+            resolver.close()
+        last = manifest_key(latest.id)
+        self.delete([key for key in plan.deletes if key != last])
+        later = [i for i in store.list("") if i.key != last and i.key not in self.failed]
+        for info in later:  # objects written after the listing
+            self.sizes.setdefault(info.key, info.size)
+        self.delete([info.key for info in later])
+        if not self.failed:  # the destroyed manifest stays until everything else is gone
+            self.delete([last])
+        if not self.failed:
+            remove_empty_directories(store)
+
+    def freed(self) -> int:
+        """The bytes of the objects deleted."""
+        return sum(self.sizes.get(key, 0) for key in self.deleted)
 
 
 def _batches(keys: tuple[str, ...]) -> list[list[str]]:

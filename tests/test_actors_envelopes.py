@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 import weakref
 from dataclasses import dataclass
 
 from inkpen.actors.base import InkpenActor, call, handles, send, stop
+from support.waiting import held_within
 
 
 class Payload:
@@ -35,13 +35,12 @@ class Holder(InkpenActor):
 
 def _freed(watch: weakref.ref[Payload], deadline: float = 10.0) -> bool:
     """Whether the watched payload is freed within ``deadline`` seconds (polled)."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
+
+    def freed() -> bool:
         gc.collect()
-        if watch() is None:
-            return True
-        threading.Event().wait(0.01)
-    return False
+        return watch() is None
+
+    return held_within(freed, deadline)
 
 
 def test_an_idle_actor_keeps_no_asked_message() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import inkpen
 from inkpen.formats.journal import HEADER_SIZE
 from support.cli import error_line, fails, inkpen_command, latest_manifest, ok
+from support.damage import flip_in_file
 
 EXIT_DAMAGED = 3
 
@@ -31,20 +32,11 @@ def build(root: Path) -> tuple[str, str, str]:
     return url, sst.name, journal.name
 
 
-def flip(path: Path, offset: int) -> None:
-    """Flip one bit of the byte at ``offset``, in place."""
-    with path.open("r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([byte ^ 0x10]))
-
-
 def test_verify_reports_damaged_sst_and_journal_file(tmp_path: Path) -> None:
     url, sst, journal = build(tmp_path / "db")
     assert ok("verify", url).lines[-1].startswith("result: all ")
-    flip(tmp_path / "db" / sst, 10)
-    flip(tmp_path / "db" / journal, HEADER_SIZE + 20)
+    flip_in_file(tmp_path / "db" / sst, 10, 0x10)
+    flip_in_file(tmp_path / "db" / journal, HEADER_SIZE + 20, 0x10)
 
     ran = inkpen_command("verify", url)
     assert ran.code == EXIT_DAMAGED, ran.explain()
@@ -82,7 +74,7 @@ def test_verify_reports_a_damaged_latest_manifest(tmp_path: Path) -> None:
     manifest_id, _ = latest_manifest(url)
     key = f"manifest/{manifest_id:020d}.manifest"
     path = tmp_path / "db" / key
-    flip(path, path.stat().st_size - 6)
+    flip_in_file(path, path.stat().st_size - 6, 0x10)
 
     ran = inkpen_command("verify", url, "--json")
     assert ran.code == EXIT_DAMAGED, ran.explain()

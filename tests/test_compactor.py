@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -69,13 +68,19 @@ def test_external_writer_holds_puts_until_a_compactor_merges(store_url: str) -> 
         with pytest.raises(inkpen.UsageError, match="external"):
             book.run_gc()
         with inkpen.open_compactor(store_url, **TINY) as compactor:
-            while not done.wait(0.05):
+
+            def puts_done_after_a_round() -> bool:
+                if done.wait(0.05):
+                    return True
                 compactor.run_once()
+                return False
+
+            wait_until(puts_done_after_a_round, "the held puts to finish", DEADLINE, interval=0)
             # The writer may still write its memory to L0 while a round runs: go on until a
             # round ends with L0 empty (the writer is idle now).
-            end = time.monotonic() + DEADLINE
-            while compactor.run_once().l0_files != 0:
-                assert time.monotonic() < end, "L0 never emptied"
+            wait_until(
+                lambda: compactor.run_once().l0_files == 0, "an empty L0", DEADLINE, interval=0
+            )
         assert not errors, errors
         for key, value in model.items():
             assert book.get("b", key) == value

@@ -28,6 +28,7 @@ import inkpen
 from inkpen.objectstore import open_store
 from support.compactor_child import OPTIONS, put_of
 from support.engine import TINY, gc_leaves_no_orphans, missing_objects
+from support.waiting import wait_until
 
 CHILD = Path(__file__).parent / "support" / "compactor_child.py"
 DEADLINE = 120.0
@@ -76,19 +77,16 @@ class Child:
             return [line for line in self.lines if line and line[0] == word]
 
     def wait_for(self, condition: Callable[[], bool], what: str) -> None:
-        end = time.monotonic() + DEADLINE
-        while not condition():
-            if self.proc.poll() is not None and not condition():
-                self._pump.join(5)
-                if condition():
-                    return
-                raise AssertionError(
-                    f"{self.role} exited ({self.proc.returncode}) before {what}: "
-                    f"{self.errors.read_text()[-3000:]}"
-                )
-            if time.monotonic() > end:
-                raise AssertionError(f"timed out waiting for {what} from {self.role}")
-            threading.Event().wait(0.01)
+
+        def exited() -> str | None:
+            if self.proc.poll() is None:
+                return None
+            self._pump.join(5)  # what it printed before it exited may still be on its way
+            if condition():
+                return None
+            return f"{self.role} exited ({self.proc.returncode}): {self.errors.read_text()[-3000:]}"
+
+        wait_until(condition, f"{what} from {self.role}", DEADLINE, give_up=exited)
 
     def kill(self) -> None:
         """SIGKILL, then read what it printed before it died."""

@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from support.engine import TINY, gc_leaves_no_orphans
 from support.latency_proxy import LATENCY_KIND
 from support.profiles import budget
 from support.torture_writer import BUCKET, HOT_KEYS, INDEX_FIELD, PHASES, Operation, operations
+from support.waiting import held_within
 
 WRITER = Path(__file__).parent / "support" / "torture_writer.py"
 STALL_LIMIT = 120.0
@@ -117,12 +117,8 @@ def read_lines(child: subprocess.Popen[str], log: Path) -> Iterator[str]:
 
 def wait_for_stacks(log: Path) -> str:
     """The thread dump a stuck writer writes to its log on SIGUSR1 (polled, 10 s deadline)."""
-    deadline = time.monotonic() + 10.0
-    text = log.read_text()
-    while "most recent call first" not in text and time.monotonic() < deadline:
-        time.sleep(0.05)
-        text = log.read_text()
-    return text[-20000:]
+    held_within(lambda: "most recent call first" in log.read_text(), 10.0, interval=0.05)
+    return log.read_text()[-20000:]
 
 
 def run_and_kill(

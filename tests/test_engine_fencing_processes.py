@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 
 import inkpen
 from inkpen.objectstore import open_store
+from support import waiting
 from support.cli import ok
 from support.engine import TINY, missing_objects
 from support.latency_proxy import latency_param
@@ -108,15 +108,19 @@ def wait_until(
 ) -> None:
     """Poll ``condition``; fail at the deadline, or at once if one of ``children`` died, with
     what each child printed last and its stderr."""
-    end = time.monotonic() + deadline
-    while not condition():
+
+    def died() -> str | None:
         # A child that printed DONE has ended its last round and may exit while others close.
         dead = [c for c in children if c.proc.poll() is not None and not c.lines("DONE")]
-        if dead or time.monotonic() > end:
-            cause = f"{', '.join(c.name for c in dead)} exited" if dead else f"{deadline} s passed"
-            report = "\n".join(c.describe() for c in children)
-            raise AssertionError(f"{cause} while waiting for {what}\n{report}")
-        time.sleep(0.01)
+        return f"{', '.join(c.name for c in dead)} exited" if dead else None
+
+    waiting.wait_until(
+        condition,
+        what,
+        deadline,
+        give_up=died,
+        detail=lambda: "\n".join(c.describe() for c in children),
+    )
 
 
 def check_database(url: str, acknowledged: set[str], refused: set[str]) -> None:

@@ -17,14 +17,11 @@ from support.cli import ok
 from support.engine import TINY, contents
 from support.logs import capture_logs
 from support.segment_gate import SegmentGate
+from support.stores import listing
 from support.waiting import wait_until
 
 UNROLLED = {**TINY, "roll_segments": 1000, "roll_bytes": 64 * 1024 * 1024, "roll_on_close": False}
 """Every put stays in its own unrolled segment."""
-
-
-def listing(store: ObjectStore) -> list[tuple[str, int]]:
-    return [(info.key, info.size) for info in store.list("")]
 
 
 def segments(store: ObjectStore) -> dict[int, str]:

@@ -413,7 +413,7 @@ def test_the_checker_lets_one_of_two_conditional_puts_in_one_segment_through() -
     from inkpen.actors.journal.changes import ChangeMaker
     from inkpen.actors.journal.intake import WriteIntake
     from inkpen.actors.kernel.views import ViewBoard
-    from inkpen.actors.read.conditions import ConditionChecker
+    from inkpen.actors.write.conditions import ConditionChecker
 
     make = ChangeMaker(inkpen.Options())
     intake = WriteIntake(1024 * 1024)

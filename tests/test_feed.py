@@ -26,6 +26,7 @@ from inkpen.objectstore import open_store
 from support.engine import TINY
 from support.hooks import HookedStore
 from support.logs import capture_logs
+from support.waiting import wait_until
 
 Logged = list[tuple[str, str, str, bytes | None]]
 
@@ -244,10 +245,12 @@ def wait_until_expired(cursor: inkpen.FeedCursor, timeout: float = 30.0) -> None
     import time
 
     assert cursor.expire_time is not None
-    deadline = time.monotonic() + timeout
-    while cursor.is_live(time.time()):
-        assert time.monotonic() < deadline, f"cursor {cursor.name} did not expire"
-        time.sleep(0.05)
+    wait_until(
+        lambda: not cursor.is_live(time.time()),
+        f"cursor {cursor.name} to expire",
+        timeout,
+        interval=0.05,
+    )
 
 
 def test_hold_creates_renews_advances_and_recreates_a_lapsed_cursor(store_url: str) -> None:

@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inkpen.errors import CorruptionError
-from inkpen.formats import journal
 from inkpen.formats.journal import (
     EMPTY_JOURNAL_SIZE,
     FORMAT_VERSION,
@@ -35,9 +34,11 @@ from inkpen.formats.journal import (
     prepare_record,
     read_header,
 )
+from inkpen.formats.journal import _reader as journal_reader
 from inkpen.formats.keys import MAX_KEY_BYTES, LedgerValue, index_key, object_key
 from inkpen.formats.manifest_codec import encode_manifest
 from inkpen.formats.sst import build_sst
+from support.damage import flip
 from support.fetching import CountingFetch, PartsFetch, memory_fetch
 
 NAME = "journal/00000000000000000187.jnl"
@@ -347,10 +348,6 @@ DAMAGE_JOURNALS = {
 }
 
 
-def flip(data: bytes, offset: int, mask: int) -> bytes:
-    return data[:offset] + bytes([data[offset] ^ mask]) + data[offset + 1 :]
-
-
 def read_everything(data: bytes, version: int = FORMAT_VERSION) -> list[CorruptionError]:
     """Use every read path; assert every answer is exact; return the corruption errors seen."""
     seen: list[CorruptionError] = []
@@ -651,7 +648,7 @@ def test_lookups_of_every_version_equal_a_model(
         e._replace(sqn=e.sqn + sqn_base) for e in entries
     ]
     # Every record read in parts where it can be (a block of one record), whole elsewhere.
-    with mock.patch.object(journal, "PARTS_FROM", 1):
+    with mock.patch.object(journal_reader, "PARTS_FROM", 1):
         in_parts = JournalReader.open(NAME, len(data), PartsFetch(data), sqn_base=sqn_base)
         for ask in asks:
             found = model.get(ask)
@@ -756,7 +753,7 @@ def test_a_block_of_several_records_is_walked_not_read_in_parts() -> None:
         JournalEntry(sqn, Kind.OBJECT, b"k%d" % sqn, b"v" * 100, (), None, 0) for sqn in (1, 2, 3)
     ]
     data = build_journal(entries, writer_epoch=1)
-    with mock.patch.object(journal, "PARTS_FROM", 1):
+    with mock.patch.object(journal_reader, "PARTS_FROM", 1):
         fetch = PartsFetch(data)
         reader = JournalReader.open(NAME, len(data), fetch)
         for entry in entries:

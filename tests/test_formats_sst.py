@@ -29,6 +29,7 @@ from inkpen.formats.sst import (
     SstReader,
     build_sst,
 )
+from support.damage import flip
 from support.fetching import CountingFetch, memory_fetch
 
 NAME = "ledger/0000000000001-abc.sst"
@@ -451,10 +452,6 @@ def test_shared_reader_and_cache_serve_many_threads() -> None:
 
 DAMAGE_ENTRIES = sample_entries(40)
 DAMAGE_SST, _ = build_sst(DAMAGE_ENTRIES, block_size=256)
-
-
-def flip(data: bytes, offset: int, mask: int) -> bytes:
-    return data[:offset] + bytes([data[offset] ^ mask]) + data[offset + 1 :]
 
 
 def read_everything(data: bytes) -> list[CorruptionError]:

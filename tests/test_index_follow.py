@@ -20,7 +20,7 @@ import inkpen
 from inkpen.actors.journal.changes import INDEX_REMOVE, ChangeMaker
 from inkpen.actors.journal.intake import WriteIntake
 from inkpen.actors.kernel.views import ViewBoard
-from inkpen.actors.read.conditions import ConditionChecker
+from inkpen.actors.write.conditions import ConditionChecker
 from inkpen.formats.keys import (
     LedgerKey,
     Tag,

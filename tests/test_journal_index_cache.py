@@ -29,6 +29,7 @@ from inkpen.formats.journal import (
 )
 from inkpen.objectstore import CountingStore, open_store
 from inkpen.options import Options
+from support.damage import flip
 from support.fetching import CountingFetch, memory_fetch
 
 FILES = 24
@@ -142,21 +143,17 @@ def test_locate_many_checks_every_page_it_reads() -> None:
     header = read_header(data, name)
     fetch = CountingFetch(data)
     reader = JournalReader.open(name, len(data), fetch, index_cache=LruCache(1 << 20))
-    fetch.data = flip(data, header.hash_offset + 2048 + 5 * PAGE_BYTES + 3)  # page 5 damaged
+    fetch.data = flip(data, header.hash_offset + 2048 + 5 * PAGE_BYTES + 3, 0x41)  # page 5 damaged
     with pytest.raises(CorruptionError) as info:
         reader.locate_many([(e.sqn, e.kind, e.ledger_key) for e in entries])
     assert info.value.object_name == name
-
-
-def flip(data: bytes, offset: int) -> bytes:
-    return data[:offset] + bytes([data[offset] ^ 0x41]) + data[offset + 1 :]
 
 
 def test_every_damaged_slot_byte_is_caught_at_open_and_after_it() -> None:
     name, data, entries = make_files(random.Random(13))[0]
     header = read_header(data, name)
     for offset in range(header.hash_offset, len(data), 7):
-        damaged = flip(data, offset)
+        damaged = flip(data, offset, 0x41)
         with pytest.raises(CorruptionError) as info:
             JournalReader.open(
                 name, len(data), CountingFetch(damaged), index_cache=LruCache(1 << 20)
@@ -306,7 +303,7 @@ def test_every_damaged_block_index_byte_is_caught_at_open_and_after_it() -> None
     name, data, entries = make_files(random.Random(24), version=2)[0]
     header = read_header(data, name)
     for offset in range(header.hash_offset, len(data), 3):
-        damaged = flip(data, offset)
+        damaged = flip(data, offset, 0x41)
         with pytest.raises(CorruptionError) as info:
             JournalReader.open(
                 name, len(data), CountingFetch(damaged), index_cache=LruCache(1 << 20)

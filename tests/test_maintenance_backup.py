@@ -17,6 +17,7 @@ import inkpen
 from inkpen.manifest import ManifestStore
 from inkpen.objectstore import open_store
 from support.engine import TINY, contents
+from support.waiting import wait_until
 
 
 def files_named(url: str) -> dict[str, set[str]]:
@@ -115,8 +116,9 @@ def test_backup_during_heavy_writes_is_consistent(
         threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
         for thread in threads:
             thread.start()
-        while sum(len(v) for v in acknowledged.values()) < 400:
-            threading.Event().wait(0.01)
+        wait_until(
+            lambda: sum(len(v) for v in list(acknowledged.values())) >= 400, "400 acknowledged puts"
+        )
         before = {k for keys in list(acknowledged.values()) for k in set(keys)}
         report = book.hot_backup()(dest)
         stop.set()

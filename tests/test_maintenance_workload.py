@@ -8,7 +8,6 @@ compactions. Overwrites and deletes, once compacted and collected, shrink what t
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 
 import pytest
@@ -17,6 +16,7 @@ import inkpen
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import open_store
 from support.engine import TINY, contents
+from support.waiting import wait_until
 
 
 def stored_bytes(url: str, prefix: str) -> tuple[int, int]:
@@ -100,11 +100,16 @@ def test_compaction_and_gc_shrink_the_store(store_url: str, store_kind: str) -> 
             pytest.fail("journal compaction never ran out of work")
         book.compact_ledger()
         # Replaced files are deleted by their clerks once nothing can read them any more.
-        deadline = time.monotonic() + 60
-        while stored_bytes(store_url, "journal/compacted/")[1] >= journal_before / 2:
-            assert time.monotonic() < deadline, "compacted-away journal files were not deleted"
+
+        def compacted_away_deleted() -> bool:
+            if stored_bytes(store_url, "journal/compacted/")[1] < journal_before / 2:
+                return True
             book.run_gc(min_age=0)
-            time.sleep(0.05)
+            return False
+
+        wait_until(
+            compacted_away_deleted, "compacted-away journal files deleted", 60, interval=0.05
+        )
         assert book.stats()["ledger_bytes"] <= ledger_before
         survivors = {k.decode() for k in book.keys("s")}
         assert survivors == {f"k{i:04d}" for i in range(1, keys, 2)}

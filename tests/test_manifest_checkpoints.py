@@ -27,13 +27,10 @@ from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore
 from inkpen.objectstore.faults import FaultPlan, FaultyStore
 from support.logs import capture_logs
+from support.stores import listing
 from support.waiting import wait_until
 
 DEADLINE = 30.0
-
-
-def listing(store: ObjectStore) -> list[tuple[str, int]]:
-    return [(info.key, info.size) for info in store.list("")]
 
 
 def segment(sqn: int, epoch: int) -> bytes:

@@ -28,10 +28,7 @@ from inkpen.manifest.paths import journal_file_key, new_file_id, segment_key, ss
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.faults import FaultPlan, FaultyStore
-
-
-def listing(store: ObjectStore) -> list[tuple[str, int]]:
-    return [(info.key, info.size) for info in store.list("")]
+from support.stores import listing
 
 
 def segment(sqn: int, epoch: int) -> bytes:

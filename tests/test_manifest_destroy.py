@@ -19,15 +19,12 @@ from inkpen.manifest.model import Manifest
 from inkpen.manifest.store import ManifestStore
 from inkpen.objectstore import ObjectStore, open_store
 from inkpen.objectstore.faults import FaultPlan, FaultyStore
+from support.stores import listing
 
 
 def segment(sqn: int, epoch: int) -> bytes:
     entry = JournalEntry(sqn, Kind.OBJECT, b"k%d" % sqn, b"v", (), None, 0)
     return build_journal([entry], writer_epoch=epoch)
-
-
-def listing(store: ObjectStore) -> list[tuple[str, int]]:
-    return [(info.key, info.size) for info in store.list("")]
 
 
 @pytest.fixture

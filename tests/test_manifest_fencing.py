@@ -47,6 +47,7 @@ from inkpen.objectstore import ObjectInfo, ObjectStore, open_store
 from inkpen.objectstore.base import DEFAULT_PAGE_SIZE, ListPage
 from inkpen.objectstore.faults import FaultPlan, FaultyStore
 from support.logs import capture_logs
+from support.stores import listing
 from support.waiting import wait_until
 
 DEADLINE = 120.0
@@ -69,10 +70,6 @@ def record_progress(segment_id: int) -> Callable[[VersionedManifest], Manifest]:
         return versioned.manifest.with_journal(moved)
 
     return change
-
-
-def listing(store: ObjectStore) -> list[tuple[str, int]]:
-    return [(info.key, info.size) for info in store.list("")]
 
 
 class JournalListingHook:

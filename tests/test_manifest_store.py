@@ -20,10 +20,7 @@ from inkpen.manifest.model import CloneParent, Manifest, VersionedManifest, enco
 from inkpen.manifest.paths import manifest_key
 from inkpen.manifest.store import ManifestStore, RootState, require_live
 from inkpen.objectstore import ObjectStore, open_store
-
-
-def listing(store: ObjectStore) -> list[tuple[str, int]]:
-    return [(info.key, info.size) for info in store.list("")]
+from support.stores import listing
 
 
 def bump(versioned: VersionedManifest) -> Manifest:

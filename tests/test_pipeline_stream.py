@@ -17,6 +17,7 @@ from pyspark.sql.window import Window
 import inkpen
 from inkpen.pipeline.pinning import HOLDER
 from support.engine import TINY, checkpoints
+from support.waiting import wait_until
 
 pytest_plugins = ("support.spark",)
 pytestmark = pytest.mark.spark
@@ -492,10 +493,12 @@ def overwrite_and_compact(url: str, model: list[Change], bucket: str) -> None:
 
 def wait_until_lapsed(url: str, name: str, timeout: float = 60.0) -> None:
     """Poll (with a deadline) until the cursor ``name`` has expired."""
-    deadline = time.monotonic() + timeout
-    while stream_cursors(url)[name].is_live(time.time()):
-        assert time.monotonic() < deadline, f"cursor {name} did not lapse"
-        time.sleep(0.1)
+    wait_until(
+        lambda: not stream_cursors(url)[name].is_live(time.time()),
+        f"cursor {name} to lapse",
+        timeout,
+        interval=0.1,
+    )
 
 
 def test_a_query_whose_cursor_lapsed_resumes_when_nothing_it_needs_is_gone_else_fails(

@@ -21,6 +21,7 @@ import pytest
 
 import inkpen
 from support.latency_proxy import latency_param
+from support.waiting import wait_until
 
 READER = Path(__file__).parent / "support" / "reader_churn.py"
 KEYS = 120
@@ -90,9 +91,10 @@ def test_readers_never_fail_while_the_writer_compacts_and_collects(
                     )
                 )
         try:
-            deadline = time.monotonic() + SECONDS + 60.0
-            while any(reader.poll() is None for reader in readers):
-                assert time.monotonic() < deadline, "the readers did not finish in time"
+
+            def readers_done_else_write() -> bool:
+                if all(reader.poll() is not None for reader in readers):
+                    return True
                 put()
                 if len(keys) % 10 == 0:
                     book.flush()
@@ -102,6 +104,9 @@ def test_readers_never_fail_while_the_writer_compacts_and_collects(
                     book.compact_ledger()
                 if len(keys) % 25 == 0:
                     book.run_gc(min_age=0)
+                return False
+
+            wait_until(readers_done_else_write, "the readers to finish", SECONDS + 60.0, interval=0)
         finally:
             for reader in readers:
                 if reader.poll() is None:

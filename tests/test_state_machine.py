@@ -1759,9 +1759,12 @@ class ExternalMachine(BookieMachine):
         """The writer merges nothing; a compactor empties L0 and the writer adopts its levels."""
         self.book.flush()
         with self.compactor_lock, self.open_compactor() as compactor:
-            end = time.monotonic() + HELD_DEADLINE
-            while compactor.run_once().l0_files != 0:
-                assert time.monotonic() < end, "the compactor never emptied L0"
+            wait_until(
+                lambda: compactor.run_once().l0_files == 0,
+                "the compactor to empty L0",
+                HELD_DEADLINE,
+                interval=0,
+            )
         wait_until(lambda: self.book.stats()["l0_files"] == 0, "an adopted L0", HELD_DEADLINE)
         stats = self.book.stats()
         assert stats["merges"] == 0, "an external writer merged"

@@ -20,7 +20,7 @@ clone with the Penciller (no push can happen in between: pushes come from this a
 the Inker's current view for segments written meanwhile.
 
 The Inker and the Penciller tell it ``ApplyBatch`` and ``LedgerRoom`` (declared with their
-senders, :mod:`inkpen.actors.journal.inker` and :mod:`inkpen.actors.ledger.penciller`, which sit
+senders, :mod:`inkpen.actors.write.inker` and :mod:`inkpen.actors.ledger.penciller`, which sit
 below this room); everything else is asked through the functions at the end of
 this module (``take_snapshot``, ``close_snapshot``, ``compact_journal``, ``push_all``, ``stats``).
 """
@@ -41,10 +41,8 @@ from inkpen.actors.engine.snapshot_clones import (
     start_journal_clone,
     start_ledger_clone,
 )
-from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal import inker_clerk as inker_clerk_actor
 from inkpen.actors.journal.changes import ledger_entries
-from inkpen.actors.journal.inker import REOPEN, ApplyBatch, CompactJournal, Inker, InkerStats
 from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
 from inkpen.actors.kernel.context import EngineContext
 from inkpen.actors.kernel.throttle import NONE, SLOW, STOP
@@ -52,6 +50,8 @@ from inkpen.actors.kernel.views import CacheView, MemTable
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.penciller import LedgerRoom, Penciller, PencillerStats
 from inkpen.actors.read.path import lookup
+from inkpen.actors.write import inker as inker_actor
+from inkpen.actors.write.inker import REOPEN, ApplyBatch, CompactJournal, Inker, InkerStats
 from inkpen.errors import FencedError, InkpenError, UsageError
 from inkpen.logs import get_logger
 from inkpen.options import HEAD_ONLY_TRIM_INTERVAL
@@ -309,7 +309,7 @@ class Bookie(InkpenActor):
 
 class Stats(InkerStats, PencillerStats):
     """What ``Bookie.stats()`` answers: a dict with these keys (the Bookie's own below, the
-    Inker's in :class:`~inkpen.actors.journal.inker.InkerStats`, the Penciller's in
+    Inker's in :class:`~inkpen.actors.write.inker.InkerStats`, the Penciller's in
     :class:`~inkpen.actors.ledger.penciller.PencillerStats`). A snapshot, not a live view."""
 
     ledger_cache_entries: int

@@ -38,10 +38,8 @@ from inkpen.actors.engine.collector import GarbageCollector, collect, request_gc
 from inkpen.actors.engine.hot_backup import HotBackup
 from inkpen.actors.engine.snapshot_clones import SnapshotParts
 from inkpen.actors.files.start import open_files
-from inkpen.actors.journal import inker as inker_actor
 from inkpen.actors.journal.changes import PendingChange
 from inkpen.actors.journal.guards import CommitGuard
-from inkpen.actors.journal.inker import Inker
 from inkpen.actors.journal.inker_clerk import CompactionReport, InkerClerk
 from inkpen.actors.journal.intake import WriteGroup, WriteIntake, batch_limit, in_flight_limit
 from inkpen.actors.kernel.context import EngineContext
@@ -57,8 +55,10 @@ from inkpen.actors.kernel.views import SegmentTable, SstHandle, ViewBoard
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.penciller import Penciller
 from inkpen.actors.ledger.penciller_clerk import PencillerClerk
-from inkpen.actors.read.commits import CommitRecord
-from inkpen.actors.read.conditions import ConditionChecker
+from inkpen.actors.write import inker as inker_actor
+from inkpen.actors.write.commits import CommitRecord
+from inkpen.actors.write.conditions import ConditionChecker
+from inkpen.actors.write.inker import Inker
 from inkpen.errors import AlreadyExistsError, FencedError, InkpenError, StoreError, UsageError
 from inkpen.logs import get_logger
 from inkpen.manifest.clones import StoreResolver
@@ -153,7 +153,7 @@ class Engine:
         self.collector = collector
         self._owns_store = owns_store
         self.commits = commits if commits is not None else CommitRecord(1)
-        """Recent commits, which transactions register with (:mod:`inkpen.actors.read.commits`)."""
+        """Recent commits, which transactions register with (:mod:`inkpen.actors.write.commits`)."""
         self.closed = False
         self._operators_lock = threading.Lock()
         self._recorded_operators = frozenset(ctx.keeper.latest.manifest.merge_operators)

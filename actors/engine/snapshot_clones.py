@@ -24,11 +24,11 @@ from typing import Any
 import pykka
 
 from inkpen.actors.base import InkpenActor, call, handles, stop
-from inkpen.actors.journal import inker as inker_actor
-from inkpen.actors.journal.inker import Inker
 from inkpen.actors.kernel.views import CacheView, JournalView, LedgerView
 from inkpen.actors.ledger import penciller as penciller_actor
 from inkpen.actors.ledger.penciller import Penciller
+from inkpen.actors.write import inker as inker_actor
+from inkpen.actors.write.inker import Inker
 from inkpen.formats.journal import JournalEntry, Kind
 
 

@@ -7,7 +7,7 @@ Inker's intake, a :class:`~inkpen.formats.journal.JournalEntry` once the Inker g
 and finally the ledger entries the Bookie caches: the object's key with its metadata, plus one
 entry per index spec and its REVERSE twin. (Before a delete or a put with a ttl is written, the
 Inker adds the specs it implies for the object's other index entries:
-:mod:`inkpen.actors.read.conditions`.) :func:`ledger_entries` is the single place that last step
+:mod:`inkpen.actors.write.conditions`.) :func:`ledger_entries` is the single place that last step
 is defined; start-up replay and the rebuild of a ledger from a backup use it too, so the ledger
 rebuilt from the journal is exactly the ledger built by live writes.
 """
@@ -68,7 +68,7 @@ class PendingChange(NamedTuple):
     operator: str | None = None
     """A merge: the name of the merge operator that folds ``value`` (the operand) onto the
     key's current value. The Inker folds it just before the change gets its SQN
-    (:mod:`inkpen.actors.read.conditions`), so the journal entry holds the folded value."""
+    (:mod:`inkpen.actors.write.conditions`), so the journal entry holds the folded value."""
     prepared: PreparedRecord | None = None
     """A put of a large value (:data:`~inkpen.formats.journal.PREPARE_FROM`): its journal
     record encoded but for the SQN, in the caller's thread, so that the Inker does not
@@ -93,7 +93,7 @@ class PendingChange(NamedTuple):
 def reaches_other_entries(change: PendingChange) -> bool:
     """Whether ``change`` also changes index entries it does not name: a delete of an object
     removes them all, a put with a ttl shortens their life to its own. The Inker adds the specs
-    for them just before it writes the change (:mod:`inkpen.actors.read.conditions`)."""
+    for them just before it writes the change (:mod:`inkpen.actors.write.conditions`)."""
     return (change.kind != Kind.OBJECT or change.expiry_ms is not None) and (
         change.ledger_key[0] == _OBJECT_TAG
     )

@@ -4,7 +4,7 @@ A transaction (:mod:`inkpen.transaction`) reads one snapshot, taken at SQN ``sna
 change up to it visible, none after it), buffers its writes and commits them as one unit of the
 write intake. Its :class:`CommitGuard` rides with that unit (:meth:`WriteIntake.submit_unit
 <inkpen.actors.journal.intake.WriteIntake.submit_unit>`) and is checked in the Inker's serial step,
-where ``if_sqn`` conditions are checked (:mod:`inkpen.actors.read.conditions`): the unit is written
+where ``if_sqn`` conditions are checked (:mod:`inkpen.actors.write.conditions`): the unit is written
 only if no change committed after ``snapshot_sqn`` touched one of ``keys`` or fell inside one of
 ``ranges``. The guard writes nothing itself.
 

@@ -111,7 +111,7 @@ class WriteGroup:
         conditions: :mod:`inkpen.actors.journal.guards`."""
         self.merges = False
         """Whether any change is a merge (the Inker folds its operand onto the key's value
-        before writing: :mod:`inkpen.actors.read.conditions`)."""
+        before writing: :mod:`inkpen.actors.write.conditions`)."""
         self.rejected: dict[int, InkpenError] = {}
         """Units the Inker refused (by unit number), with the error their caller gets."""
         self.weight = 0

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -35,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import inkpen
 from inkpen.objectstore import open_store
 from support.engine import TINY, GatedLedgerStore
+from support.waiting import held_within
 
 THREADS = 4
 OPTIONS = {**TINY, "ledger_cache_entries": 4, "l0_cache_entries": 8, "max_l0_files": 1}
@@ -51,11 +51,8 @@ def say(line: str) -> None:
 
 
 def wait_for_file(path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"no {path.name} signal")
-        time.sleep(0.005)
+    if not held_within(path.exists, timeout, interval=0.005):
+        raise SystemExit(f"no {path.name} signal")
 
 
 def run_round(name: str, directory: Path, url: str, r: int, *, hold: bool) -> None:

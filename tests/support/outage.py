@@ -19,6 +19,7 @@ from typing import Any
 
 import inkpen
 from inkpen.errors import StoreError
+from support.waiting import wait_until
 
 BUCKET = "outage"
 
@@ -94,15 +95,13 @@ class Load:
     def wait(self, what: str, predicate: Any, timeout: float) -> None:
         """Poll ``predicate`` until it holds; fail after ``timeout`` seconds, with the latest
         failures, if it does not."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                with self._lock:
-                    recent = [f"{f.key}: {f.error!r}" for f in self.failures[-3:]]
-                raise AssertionError(
-                    f"{what} did not happen within {timeout:g}s; latest failures: {recent}"
-                )
-            time.sleep(0.02)
+
+        def latest() -> str:
+            with self._lock:
+                recent = [f"{f.key}: {f.error!r}" for f in self.failures[-3:]]
+            return f"latest failures: {recent}"
+
+        wait_until(predicate, what, timeout, interval=0.02, detail=latest)
 
     # -- what the tests check -----------------------------------------------------------------
 

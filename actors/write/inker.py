@@ -19,9 +19,9 @@ manifest. Its pieces:
   **installed** in id order (SQN order): published, and applied by the Bookie, which releases
   their callers. A later batch's conditions (``if_sqn``, transactions' guards, the index entries
   a delete reaches, the values merges fold onto) are checked against every earlier segment
-  issued, in flight or written (:class:`Conditions`). Each segment records the last segment
-  installed when it was issued (its durable floor), so a crash that leaves a gap under segments
-  that landed is told from damage (:mod:`inkpen.manifest.fencing`). Up to the claim's
+  issued, in flight or written (:mod:`inkpen.actors.write.conditions`). Each segment records
+  the last segment installed when it was issued (its durable floor), so a crash that leaves a gap
+  under segments that landed is told from damage (:mod:`inkpen.manifest.fencing`). Up to the claim's
   ``sequential_until`` (where a fenced writer's writes in flight may still land) one segment is
   in flight at a time, and a slot holding an older epoch is stepped over.
 - the **active journal**: installed segments stay in memory (published in the Inker's view, so
@@ -75,7 +75,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict
+from typing import Any, TypedDict
 
 import pykka
 
@@ -84,7 +84,7 @@ from inkpen.actors.files.registry import FileOwner
 from inkpen.actors.files.start import open_files
 from inkpen.actors.journal import compactor_files
 from inkpen.actors.journal import replay as journal_replay
-from inkpen.actors.journal.changes import PendingChange, value_in_ledger
+from inkpen.actors.journal.changes import value_in_ledger
 from inkpen.actors.journal.inker_clerk import (
     CompactionDone,
     CompactionReport,
@@ -108,6 +108,7 @@ from inkpen.actors.kernel.views import (
     SegmentTable,
 )
 from inkpen.actors.ledger import penciller as penciller_actor
+from inkpen.actors.write.conditions import ConditionChecker
 from inkpen.errors import FencedError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, build_journal, build_journal_parts
 from inkpen.logs import get_logger
@@ -399,28 +400,6 @@ class _Shutdown:
 # -- the actor --------------------------------------------------------------------------------
 
 
-class Conditions(Protocol):
-    """What the Inker asks of the checker of conditional writes (the engine hands it
-    :class:`inkpen.actors.read.conditions.ConditionChecker`, which reads the published views)."""
-
-    def written(
-        self,
-        batch: WriteGroup,
-        entries: tuple[JournalEntry, ...],
-        *,
-        checked: WriteGroup | None = None,
-    ) -> None:
-        """A segment was issued for ``batch`` (``checked`` was the batch :meth:`check` saw):
-        its entries count until the views show them."""
-
-    def withdrawn(self, batch: WriteGroup) -> None:
-        """The segment issued for ``batch`` will never be written: its entries count no more."""
-
-    def check(self, batch: WriteGroup, first_sqn: int, now_ms: int) -> list[PendingChange]:
-        """The changes of ``batch`` to write, with the index specs they imply; rejected units go
-        to ``batch.rejected``."""
-
-
 class Inker(FileOwner):
     """Owns the journal: SQNs, segments, the active journal, journal files and their clerks."""
 
@@ -428,7 +407,7 @@ class Inker(FileOwner):
         self,
         ctx: EngineContext,
         intake: WriteIntake,
-        conditions: Conditions,
+        conditions: ConditionChecker,
         *,
         epoch: int,
         next_segment: int,

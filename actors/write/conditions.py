@@ -70,8 +70,8 @@ from inkpen.actors.journal.guards import CommitGuard
 from inkpen.actors.journal.intake import WriteGroup
 from inkpen.actors.kernel.meter import IDLE, Meter
 from inkpen.actors.kernel.views import ViewBoard
-from inkpen.actors.read.commits import TRIMMED, CommitRecord, changed_keys
 from inkpen.actors.read.path import Views, object_index_entries, read_head, read_value
+from inkpen.actors.write.commits import TRIMMED, CommitRecord, changed_keys
 from inkpen.errors import ConflictError, CorruptionError, InkpenError, StoreError, UsageError
 from inkpen.formats.journal import JournalEntry, Kind
 from inkpen.formats.keys import ACTIVE, Tag, content_hash, decode_key, object_parts
@@ -459,7 +459,7 @@ def _note(pending: dict[bytes, int], change: PendingChange, sqn: int) -> None:
 
 def transaction_conflict(guard: CommitGuard, key: bytes, sqn: int) -> ConflictError:
     """The :class:`ConflictError` of a transaction whose guard found ``key`` changed at ``sqn``
-    (``key`` is :data:`~inkpen.actors.read.commits.TRIMMED` when the record of commits no
+    (``key`` is :data:`~inkpen.actors.write.commits.TRIMMED` when the record of commits no
     longer reaches back to the transaction's snapshot)."""
     since = guard.snapshot_sqn
     retry = "nothing of the transaction was written: run it again (inkpen.retrying does that)"
