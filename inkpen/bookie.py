@@ -439,7 +439,7 @@ class Bookie(ReadAPI):
         level = check_isolation(isolation)
         refuse_nested(self._engine)
         commits = self._engine.commits
-        token = commits.register()  # before the snapshot: see inkpen.actors.read.commits
+        token = commits.register()  # before the snapshot: see inkpen.actors.write.commits
         try:
             parts, let_go = self._anchors.views()
         except BaseException:
