@@ -250,8 +250,10 @@ def test_scale_mode_prints_each_figure_for_each_n_and_the_ratios(tmp_path: Path)
         assert load["stalls"] >= 0 and load["median_per_s"] > 0
         assert load["peak_rss_mb"] > 0 and load["puts"] > 0
         close = by[n, "close"]
-        # at least every key and value is on the store, in a bounded number of objects
-        assert close["store_bytes"] >= n * (16 + 100) and close["store_ratio"] >= 1
+        # the store's bytes against N x (key + value), in a bounded number of objects (one
+        # value written everywhere compresses: the ratio may be below 1)
+        assert close["store_bytes"] > 0
+        assert close["store_ratio"] == round(close["store_bytes"] / (n * (16 + 100)), 3)
         assert 0 < close["store_objects"] < n
         assert by[n, "open"]["open_s"] > 0
         assert by[n, "settle"]["settle_s"] >= 0
