@@ -44,7 +44,7 @@ from inkpen.objectstore.url import check_distinct_locations
 
 from ._shard_layout import Descriptor, adopt_descriptor, shard_url
 from ._shard_reads import ShardedReads, ShardPool
-from ._shard_sets import each_shard
+from ._shard_sets import ShardTotals, each_shard
 from .batch import IndexSpecs
 from .errors import NotFoundError, UsageError
 from .read_api import FoldIterator, ReadAPI
@@ -345,33 +345,13 @@ class ShardedTransaction:
 
 
 @dataclass(frozen=True, slots=True)
-class DataSetBackupReport:
+class DataSetBackupReport(ShardTotals):
     """What one hot backup of a data set did: each shard's report, in shard order."""
 
     destination: str
     shards: tuple[BackupReport, ...]
     seconds: float
     """Wall time of the whole backup (the shards are copied in parallel)."""
-
-    @property
-    def files(self) -> int:
-        return sum(r.files for r in self.shards)
-
-    @property
-    def files_copied(self) -> int:
-        return sum(r.files_copied for r in self.shards)
-
-    @property
-    def bytes_copied(self) -> int:
-        return sum(r.bytes_copied for r in self.shards)
-
-    @property
-    def files_kept(self) -> int:
-        return sum(r.files_kept for r in self.shards)
-
-    @property
-    def files_removed(self) -> int:
-        return sum(r.files_removed for r in self.shards)
 
 
 class ShardedHotBackup:

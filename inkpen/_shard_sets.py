@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from inkpen.logs import get_logger
 from inkpen.manifest.checkpoints import delete_checkpoint as _delete_one
@@ -83,6 +83,49 @@ class DataSetCheckpoint:
     def is_live(self, now: float) -> bool:
         """Whether every shard's checkpoint is live at ``now``."""
         return self.complete and all(cp.is_live(now) for _i, cp in self.checkpoints)
+
+
+class _CopyFigures(Protocol):
+    """What a shard's copy report (a backup's or a restore's) counts."""
+
+    @property
+    def files(self) -> int: ...
+    @property
+    def files_copied(self) -> int: ...
+    @property
+    def bytes_copied(self) -> int: ...
+    @property
+    def files_kept(self) -> int: ...
+    @property
+    def files_removed(self) -> int: ...
+
+
+class ShardTotals:
+    """The totals of a data set's copy report over its ``shards`` (a base of the frozen report
+    classes; it holds no state of its own)."""
+
+    __slots__ = ()
+    shards: tuple[_CopyFigures, ...]
+
+    @property
+    def files(self) -> int:
+        return sum(r.files for r in self.shards)
+
+    @property
+    def files_copied(self) -> int:
+        return sum(r.files_copied for r in self.shards)
+
+    @property
+    def bytes_copied(self) -> int:
+        return sum(r.bytes_copied for r in self.shards)
+
+    @property
+    def files_kept(self) -> int:
+        return sum(r.files_kept for r in self.shards)
+
+    @property
+    def files_removed(self) -> int:
+        return sum(r.files_removed for r in self.shards)
 
 
 def each_shard(shards: int, work: Callable[[int], T]) -> list[T]:

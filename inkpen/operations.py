@@ -55,7 +55,7 @@ from ._shard_layout import (
     shard_name,
     shard_url,
 )
-from ._shard_sets import each_shard, resolve_checkpoint
+from ._shard_sets import ShardTotals, each_shard, resolve_checkpoint
 from .checks import check_flag, check_text
 from .errors import CorruptionError, NotFoundError, UsageError
 from .options import MergeOperator, check_operator_name
@@ -76,7 +76,7 @@ log = get_logger("inkpen.manifest")
 
 
 @dataclass(frozen=True, slots=True)
-class DataSetCopyReport:
+class DataSetCopyReport(ShardTotals):
     """What one copy of a data set did (:func:`backup`, :func:`restore`): each shard's
     :class:`CopyReport`, in shard order, and the totals."""
 
@@ -87,26 +87,6 @@ class DataSetCopyReport:
     shards: tuple[CopyReport, ...]
     seconds: float
     """Wall time of the whole copy (the shards are copied several at once)."""
-
-    @property
-    def files(self) -> int:
-        return sum(r.files for r in self.shards)
-
-    @property
-    def files_copied(self) -> int:
-        return sum(r.files_copied for r in self.shards)
-
-    @property
-    def files_kept(self) -> int:
-        return sum(r.files_kept for r in self.shards)
-
-    @property
-    def bytes_copied(self) -> int:
-        return sum(r.bytes_copied for r in self.shards)
-
-    @property
-    def files_removed(self) -> int:
-        return sum(r.files_removed for r in self.shards)
 
 
 class DatabaseName(str):
