@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
 from inkpen import shards as _shards
-from inkpen._shard_feed import Pause, Step
+from inkpen._shard_feed import Step
 from inkpen._shard_handle import ShardedBookie
 from inkpen._shard_layout import Descriptor, check_shard_number
 from inkpen._shard_parts import (
@@ -50,7 +50,7 @@ from inkpen.actors.engine.bookie_actor import Stats
 from inkpen.actors.journal.inker_clerk import CompactionReport
 from inkpen.actors.kernel.meter import Metrics
 from inkpen.actors.kernel.news import News
-from inkpen.actors.read.feed import Change, GapPolicy
+from inkpen.actors.read.feed import CaughtUp, Change, GapPolicy
 from inkpen.actors.read.path import Head
 from inkpen.batch import Batch, IndexSpecs
 from inkpen.bookie import Bookie
@@ -85,7 +85,7 @@ __all__ = [
 
 class _AsyncStepsTail(AsyncFold[Change]):
     """``changes(since, shard=i, wait=...)``: chunks of the changes readable now, read in a
-    worker thread; at each :class:`~inkpen._shard_feed.Pause`, a wait in the loop."""
+    worker thread; at each :class:`~inkpen.actors.read.feed.CaughtUp`, a wait in the loop."""
 
     def __init__(
         self,
@@ -98,7 +98,7 @@ class _AsyncStepsTail(AsyncFold[Change]):
         self._start_steps = start
         self._steps: Iterator[Step] | None = None
         self._wait = wait
-        self._pause: Pause | None = None
+        self._pause: CaughtUp | None = None
 
     async def _refill(self) -> list[Change]:
         while True:
@@ -115,7 +115,7 @@ class _AsyncStepsTail(AsyncFold[Change]):
             self._items = self._start_steps()
         out: list[Change] = []
         for step in self._items:
-            if isinstance(step, Pause):
+            if isinstance(step, CaughtUp):
                 self._pause = step
                 return out
             out.append(step)
