@@ -361,6 +361,65 @@ def bench(
       inkpen bench --store s3 --endpoint http://127.0.0.1:8333 --latency-ms 25 --n 20000
     """
     counts = parse_counts(count, scale)
+    chosen = _chosen_workloads(workloads)
+    if STARTUP in chosen:
+        _run_startup()
+        chosen = [w for w in chosen if w != STARTUP]
+        if not chosen:
+            return
+    _check_choices(store_kind, scale, metrics, idle, plot_file, latency_ms, compaction, chosen)
+    if gets is None:
+        gets = LATENCY_GETS if latency_ms is not None else DEFAULT_COUNT_GETS
+    options = flush_options(flush_ms)
+    if metrics != "both":
+        options["metrics"] = metrics == "on"
+    setup = _Setup(
+        store_kind, root, endpoint, bucket, value_size, concurrency, flush_ms, gets, options
+    )
+    if scale:
+        _bench_scale(setup, counts, plot_file)
+    elif latency_ms is not None:
+        _bench_latency(setup, counts[0], latency_ms)
+    elif idle is not None:
+        _bench_idle(setup, idle)
+    else:
+        _bench_workloads(setup, counts[0], chosen, compaction, metrics, rounds, plot_file)
+
+
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    """What every mode of ``bench`` shares: where the database lives and the load's shape."""
+
+    store_kind: str
+    root: str | None
+    endpoint: str
+    bucket: str
+    value_size: int
+    concurrency: int
+    flush_ms: int
+    gets: int
+    options: dict[str, Any]
+
+    def store(self) -> contextlib.AbstractContextManager[ObjectStore]:
+        """A fresh database root (:func:`bench_store`)."""
+        return bench_store(self.store_kind, self.root, self.endpoint, self.bucket)
+
+    @property
+    def common(self) -> dict[str, str]:
+        """The fields every JSON line starts with."""
+        return {"system": "inkpen", "store": self.store_kind}
+
+    def title(self, scale: bool) -> str:
+        """The plot's title."""
+        return (
+            f"inkpen bench{' --scale' if scale else ''}: {self.store_kind} store, "
+            f"{self.value_size} B values, {self.concurrency} load clients, "
+            f"flush {self.flush_ms} ms"
+        )
+
+
+def _chosen_workloads(workloads: str) -> list[str]:
+    """``--workloads``: the names given, each one of :data:`WORKLOADS` or :data:`STARTUP`."""
     chosen = [w.strip() for w in workloads.split(",") if w.strip()]
     unknown = sorted(set(chosen) - {*WORKLOADS, STARTUP})
     if unknown or not chosen:
@@ -369,13 +428,27 @@ def bench(
             f"{', '.join((*WORKLOADS, STARTUP))}",
             param_hint="--workloads",
         )
-    if STARTUP in chosen:
-        from .startup import measure_startup
+    return chosen
 
-        _emit({"system": "inkpen", "workload": STARTUP, **measure_startup()})
-        chosen = [w for w in chosen if w != STARTUP]
-        if not chosen:
-            return
+
+def _run_startup() -> None:
+    """``--workloads startup``: the seconds of ``import inkpen`` and ``inkpen --help``."""
+    from .startup import measure_startup
+
+    _emit({"system": "inkpen", "workload": STARTUP, **measure_startup()})
+
+
+def _check_choices(
+    store_kind: str,
+    scale: bool,
+    metrics: str,
+    idle: float | None,
+    plot_file: Path | None,
+    latency_ms: float | None,
+    compaction: str,
+    chosen: list[str],
+) -> None:
+    """Refuse the options that do not go together, before anything runs."""
     if metrics == "both" and (scale or idle is not None or plot_file is not None):
         raise click.BadParameter(
             "--metrics both compares the workloads with metrics off and on; it does not go "
@@ -395,75 +468,85 @@ def bench(
         require_matplotlib()
     if latency_ms is not None:
         _check_latency_choices(store_kind, scale, idle, plot_file, metrics, compaction, chosen)
-    if gets is None:
-        gets = LATENCY_GETS if latency_ms is not None else DEFAULT_COUNT_GETS
-    series: list[Series] | None = [] if plot_file is not None else None
-    options = flush_options(flush_ms)
-    if metrics != "both":
-        options["metrics"] = metrics == "on"
-    common = {"system": "inkpen", "store": store_kind}
-    title = (
-        f"inkpen bench{' --scale' if scale else ''}: {store_kind} store, "
-        f"{value_size} B values, {concurrency} load clients, flush {flush_ms} ms"
-    )
-    if scale:
-        try:
-            run_scale(
-                lambda: bench_store(store_kind, root, endpoint, bucket),
-                counts,
-                options,
-                value_size,
-                concurrency,
-                gets,
-                {**common, "flush_ms": flush_ms},
-                BUCKET,
-                series=series,
-            )
-        except BenchmarkFailed as exc:
-            raise click.ClickException(str(exc)) from exc
-        if plot_file is not None and series is not None:
-            plot(series, plot_file, title)
-        return
-    if latency_ms is not None:
-        from .latency import run_latency  # when used: `-m inkpen.cli.latency_proxy` stays clean
 
+
+def _bench_scale(setup: _Setup, counts: list[int], plot_file: Path | None) -> None:
+    """``--scale``: :func:`~inkpen.cli.scale.run_scale` for each N of ``counts``."""
+    series: list[Series] | None = [] if plot_file is not None else None
+    try:
+        run_scale(
+            setup.store,
+            counts,
+            setup.options,
+            setup.value_size,
+            setup.concurrency,
+            setup.gets,
+            {**setup.common, "flush_ms": setup.flush_ms},
+            BUCKET,
+            series=series,
+        )
+    except BenchmarkFailed as exc:
+        raise click.ClickException(str(exc)) from exc
+    if plot_file is not None and series is not None:
+        plot(series, plot_file, setup.title(scale=True))
+
+
+def _bench_latency(setup: _Setup, count: int, latency_ms: float) -> None:
+    """``--latency-ms``: :func:`~inkpen.cli.latency.run_latency`, straight and through a proxy."""
+    from .latency import run_latency  # when used: `-m inkpen.cli.latency_proxy` stays clean
+
+    try:
+        run_latency(
+            lambda target: bench_store("s3", None, target, setup.bucket),
+            setup.endpoint,
+            count,
+            setup.options,
+            setup.value_size,
+            setup.concurrency,
+            setup.gets,
+            {**setup.common, "flush_ms": setup.flush_ms},
+            BUCKET,
+            latency_ms,
+        )
+    except BenchmarkFailed as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _bench_idle(setup: _Setup, idle: float) -> None:
+    """``--idle``: the store requests of a Bookie that sits idle after a few writes."""
+    with setup.store() as inner:
         try:
-            run_latency(
-                lambda target: bench_store("s3", None, target, bucket),
-                endpoint,
-                counts[0],
-                options,
-                value_size,
-                concurrency,
-                gets,
-                {**common, "flush_ms": flush_ms},
-                BUCKET,
-                latency_ms,
-            )
+            _run_idle(CountingStore(inner), setup.options, idle, setup.value_size, setup.common)
         except BenchmarkFailed as exc:
             raise click.ClickException(str(exc)) from exc
-        return
-    if idle is not None:
-        with bench_store(store_kind, root, endpoint, bucket) as inner:
-            try:
-                _run_idle(CountingStore(inner), options, idle, value_size, common)
-            except BenchmarkFailed as exc:
-                raise click.ClickException(str(exc)) from exc
-        return
+
+
+def _bench_workloads(
+    setup: _Setup,
+    count: int,
+    chosen: list[str],
+    compaction: str,
+    metrics: str,
+    rounds: int,
+    plot_file: Path | None,
+) -> None:
+    """The workloads, each on a new database, once per side of ``--metrics`` (off, on, on, off
+    ``rounds`` times with ``both``, then the ``metrics_cost`` line)."""
+    series: list[Series] | None = [] if plot_file is not None else None
     sides = METRICS_ORDER * rounds if metrics == "both" else (metrics == "on",)
     runs: list[tuple[bool, dict[str, Run]]] = []
     for recording in sides:
-        with bench_store(store_kind, root, endpoint, bucket) as inner:
+        with setup.store() as inner:
             try:
                 timings = _run_workloads(
                     CountingStore(inner),
-                    {**options, "metrics": recording},
+                    {**setup.options, "metrics": recording},
                     set(chosen),
-                    counts[0],
-                    value_size,
-                    concurrency,
-                    gets,
-                    {**common, "flush_ms": flush_ms, "metrics": recording},
+                    count,
+                    setup.value_size,
+                    setup.concurrency,
+                    setup.gets,
+                    {**setup.common, "flush_ms": setup.flush_ms, "metrics": recording},
                     compaction=compaction,
                     url=inner.url,
                     series=series,
@@ -472,9 +555,9 @@ def bench(
                 raise click.ClickException(str(exc)) from exc
         runs.append((recording, timings))
     if plot_file is not None and series is not None:
-        plot(series, plot_file, f"{title}, N={counts[0]:,}")
+        plot(series, plot_file, f"{setup.title(scale=False)}, N={count:,}")
     if metrics == "both":
-        _emit(metrics_cost(runs, common))
+        _emit(metrics_cost(runs, setup.common))
 
 
 def _check_latency_choices(

@@ -36,6 +36,7 @@ ratios inside one run are what hold on a shared machine).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -45,7 +46,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import click
@@ -156,7 +157,7 @@ def store_usage(store: ObjectStore) -> tuple[int, int]:
 
 
 def run_scale(
-    open_store_for: Any,
+    open_store_for: Callable[[], contextlib.AbstractContextManager[ObjectStore]],
     counts: Sequence[int],
     options: dict[str, Any],
     value_size: int,
@@ -207,27 +208,62 @@ def _one_scale(
     bucket: bytes,
     series: list[Series] | None = None,
 ) -> dict[str, dict[str, Any]]:
+    """One N on a fresh store: each phase in turn, its line printed; answers the lines by
+    workload."""
     keys = bench_keys(n)
     value = os.urandom(value_size)
-    out: dict[str, dict[str, Any]] = {}
+    run = _ScaleRun(store, n, common, series)
+    reset_peak_rss()
+    book = inkpen.open(store, **options)
+    _load_phase(run, book, bucket, keys, value, concurrency)
+    _close_phase(run, book, value_size)
+    book = _open_phase(run, options)
+    try:
+        _settle_phase(run, book)
+        _read_phases(run, book, bucket, keys, value, gets)
+        if isinstance(store.inner, LocalStore):
+            run.report("limit", _limit(store.inner.root, run.out))
+    finally:
+        book.close()
+    run.report("kill", _kill_during_load(store, options, value_size, bucket))
+    return run.out
 
-    def report(workload: str, record: dict[str, Any]) -> None:
-        line = {**common, "n": n, "workload": workload, **record}
-        out[workload] = line
+
+class _ScaleRun:
+    """One N's phases: prints each phase's line and keeps it (``out``), adds each timed phase
+    to the plot's series, and measures a read phase's requests and the process's reads."""
+
+    def __init__(
+        self, store: CountingStore, n: int, common: dict[str, Any], series: list[Series] | None
+    ) -> None:
+        self.store = store
+        self.n = n
+        self.common = common
+        self.series = series
+        self.out: dict[str, dict[str, Any]] = {}
+        self._origin: float | None = None
+        self._io_before: dict[str, int] = {}
+
+    def report(self, workload: str, record: dict[str, Any]) -> None:
+        line = {**self.common, "n": self.n, "workload": workload, **record}
+        self.out[workload] = line
         _emit(line)
 
-    origin: list[float] = []
-
-    def timed(workload: str, timing: Timing) -> Timing:
-        if series is not None:
-            origin.append(origin[0] if origin else timing.started)
-            series.append(Series.of(f"N={n:,}", workload, timing, origin[0]))
+    def timed(self, workload: str, timing: Timing) -> Timing:
+        if self.series is not None:
+            if self._origin is None:
+                self._origin = timing.started
+            self.series.append(Series.of(f"N={self.n:,}", workload, timing, self._origin))
         return timing
 
-    io_before: dict[str, int] = {}
+    def measuring(self) -> dict[str, int]:
+        """Start measuring a read phase: the store's counts now (and the process's I/O)."""
+        self._io_before = process_io()
+        return self.store.snapshot()
 
-    def reads(timing: Timing, before: dict[str, int]) -> dict[str, Any]:
-        counted = _delta(store.snapshot(), before)
+    def reads(self, timing: Timing, before: dict[str, int]) -> dict[str, Any]:
+        """A read phase's line: its figures and the reads it made, in all and per operation."""
+        counted = _delta(self.store.snapshot(), before)
         ops = max(1, timing.ops)
         return {
             **timing.figures(),
@@ -236,35 +272,25 @@ def _one_scale(
             "reads": counted["gets"],
             "bytes_read_per_op": round(counted["bytes_read"] / ops, 1),
             "reads_per_op": round(counted["gets"] / ops, 3),
-            **io_per_op(io_before, process_io(), ops),
+            **io_per_op(self._io_before, process_io(), ops),
         }
 
-    def measuring() -> dict[str, int]:
-        io_before.clear()
-        io_before.update(process_io())
-        return store.snapshot()
 
-    reset_peak_rss()
-    book = inkpen.open(store, **options)
-    before = store.snapshot()
-    workers: dict[int, float] = {}
-    sampling = threading.Event()
-
-    def sample_workers() -> None:  # a worker's VmHWM, read while it runs
-        while not sampling.wait(0.5):
-            for pid in child_pids():
-                workers[pid] = max(workers.get(pid, 0.0), peak_rss_of(pid))
-
-    sampler = threading.Thread(target=sample_workers, name="bench-rss", daemon=True)
-    sampler.start()
-    try:
-        timing = timed("load", run_load(book, bucket, keys, value, concurrency))
-    finally:
-        sampling.set()
-        sampler.join()
+def _load_phase(
+    run: _ScaleRun,
+    book: inkpen.Bookie,
+    bucket: bytes,
+    keys: Sequence[bytes],
+    value: bytes,
+    concurrency: int,
+) -> None:
+    """``load``: N puts from ``concurrency`` clients, with stalls and peak memory."""
+    before = run.store.snapshot()
+    with _sampling_workers() as workers:
+        timing = run.timed("load", run_load(book, bucket, keys, value, concurrency))
     median, low = stalls(timing.per_second)
-    counted = _delta(store.snapshot(), before)
-    report(
+    counted = _delta(run.store.snapshot(), before)
+    run.report(
         "load",
         {
             **timing.figures(),
@@ -278,48 +304,86 @@ def _one_scale(
             "bytes_written": counted["bytes_written"],
         },
     )
+
+
+@contextlib.contextmanager
+def _sampling_workers() -> Iterator[dict[int, float]]:
+    """The peak resident memory of each process this one starts during the block, by pid (a
+    worker's ``VmHWM``, read every half second while it runs)."""
+    workers: dict[int, float] = {}
+    sampling = threading.Event()
+
+    def sample_workers() -> None:
+        while not sampling.wait(0.5):
+            for pid in child_pids():
+                workers[pid] = max(workers.get(pid, 0.0), peak_rss_of(pid))
+
+    sampler = threading.Thread(target=sample_workers, name="bench-rss", daemon=True)
+    sampler.start()
+    try:
+        yield workers
+    finally:
+        sampling.set()
+        sampler.join()
+
+
+def _close_phase(run: _ScaleRun, book: inkpen.Bookie, value_size: int) -> None:
+    """``close``: the clean close's time, then the bytes and objects on the store."""
     started = time.perf_counter()
     book.close()
     close_s = time.perf_counter() - started
-    size, objects = store_usage(store)
-    report(
+    size, objects = store_usage(run.store)
+    run.report(
         "close",
         {
             "close_s": round(close_s, 3),
             "store_bytes": size,
             "store_objects": objects,
-            "store_ratio": round(size / (n * (KEY_BYTES + value_size)), 3),
+            "store_ratio": round(size / (run.n * (KEY_BYTES + value_size)), 3),
         },
     )
+
+
+def _open_phase(run: _ScaleRun, options: dict[str, Any]) -> inkpen.Bookie:
+    """``open``: the time of an open after the clean close; answers the open Bookie."""
     started = time.perf_counter()
-    book = inkpen.open(store, **options)
-    report("open", {"open_s": round(time.perf_counter() - started, 3)})
-    try:
-        started = time.perf_counter()
-        book.compact_ledger()
-        book.run_gc()  # after the pass the open started: the store is as the load left it
-        report("settle", {"settle_s": round(time.perf_counter() - started, 3)})
-        before = measuring()
-        timing = timed("get", run_gets(book, bucket, get_sample(keys, gets), value))
-        report("get", reads(timing, before))
-        before = measuring()
-        sample = _other_sample(keys, gets)
-        timing = timed("get16", run_gets_threaded(book, bucket, sample, value, GET_THREADS))
-        report("get16", {**reads(timing, before), "threads": GET_THREADS})
-        before = measuring()
-        timing = timed(
-            "get_warm", run_gets(book, bucket, _other_sample(keys, gets, WARM_SEED), value)
-        )
-        report("get_warm", reads(timing, before))
-        before = measuring()
-        timing = timed("scan", run_scan(book, bucket, value, n))
-        report("scan", reads(timing, before))
-        if isinstance(store.inner, LocalStore):
-            report("limit", _limit(store.inner.root, out))
-    finally:
-        book.close()
-    report("kill", _kill_during_load(store, options, value_size, bucket))
-    return out
+    book = inkpen.open(run.store, **options)
+    run.report("open", {"open_s": round(time.perf_counter() - started, 3)})
+    return book
+
+
+def _settle_phase(run: _ScaleRun, book: inkpen.Bookie) -> None:
+    """``settle``: the merges the load left due and the first GC pass, before any read."""
+    started = time.perf_counter()
+    book.compact_ledger()
+    book.run_gc()  # after the pass the open started: the store is as the load left it
+    run.report("settle", {"settle_s": round(time.perf_counter() - started, 3)})
+
+
+def _read_phases(
+    run: _ScaleRun,
+    book: inkpen.Bookie,
+    bucket: bytes,
+    keys: Sequence[bytes],
+    value: bytes,
+    gets: int,
+) -> None:
+    """``get``, ``get16``, ``get_warm`` and ``scan``, each on its own sample of the keys."""
+    before = run.measuring()
+    timing = run.timed("get", run_gets(book, bucket, get_sample(keys, gets), value))
+    run.report("get", run.reads(timing, before))
+    before = run.measuring()
+    sample = _other_sample(keys, gets)
+    timing = run.timed("get16", run_gets_threaded(book, bucket, sample, value, GET_THREADS))
+    run.report("get16", {**run.reads(timing, before), "threads": GET_THREADS})
+    before = run.measuring()
+    timing = run.timed(
+        "get_warm", run_gets(book, bucket, _other_sample(keys, gets, WARM_SEED), value)
+    )
+    run.report("get_warm", run.reads(timing, before))
+    before = run.measuring()
+    timing = run.timed("scan", run_scan(book, bucket, value, run.n))
+    run.report("scan", run.reads(timing, before))
 
 
 def _limit(root: str, out: dict[str, dict[str, Any]]) -> dict[str, Any]:
