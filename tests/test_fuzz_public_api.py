@@ -237,6 +237,7 @@ class World:
             "bucket": "b",
             "key": "k",
             "keys": ["k"],
+            "pairs": [(b"b", b"k")],
             "value": b"v",
             "field": "f",
             "start": "a",
