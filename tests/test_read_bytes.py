@@ -40,6 +40,8 @@ def load(url: str, **options: object) -> dict[bytes, bytes]:
             thread.start()
         for thread in threads:
             thread.join()
+        # Merged now: the next writer has no merge of its own reading beside the reads measured.
+        book.compact_ledger()
     assert not errors
     return model
 
