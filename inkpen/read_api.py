@@ -141,6 +141,11 @@ class ReadAPI:
         own retries): by default the store's ``NotFoundError`` itself."""
         return error
 
+    _guards_point_reads = False
+    """True for a handle whose point reads must go through :meth:`_guarded` (a Reader: it checks
+    its checkpoint's lease, and a follower re-resolves a vanished file); a writer's get, head
+    and get_many skip that frame."""
+
     def _guarded(self, read: Callable[[], T]) -> T:
         """Run one point read, turning a vanished file into :meth:`_vanished`'s error."""
         try:
@@ -164,10 +169,14 @@ class ReadAPI:
         started = perf_counter()
         self._check_open()
         self._check_not_head_only_read("get")
-        try:
-            value = read_value(self._point_source(), _ledger_key(bucket, key), self._now_ms())
-        except NotFoundError as exc:
-            raise self._vanished(exc) from exc
+        lk = _ledger_key(bucket, key)
+        if self._guards_point_reads:
+            value = self._guarded(lambda: read_value(self._point_source(), lk, self._now_ms()))
+        else:
+            try:
+                value = read_value(self._point_source(), lk, self._now_ms())
+            except NotFoundError as exc:
+                raise self._vanished(exc) from exc
         self._meter.get.record(perf_counter() - started, 0 if value is None else len(value))
         return value
 
@@ -189,10 +198,13 @@ class ReadAPI:
         ]
         if not lks:
             return []
-        try:
-            values = read_values(self._point_source(), lks, self._now_ms())
-        except NotFoundError as exc:
-            raise self._vanished(exc) from exc
+        if self._guards_point_reads:
+            values = self._guarded(lambda: read_values(self._point_source(), lks, self._now_ms()))
+        else:
+            try:
+                values = read_values(self._point_source(), lks, self._now_ms())
+            except NotFoundError as exc:
+                raise self._vanished(exc) from exc
         self._meter.get_many.record_many(
             perf_counter() - started, len(lks), sum(len(v) for v in values if v is not None)
         )
@@ -201,8 +213,11 @@ class ReadAPI:
     def head(self, bucket: str | bytes, key: str | bytes) -> Head | None:
         """The object's metadata (SQN, size, content hash, last-modified) from the ledger alone."""
         self._check_open()
+        lk = _ledger_key(bucket, key)
+        if self._guards_point_reads:
+            return self._guarded(lambda: read_head(self._point_source(), lk, self._now_ms()))
         try:
-            return read_head(self._point_source(), _ledger_key(bucket, key), self._now_ms())
+            return read_head(self._point_source(), lk, self._now_ms())
         except NotFoundError as exc:
             raise self._vanished(exc) from exc
 

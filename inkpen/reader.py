@@ -249,6 +249,8 @@ class Reader(ReadAPI):
             key=error.key,
         )
 
+    _guards_point_reads = True
+
     def _guarded(self, read: Callable[[], T]) -> T:
         self._check_open()
         self._check_pin()

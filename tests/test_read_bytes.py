@@ -41,6 +41,7 @@ def load(url: str, **options: object) -> dict[bytes, bytes]:
         for thread in threads:
             thread.join()
         # Merged now: the next writer has no merge of its own reading beside the reads measured.
+        book.flush()
         book.compact_ledger()
     assert not errors
     return model
@@ -114,6 +115,8 @@ def test_a_get_of_a_large_value_reads_its_record_once_in_parts(local_url: str) -
     with inkpen.open(local_url) as book:
         for key, value in values.items():
             book.put("b", key, value)
+        book.flush()  # memory to L0, then merged: the next writer has nothing to merge
+        book.compact_ledger()
     store = CountingStore(open_store(local_url))
     try:
         with inkpen.open(store) as book:
